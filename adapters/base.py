@@ -1,0 +1,99 @@
+"""What every target (local model or API) implements.
+
+Methods and scores talk only to this interface, so the same audit runs white-box or
+through an API. Installed as ``blackbox_audit.adapters.base``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from blackbox_audit.errors import CapabilityError
+from blackbox_audit.types import TokenLogprobs
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a target can do; scores declare requirements against these names."""
+
+    full_distribution: bool = False  # per-position moments (Min-K%++, m_entropy)
+    conditional: bool = True  # logprobs of a text given a prefix (ReCaLL, EM-MIA)
+    generation: bool = True
+    max_context: int | None = None  # tokens; None = unknown
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def require(self, what: str, target_name: str, needed_by: str) -> None:
+        if not getattr(self, what, False):
+            raise CapabilityError(
+                f"{needed_by} needs '{what}', which target {target_name} does not provide",
+                "use a white-box target (hf:PATH, gguf:PATH, smollm2) or drop that score",
+            )
+
+
+class Target(abc.ABC):
+    """A language model under audit.
+
+    Implementations must be deterministic for identical inputs (greedy, temperature 0)
+    or say otherwise in their error bounds. ``fingerprint()`` must change whenever anything
+    that changes the returned numbers changes (weights, tokenizer, dtype, chat template,
+    prompt conditioning, endpoint semantics), because the cache trusts it.
+    """
+
+    name: str
+    capabilities: Capabilities
+
+    @abc.abstractmethod
+    def fingerprint(self) -> str:
+        """Stable content hash of everything that determines this target's answers."""
+
+    @abc.abstractmethod
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text`` under the target's tokenizer, no special tokens added."""
+
+    @abc.abstractmethod
+    def decode(self, ids: Sequence[int]) -> str:
+        """Inverse of ``tokenize`` (used for round-trip checks)."""
+
+    @abc.abstractmethod
+    def token_logprobs(
+        self, texts: Sequence[str], *, full_distribution: bool = False, progress: bool = True
+    ) -> list[TokenLogprobs]:
+        """One record per text, positions as documented in ``blackbox_audit.types``.
+
+        ``full_distribution=True`` asks for ``TokenLogprobs.full``; a target without that
+        capability raises ``CapabilityError`` before doing any work.
+        """
+
+    def conditional_logprobs(
+        self, prefix: str, texts: Sequence[str], *, progress: bool = True
+    ) -> list[TokenLogprobs]:
+        """Records for each text conditioned on ``prefix`` (every token of the text scored).
+
+        Prefix and text are tokenized separately and their ids concatenated; targets that
+        only accept strings must check that the concatenation round-trips.
+        """
+        raise CapabilityError(
+            f"target {self.name} cannot score a text given a prefix",
+            "use a target whose adapter implements conditional_logprobs",
+        )
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        seed: int | None = None,
+    ) -> list[str]:
+        """Continuations of each prompt (greedy when temperature is 0)."""
+        raise CapabilityError(f"target {self.name} cannot generate text", "use a target that supports generation")
+
+    def describe(self) -> dict[str, Any]:
+        """What run.json records about the target (never credentials)."""
+        return {"name": self.name, "fingerprint": self.fingerprint(), "capabilities": self.capabilities.__dict__}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (servers, sessions)."""

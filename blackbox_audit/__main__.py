@@ -1,0 +1,3 @@
+from blackbox_audit.cli import main
+
+raise SystemExit(main())

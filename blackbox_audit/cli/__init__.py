@@ -1,0 +1,54 @@
+"""Command-line entry point: ``blackbox-audit COMMAND ...``.
+
+Each command lives in its own module ``blackbox_audit.cli.<name>`` exposing
+``register(subparsers)``, which adds a sub-parser whose ``func(args) -> int`` runs it.
+Add a command by adding its module name to ``COMMANDS``.
+A ``UserError`` anywhere becomes one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from blackbox_audit import __version__
+from blackbox_audit.errors import UserError
+
+COMMANDS: list[str] = [
+    # one module name per line; each helper adds its own
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="blackbox-audit",
+        description="Audit language models for training-data use (membership inference, "
+        "dataset inference, contamination), white-box or through APIs.",
+    )
+    parser.add_argument("--version", action="version", version=f"blackbox-audit {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMANDS:
+        importlib.import_module(f"blackbox_audit.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"blackbox-audit {args.command}: error: {exc.one_line()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"blackbox-audit {args.command}: interrupted; cached work is kept, re-run to resume", file=sys.stderr)
+        return 130

@@ -1,0 +1,143 @@
+"""The per-token record every adapter produces and every score consumes (SPEC §1).
+
+Position convention (shared by all adapters, white-box and API alike):
+a text is tokenized by the target's own tokenizer *without* special tokens, giving
+``u_1..u_L``. The first token has no context that every target can condition on (chat APIs
+cannot be asked for an empty context, SmolLM2 adds no BOS), so it is **not scored**: it is
+kept in ``context_ids`` and the record covers ``u_2..u_L``, each conditioned on everything
+before it. This is what Min-K%'s reference code and llama.cpp's echo (without BOS) do.
+Conditional records (``x`` given a prefix ``p``) instead score *every* token of ``x``, and
+``context_ids`` holds the prefix's ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+
+class Status(str, Enum):
+    """How a position's logprob was obtained."""
+
+    EXACT = "exact"  # read directly (white-box, echo, top-n hit, forced token)
+    RECOVERED = "recovered"  # computed from biased answers; within ``error_bound``
+    BOUNDED = "bounded"  # only an upper bound is known: true lp <= logprobs[i]
+
+
+class Strategy(str, Enum):
+    """Which rung of the recovery ladder (SPEC §1) produced a position."""
+
+    WHITEBOX = "whitebox"
+    CACHE = "cache"
+    ECHO = "echo"
+    ARBITRARY_TOKEN = "arbitrary_token"
+    TOP_N = "top_n"
+    BIAS_REFLECTING = "bias_reflecting"
+    FORCED_TOKEN = "forced_token"
+    BISECTION = "bisection"
+    BOUNDED = "bounded"
+
+
+@dataclass(frozen=True)
+class FullDistribution:
+    """Per-position moments of the full next-token distribution (white-box only).
+
+    ``mean_logprob[i]`` = E_{v~p}[log p(v)], ``std_logprob[i]`` = its std (Min-K%++),
+    ``sum_p_log1mp[i]`` = sum_v p(v)·log(1-p(v)) (needed by m_entropy). Entropy is
+    ``-mean_logprob``.
+    """
+
+    mean_logprob: np.ndarray
+    std_logprob: np.ndarray
+    sum_p_log1mp: np.ndarray
+
+    @property
+    def entropy(self) -> np.ndarray:
+        return -self.mean_logprob
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """Logprobs of one text's scored tokens (see the module docstring for positions).
+
+    All per-position arrays have the same length ``n`` (= number of scored tokens).
+    ``error_bound[i]`` is an absolute bound in nats on ``|logprobs[i] - true lp|`` for
+    exact/recovered positions; for bounded positions ``logprobs[i]`` is an upper bound and
+    ``error_bound[i]`` is ``inf``.
+    """
+
+    text: str
+    token_ids: np.ndarray  # int64, shape (n,)
+    tokens: list[str]
+    logprobs: np.ndarray  # float64, shape (n,)
+    status: list[Status]
+    error_bound: np.ndarray  # float64, shape (n,)
+    strategy: list[Strategy]
+    context_ids: tuple[int, ...] = ()
+    requests: np.ndarray | None = None  # int, per position; None for white-box
+    full: FullDistribution | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.token_ids)
+        for name in ("tokens", "logprobs", "status", "error_bound", "strategy"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"TokenLogprobs.{name} has length {len(getattr(self, name))}, expected {n}")
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def has_full_distribution(self) -> bool:
+        return self.full is not None
+
+    @property
+    def bounded_mask(self) -> np.ndarray:
+        return np.array([s == Status.BOUNDED for s in self.status], dtype=bool)
+
+    @property
+    def all_exact_or_recovered(self) -> bool:
+        return not self.bounded_mask.any()
+
+    # --- serialisation (logprobs.jsonl and the disk cache use the same form) ---
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "text": self.text,
+            "token_ids": [int(t) for t in self.token_ids],
+            "tokens": list(self.tokens),
+            "logprobs": [float(x) for x in self.logprobs],
+            "status": [s.value for s in self.status],
+            "error_bound": [float(x) for x in self.error_bound],
+            "strategy": [s.value for s in self.strategy],
+            "context_ids": [int(t) for t in self.context_ids],
+        }
+        if self.requests is not None:
+            out["requests"] = [int(r) for r in self.requests]
+        if self.full is not None:
+            out["full"] = {f.name: [float(x) for x in getattr(self.full, f.name)] for f in fields(self.full)}
+        if self.meta:
+            out["meta"] = self.meta
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TokenLogprobs:
+        full = d.get("full")
+        return cls(
+            text=d["text"],
+            token_ids=np.asarray(d["token_ids"], dtype=np.int64),
+            tokens=list(d["tokens"]),
+            logprobs=np.asarray(d["logprobs"], dtype=np.float64),
+            status=[Status(s) for s in d["status"]],
+            error_bound=np.asarray(d["error_bound"], dtype=np.float64),
+            strategy=[Strategy(s) for s in d["strategy"]],
+            context_ids=tuple(d.get("context_ids", ())),
+            requests=None if d.get("requests") is None else np.asarray(d["requests"], dtype=np.int64),
+            full=None if full is None else FullDistribution(**{k: np.asarray(v, dtype=np.float64) for k, v in full.items()}),
+            meta=d.get("meta", {}),
+        )
+
+    def with_meta(self, **meta: Any) -> TokenLogprobs:
+        return replace(self, meta={**self.meta, **meta})
