@@ -1,0 +1,296 @@
+"""Plan, fetch and compute scores for many texts with as few target calls as possible.
+
+``plan_requests`` lists what a set of scores needs without touching any target (the API
+dry-run counts it); ``check_capabilities`` refuses a plan the target cannot serve, before any
+work; ``compute_scores`` does both, then fetches every distinct record once, in one batched
+call per kind (plain, full, one per conditional prefix, reference), applies the bounded
+policy and returns a ``ScoreTable``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from blackbox_audit.adapters.base import Target
+from blackbox_audit.errors import CapabilityError, UserError
+from blackbox_audit.types import TokenLogprobs
+
+from .registry import SCORES, ScoreSpec, parse_spec
+from .requests import Conditional, Full, Plain, Reference, Request
+
+BoundedPolicy = Literal["error", "upper"]
+
+
+@dataclass(frozen=True)
+class FetchCall:
+    """One batched target call: ``kind`` is ``plain``, ``full``, ``conditional`` or ``reference``."""
+
+    kind: str
+    texts: tuple[str, ...]
+    prefix: str | None = None
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    """Everything ``compute_scores`` would fetch, computed without a target.
+
+    ``per_text[i]``: the distinct requests of text ``i`` (in first-use order);
+    ``unique``: all distinct requests; ``calls``: the batched calls that answer them (a
+    ``Plain(x)`` is answered by ``Full(x)`` when both are needed, so it costs nothing extra).
+    """
+
+    specs: tuple[ScoreSpec, ...]
+    per_text: tuple[tuple[Request, ...], ...]
+    unique: tuple[Request, ...]
+    calls: tuple[FetchCall, ...]
+    full_texts: frozenset[str] = frozenset()
+
+    @property
+    def fields(self) -> list[str]:
+        return [s.field for s in self.specs]
+
+    def answered_by(self, request: Request) -> Request:
+        """The request whose record answers ``request`` (Full supersedes Plain)."""
+        if isinstance(request, Plain) and request.text in self.full_texts:
+            return Full(request.text)
+        return request
+
+
+def _split_names(names: str | Sequence[str]) -> list[str]:
+    items = names.split(",") if isinstance(names, str) else list(names)
+    items = [n.strip() for n in items if n.strip()]
+    if not items:
+        raise UserError("no score requested", f"name at least one of: {', '.join(sorted(SCORES))}")
+    return list(dict.fromkeys(items))  # the field name is the spec string, so duplicates are one column
+
+
+def parse_specs(
+    names: str | Sequence[str], params: Mapping[str, Mapping[str, Any]] | None = None
+) -> tuple[ScoreSpec, ...]:
+    """Parse score spec strings; ``params`` maps a bare score name to default overrides."""
+    params = dict(params or {})
+    specs = tuple(parse_spec(n, params.get(n.split(":")[0].strip())) for n in _split_names(names))
+    unused = set(params) - {s.score.name for s in specs}
+    if unused:
+        raise UserError(
+            f"params given for score(s) not requested: {', '.join(sorted(unused))}",
+            "request those scores or drop their params",
+        )
+    return specs
+
+
+def plan_requests(
+    texts: Sequence[str],
+    names: str | Sequence[str],
+    *,
+    params: Mapping[str, Mapping[str, Any]] | None = None,
+) -> RequestPlan:
+    """The requests and batched calls ``compute_scores`` needs, without calling any target."""
+    specs = parse_specs(names, params)
+    per_text: list[tuple[Request, ...]] = []
+    unique: dict[Request, None] = {}
+    for text in texts:
+        mine: dict[Request, None] = {}
+        for spec in specs:
+            for req in spec.score.requests(text, spec.params):
+                if not isinstance(req, spec.score.needs):
+                    raise TypeError(f"score {spec.score.name} asked for {req!r}, not declared in its `needs`")
+                mine[req] = None
+        per_text.append(tuple(mine))
+        unique.update(mine)
+    full = [r.text for r in unique if isinstance(r, Full)]
+    plain = [r.text for r in unique if isinstance(r, Plain) and Full(r.text) not in unique]
+    by_prefix: dict[str, list[str]] = {}
+    for r in unique:
+        if isinstance(r, Conditional):
+            by_prefix.setdefault(r.prefix, []).append(r.text)
+    ref = [r.text for r in unique if isinstance(r, Reference)]
+    calls = [FetchCall("plain", tuple(plain))] if plain else []
+    calls += [FetchCall("full", tuple(full))] if full else []
+    calls += [FetchCall("conditional", tuple(ts), prefix=p) for p, ts in by_prefix.items()]
+    calls += [FetchCall("reference", tuple(ref))] if ref else []
+    return RequestPlan(
+        specs=specs, per_text=tuple(per_text), unique=tuple(unique), calls=tuple(calls), full_texts=frozenset(full)
+    )
+
+
+_FIXES = {
+    "full_distribution": "use a white-box target (hf:PATH, gguf:PATH, smollm2) or drop these scores",
+    "conditional": "use a target whose adapter scores a text given a prefix, or drop these scores",
+    "reference": "pass a reference target (a smaller model, e.g. --reference smollm2) or drop these scores",
+}
+_WHAT = {
+    "full_distribution": "the full next-token distribution",
+    "conditional": "logprobs of a text given a prefix",
+    "reference": "a reference target",
+}
+
+
+def check_capabilities(target: Target, specs: Sequence[ScoreSpec], reference: Target | None = None) -> None:
+    """Raise ``CapabilityError`` naming every score the target (or missing reference) cannot serve."""
+    caps = target.capabilities
+    have = {
+        "full_distribution": bool(caps.full_distribution),
+        "conditional": bool(caps.conditional),
+        "reference": reference is not None,
+    }
+    missing: dict[str, list[str]] = {}
+    for spec in specs:
+        for req_type in spec.score.needs:
+            need = req_type.requirement
+            if need is not None and not have[need] and spec.field not in missing.get(need, []):
+                missing.setdefault(need, []).append(spec.field)
+    if missing:
+        need, fields_ = next(iter(missing.items()))
+        more = "".join(f"; {', '.join(f)} need(s) {_WHAT[n]}" for n, f in list(missing.items())[1:])
+        where = "no reference target was given" if need == "reference" else f"target {target.name} does not provide it"
+        raise CapabilityError(
+            f"score(s) {', '.join(fields_)} need {_WHAT[need]}, but {where}{more}",
+            _FIXES[need],
+        )
+
+
+@dataclass(frozen=True)
+class ScoreTable(Mapping[str, np.ndarray]):
+    """Scores per field (float64, same order as the texts), all oriented higher = member.
+
+    Acts as ``dict[field, np.ndarray]``. ``n_tokens[i]``: scored tokens of text ``i`` itself;
+    ``n_bounded[i]``: positions, over every record text ``i``'s scores used, whose value is
+    only an upper bound (non-zero only under ``bounded="upper"``).
+    """
+
+    scores: dict[str, np.ndarray]
+    n_tokens: np.ndarray
+    n_bounded: np.ndarray
+    bounded: str = "error"
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.scores[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.scores)
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def to_rows(self, ids: Sequence[str], labels: Sequence[int | None] | None = None) -> list[dict[str, Any]]:
+        """Rows for scores.jsonl: id, label, n_tokens, n_bounded, then one key per score.
+
+        Non-finite scores (e.g. -inf from a zero-probability token) become ``None`` so the
+        file stays valid JSON.
+        """
+        n = len(self.n_tokens)
+        if len(ids) != n or (labels is not None and len(labels) != n):
+            raise ValueError(f"to_rows needs {n} ids/labels, got {len(ids)}/{None if labels is None else len(labels)}")
+        rows = []
+        for i in range(n):
+            row: dict[str, Any] = {
+                "id": ids[i],
+                "label": None if labels is None or labels[i] is None else int(labels[i]),
+                "n_tokens": int(self.n_tokens[i]),
+                "n_bounded": int(self.n_bounded[i]),
+            }
+            for name, values in self.scores.items():
+                v = float(values[i])
+                row[name] = v if np.isfinite(v) else None
+            rows.append(row)
+        return rows
+
+
+def _fetch(plan: RequestPlan, target: Target, reference: Target | None, progress: bool) -> dict[Request, TokenLogprobs]:
+    got: dict[Request, TokenLogprobs] = {}
+    for call in plan.calls:
+        if call.kind == "plain":
+            records = target.token_logprobs(list(call.texts), full_distribution=False, progress=progress)
+            keys: list[Request] = [Plain(t) for t in call.texts]
+        elif call.kind == "full":
+            records = target.token_logprobs(list(call.texts), full_distribution=True, progress=progress)
+            keys = [Full(t) for t in call.texts]
+        elif call.kind == "conditional":
+            assert call.prefix is not None
+            records = target.conditional_logprobs(call.prefix, list(call.texts), progress=progress)
+            keys = [Conditional(call.prefix, t) for t in call.texts]
+        else:
+            assert reference is not None
+            records = reference.token_logprobs(list(call.texts), progress=progress)
+            keys = [Reference(t) for t in call.texts]
+        if len(records) != len(keys):
+            raise RuntimeError(f"{call.kind} call returned {len(records)} records for {len(keys)} texts")
+        got.update(zip(keys, records, strict=True))
+    return {req: got[plan.answered_by(req)] for req in plan.unique}
+
+
+def _sample_name(i: int, text: str, ids: Sequence[str] | None) -> str:
+    preview = text if len(text) <= 40 else text[:37] + "..."
+    return f"sample {ids[i] if ids is not None else i} ({preview!r})"
+
+
+def compute_scores(
+    target: Target,
+    texts: Sequence[str],
+    names: str | Sequence[str],
+    *,
+    params: Mapping[str, Mapping[str, Any]] | None = None,
+    reference: Target | None = None,
+    bounded: BoundedPolicy = "error",
+    progress: bool = True,
+    ids: Sequence[str] | None = None,
+) -> ScoreTable:
+    """Score every text with every named score (spec strings, e.g. ``min_k:k=0.1``).
+
+    Parsing and capability checks happen before any target call. ``bounded="error"`` refuses
+    texts with positions known only as an upper bound; ``"upper"`` scores them with the upper
+    bounds and records how many per text in ``ScoreTable.n_bounded``. ``ids`` only names
+    samples in error messages.
+    """
+    if bounded not in ("error", "upper"):
+        raise UserError(f"unknown bounded policy '{bounded}'", "use bounded='error' (default) or 'upper'")
+    if ids is not None and len(ids) != len(texts):
+        raise ValueError(f"got {len(ids)} ids for {len(texts)} texts")
+    plan = plan_requests(texts, names, params=params)
+    check_capabilities(target, plan.specs, reference)
+    fetched = _fetch(plan, target, reference, progress)
+
+    n = len(texts)
+    n_tokens = np.zeros(n, dtype=np.int64)
+    n_bounded = np.zeros(n, dtype=np.int64)
+    flagged: list[int] = []
+    for i, (text, reqs) in enumerate(zip(texts, plan.per_text, strict=True)):
+        used = {id(fetched[r]): (r, fetched[r]) for r in reqs}  # distinct records of this text
+        for req, rec in used.values():
+            if len(rec) == 0:
+                raise UserError(
+                    f"{_sample_name(i, text, ids)} has no scored tokens for {type(req).__name__} request",
+                    "drop or lengthen it: a text needs at least 2 tokens (the first one is context, not scored)",
+                )
+            n_bounded[i] += int(rec.bounded_mask.sum())
+        own = next((fetched[r] for r in reqs if isinstance(r, Plain | Full) and r.text == text), None)
+        n_tokens[i] = len(own if own is not None else fetched[reqs[0]])
+        if n_bounded[i]:
+            flagged.append(i)
+    if flagged and bounded == "error":
+        i = flagged[0]
+        others = f" (and {len(flagged) - 1} more sample(s))" if len(flagged) > 1 else ""
+        raise UserError(
+            f"{_sample_name(i, texts[i], ids)} has {n_bounded[i]} token position(s) whose logprob is only an "
+            f"upper bound{others}",
+            "pass bounded='upper' (CLI: --bounded upper) to score with the upper bounds, counted per sample "
+            "as n_bounded, or use a target/strategy that recovers exact values",
+        )
+
+    scores = {spec.field: np.empty(n, dtype=np.float64) for spec in plan.specs}
+    for i, text in enumerate(texts):
+        for spec in plan.specs:
+            scores[spec.field][i] = spec.score.compute(text, fetched, spec.params)
+    return ScoreTable(
+        scores=scores,
+        n_tokens=n_tokens,
+        n_bounded=n_bounded,
+        bounded=bounded,
+        params={s.field: dict(s.params) for s in plan.specs},
+    )

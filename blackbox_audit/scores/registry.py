@@ -1,0 +1,148 @@
+"""The score registry and the ``name:param=value`` spec syntax.
+
+A score is a small object with a ``name``, typed parameter ``defaults``, the request types it
+may ask for (``needs``), ``requests(text, params)`` and ``compute(text, fetched, params)``.
+Other modules add scores with ``register_score`` (e.g. PAC, ReCaLL); the spec parser, the
+capability check and the dry-run then work for them unchanged.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from blackbox_audit.errors import UserError
+from blackbox_audit.types import TokenLogprobs
+
+from .requests import Request
+
+
+class _Required:
+    """Sentinel default: the parameter has no default and must be given."""
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+REQUIRED: Any = _Required()
+
+
+class Score(abc.ABC):
+    """One membership score, oriented higher = more member-like.
+
+    Subclasses set ``name``, ``needs`` (the request classes ``requests`` may return, so
+    capabilities are checked before any work) and ``defaults`` (parameter name -> default;
+    the default's type is the type a spec string value is parsed to; ``REQUIRED`` for none).
+    """
+
+    name: ClassVar[str]
+    needs: ClassVar[tuple[type, ...]]
+    defaults: ClassVar[Mapping[str, Any]] = {}
+    # type used to parse spec-string values of REQUIRED parameters (no default to infer it from)
+    param_types: ClassVar[Mapping[str, type]] = {}
+
+    def check_params(self, params: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Raise ``UserError`` for out-of-range parameter values."""
+
+    @abc.abstractmethod
+    def requests(self, text: str, params: Mapping[str, Any]) -> tuple[Request, ...]:
+        """The records this score needs for ``text`` (must be instances of ``needs``)."""
+
+    @abc.abstractmethod
+    def compute(self, text: str, fetched: Mapping[Request, TokenLogprobs], params: Mapping[str, Any]) -> float:
+        """The score of ``text`` from its fetched records."""
+
+
+SCORES: dict[str, Score] = {}
+
+
+def register_score(score: Score) -> Score:
+    """Add ``score`` to the registry (name clashes are programming errors)."""
+    if score.name in SCORES:
+        raise ValueError(f"score {score.name!r} is already registered")
+    SCORES[score.name] = score
+    return score
+
+
+def get_score(name: str) -> Score:
+    """The registered score called ``name`` (a bare name, no parameters)."""
+    try:
+        return SCORES[name]
+    except KeyError:
+        raise UserError(f"unknown score '{name}'", f"use one of: {', '.join(sorted(SCORES))}") from None
+
+
+@dataclass(frozen=True)
+class ScoreSpec:
+    """A parsed spec string: the score, its full parameters, and the field name (= spec as given)."""
+
+    field: str
+    score: Score
+    params: Mapping[str, Any]
+
+
+def _parse_value(score: Score, key: str, raw: str, spec: str) -> Any:
+    default = score.defaults[key]
+    kind = score.param_types.get(key, str if isinstance(default, _Required) else type(default))
+    try:
+        if kind is bool:
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(raw)
+            return raw.lower() in ("true", "1")
+        return kind(raw)
+    except ValueError:
+        raise UserError(
+            f"parameter '{key}' of score spec '{spec}' must be a {kind.__name__}, got '{raw}'",
+            f"write e.g. {score.name}:{key}={default if not isinstance(default, _Required) else '...'}",
+        ) from None
+
+
+def parse_spec(spec: str, overrides: Mapping[str, Any] | None = None) -> ScoreSpec:
+    """Parse ``name[:key=value...]`` (e.g. ``max_k:k1=0.05:k2=0.3``).
+
+    ``overrides`` (from ``compute_scores(params={name: {...}})``) replace defaults; values in
+    the spec string win over both. Unknown names or parameters raise ``UserError`` listing the
+    valid ones.
+    """
+    parts = [p.strip() for p in spec.strip().split(":")]
+    score = get_score(parts[0])
+    valid = ", ".join(f"{k}={v!r}" for k, v in score.defaults.items()) or "none"
+    params: dict[str, Any] = dict(score.defaults)
+    for key, value in (overrides or {}).items():
+        if key not in score.defaults:
+            raise UserError(f"score '{score.name}' has no parameter '{key}'", f"valid parameters: {valid}")
+        params[key] = value
+    seen: set[str] = set()
+    for part in parts[1:]:
+        key, eq, raw = part.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not eq or not key or not raw:
+            raise UserError(
+                f"score spec '{spec}' has a malformed parameter '{part}'",
+                f"write parameters as {score.name}:key=value (valid parameters: {valid})",
+            )
+        if key not in score.defaults:
+            raise UserError(f"score '{score.name}' has no parameter '{key}' (in '{spec}')", f"valid: {valid}")
+        if key in seen:
+            raise UserError(f"parameter '{key}' is given twice in score spec '{spec}'", "give each parameter once")
+        seen.add(key)
+        params[key] = _parse_value(score, key, raw, spec)
+    missing = [k for k, v in params.items() if isinstance(v, _Required)]
+    if missing:
+        raise UserError(
+            f"score '{score.name}' needs parameter(s) {', '.join(missing)}",
+            f"pass them as {score.name}:{missing[0]}=... or params={{'{score.name}': {{...}}}}",
+        )
+    score.check_params(params)
+    return ScoreSpec(field=spec, score=score, params=params)
+
+
+def check_fraction(score: str, key: str, value: float) -> None:
+    """Token fractions (Min-K%'s k, PAC's k1/k2) must lie in (0, 1]."""
+    if not 0.0 < float(value) <= 1.0:
+        raise UserError(
+            f"parameter {key}={value} of score '{score}' must be a fraction in (0, 1]",
+            f"write e.g. {score}:{key}=0.2 (20% of the tokens)",
+        )
