@@ -1,47 +1,154 @@
-"""Minimal cache-first request engine (issue 4's needs); issue 5 adds budget, rate limits,
-fault handling and the dry-run on top of the same interface."""
+"""The request engine: cache-first, write-ahead, budgeted, rate-limited, retrying.
+
+Order of one ``post_json``: cache lookup -> join an identical request already in flight ->
+reserve budget (hard caps) -> RPM/TPM limiters -> bounded concurrency -> HTTP -> validate the
+JSON -> store in the cache -> settle the reservation with billed usage -> return.
+Retryable failures (429 with Retry-After, 5xx, 408, timeouts, connection errors, garbled or
+incomplete JSON) are retried by tenacity with jittered exponential backoff; other 4xx raise
+``ProviderError`` with the provider's own message. The API key lives only in the
+Authorization header: never in keys, values, logs, ledgers or error messages (redacted).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
+import email.utils
+import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tqdm import tqdm
 
 from blackbox_audit.errors import UserError
 
+from .budget import Budget, BudgetExceeded
+from .cache import request_key, restrict_permissions
+from .limits import RateLimiter
+from .pricing import ModelPrice, PricingTable
+
+log = logging.getLogger(__name__)
+
 
 class ProviderError(UserError):
-    """A provider answer that retrying will not fix (4xx other than 429)."""
+    """A provider answer that retrying will not fix (4xx other than 429), or retries exhausted."""
 
     def __init__(self, status: int, message: str, fix: str | None = None) -> None:
         self.status = status
+        self.provider_message = message
         super().__init__(f"provider returned HTTP {status}: {message}", fix)
 
 
-class BudgetExceeded(UserError):
-    """A hard cap (--budget-usd / --max-requests) was reached; cached work is kept."""
+class RetriesExhausted(ProviderError):
+    """Every attempt failed with a retryable error; cached work is intact, re-running resumes."""
+
+    def __init__(self, attempts: int, last: str, status: int = 0) -> None:
+        self.status = status
+        self.provider_message = last
+        UserError.__init__(
+            self,
+            f"provider still failing after {attempts} attempts (last: {last})",
+            "re-run later or raise --max-retries; answers received so far are cached and not re-sent",
+        )
+
+
+class _Retryable(Exception):
+    def __init__(self, what: str, status: int = 0, retry_after: float | None = None) -> None:
+        super().__init__(what)
+        self.status = status
+        self.retry_after = retry_after
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    """Retry-After is either seconds or an HTTP date."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+        return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+class _Wait:
+    """Honour Retry-After when the provider gives one, else jittered exponential backoff."""
+
+    def __init__(self, base_s: float, max_s: float) -> None:
+        self._expo = wait_random_exponential(multiplier=base_s, max=max_s)
+        self.max_s = max_s
+
+    def __call__(self, retry_state: Any) -> float:
+        exc = retry_state.outcome.exception() if retry_state.outcome else None
+        if isinstance(exc, _Retryable) and exc.retry_after is not None:
+            return min(exc.retry_after, self.max_s)
+        return self._expo(retry_state)
+
+
+def _default_validate(path: str, data: Any) -> None:
+    """Reject answers that parsed but cannot be a complete completion (retryable)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"answer is a JSON {type(data).__name__}, not an object")
+    if path.endswith("completions"):
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise ValueError("answer has no 'choices'")
 
 
 @dataclass
 class EngineStats:
-    requests_sent: int = 0
+    requests_sent: int = 0  # HTTP attempts that reached the wire (retries included)
     cache_hits: int = 0
+    deduplicated: int = 0  # identical requests joined while in flight
+    retries: int = 0
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
     completion_tokens: int = 0
+    cost_usd: float = 0.0
     by_path: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        d["cost_usd"] = round(self.cost_usd, 8)
+        return d
 
 
-def request_key(base_url: str, path: str, body: dict[str, Any]) -> str:
-    """Content hash of a request; credentials are never part of it."""
-    canon = json.dumps({"url": base_url.rstrip("/") + path, "body": body}, sort_keys=True, separators=(",", ":"))
-    return "req:" + hashlib.sha256(canon.encode()).hexdigest()
+def estimate_body_tokens(
+    body: dict[str, Any], count_tokens: Callable[[str], int] | None = None, default_max_tokens: int = 16
+) -> tuple[int, int]:
+    """Upper-bound (prompt, completion) tokens of a request, for reservations and limiters.
+
+    Without a tokenizer a string counts as its UTF-8 byte length: byte-level BPE never makes
+    more tokens than bytes, so the reservation can only be too high, never too low.
+    """
+    count = count_tokens or (lambda s: len(s.encode("utf-8")))
+
+    def size(x: Any) -> int:
+        if isinstance(x, str):
+            return count(x)
+        if isinstance(x, int):
+            return 1
+        if isinstance(x, list):
+            return sum(size(v) for v in x)
+        return 0
+
+    prompt = size(body.get("prompt", ""))
+    for msg in body.get("messages") or []:
+        content = msg.get("content", "") if isinstance(msg, dict) else ""
+        if isinstance(content, list):  # content parts
+            content = [p.get("text", "") for p in content if isinstance(p, dict)]
+        prompt += size(content) + 8  # role and template tokens
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    completion = default_max_tokens if max_tokens is None else int(max_tokens)
+    completion *= int(body.get("best_of") or body.get("n") or 1)
+    return prompt, completion
 
 
 class RequestEngine:
@@ -56,48 +163,283 @@ class RequestEngine:
         max_concurrency: int = 8,
         timeout_s: float = 60.0,
         headers: dict[str, str] | None = None,
+        budget: Budget | None = None,
+        pricing: PricingTable | None = None,
+        free: bool = False,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        max_retries: int = 6,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 60.0,
+        default_max_tokens: int = 16,
+        count_tokens: Callable[[str], int] | None = None,
+        progress: bool = False,
     ) -> None:
+        if max_concurrency < 1:
+            raise UserError(f"--concurrency {max_concurrency} is below 1", "give at least 1")
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key
         self.cache = cache
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
         self._headers = dict(headers or {})
+        self.budget = budget or Budget()
+        self.pricing = pricing
+        self.free = free  # a local server: every token costs 0
+        self.rpm = RateLimiter(rpm) if rpm else None
+        self.tpm = RateLimiter(tpm) if tpm else None
+        self.max_retries = max_retries
+        self._wait = _Wait(backoff_base_s, backoff_max_s)
+        self.default_max_tokens = default_max_tokens
+        self.count_tokens = count_tokens
+        self.progress = progress
+        self.expected_requests: int | None = None
         self.stats = EngineStats()
+        self.stopped: str | None = None  # why the run stopped early (budget), for the ledger
         self._client: httpx.AsyncClient | None = None
         self._sem: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._inflight: dict[str, asyncio.Future[Any]] = {}
+        self._bar: tqdm | None = None
+        self._unpriced_warned: set[str] = set()
+        directory = getattr(cache, "directory", None)
+        if directory:
+            restrict_permissions(directory)
 
+    def __repr__(self) -> str:  # never show the key
+        return f"RequestEngine({self.base_url!r}, key={'set' if self._api_key else 'none'})"
+
+    # --- helpers -------------------------------------------------------------------------
     def _auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
-    async def post_json(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _redact(self, text: str) -> str:
+        return text.replace(self._api_key, "***") if self._api_key else text
+
+    def _ensure_loop(self) -> None:
+        """(Re)create loop-bound resources: adapters may call ``asyncio.run`` once per batch."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._loop = loop
+            self._client = httpx.AsyncClient(timeout=self.timeout_s)
+            self._sem = asyncio.Semaphore(self.max_concurrency)
+            self._inflight = {}
+
+    def price_for(self, model: str | None) -> ModelPrice | None:
+        if self.free:
+            return ModelPrice(0.0, 0.0, 0.0)
+        return self.pricing.get(model) if self.pricing is not None else None
+
+    def _price_or_refuse(self, model: str | None) -> ModelPrice | None:
+        price = self.price_for(model)
+        if price is None and self.budget.max_usd is not None:
+            raise UserError(
+                f"no price known for model '{model}', so --budget-usd cannot be enforced",
+                f'add {{"models": {{"{model}": {{"prompt": P, "cached_prompt": C, "completion": Q}}}}}} '
+                "(USD per 1M tokens) to a file and pass --pricing FILE, or drop --budget-usd",
+            )
+        if price is None and self.pricing is not None and str(model) not in self._unpriced_warned:
+            self._unpriced_warned.add(str(model))
+            log.warning("no price known for model %r: its cost is not counted (use --pricing FILE)", model)
+        return price
+
+    def _tick(self) -> None:
+        if not self.progress:
+            return
+        if self._bar is None:
+            self._bar = tqdm(total=self.expected_requests, desc="requests", unit="req", dynamic_ncols=True)
+        self._bar.update(1)
+        self._bar.set_postfix(
+            sent=self.stats.requests_sent, cached=self.stats.cache_hits, usd=f"{self.stats.cost_usd:.4f}", refresh=False
+        )
+
+    # --- the one public request method ---------------------------------------------------
+    async def post_json(
+        self, path: str, body: dict[str, Any], *, validate: Callable[[dict[str, Any]], None] | None = None
+    ) -> dict[str, Any]:
+        """The provider's parsed JSON answer to ``body`` posted at ``path`` (cache first).
+
+        ``validate(data)`` may raise ``ValueError`` to mark an answer as incomplete; it is then
+        retried like garbled JSON instead of being cached.
+        """
         key = request_key(self.base_url, path, body)
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
                 self.stats.cache_hits += 1
+                self._tick()
                 return hit
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout_s)
-            self._sem = asyncio.Semaphore(self.max_concurrency)
-        assert self._sem is not None
-        async with self._sem:
-            resp = await self._client.post(
-                self.base_url + path, json=body, headers={**self._headers, **self._auth_headers()}
-            )
-        self.stats.requests_sent += 1
-        self.stats.by_path[path] = self.stats.by_path.get(path, 0) + 1
-        if resp.status_code >= 400:
-            raise ProviderError(resp.status_code, resp.text[:500])
-        data = resp.json()
-        usage = data.get("usage") or {}
-        self.stats.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        self.stats.completion_tokens += int(usage.get("completion_tokens") or 0)
+        self._ensure_loop()
+        pending = self._inflight.get(key)
+        if pending is not None:
+            self.stats.deduplicated += 1
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = fut
+        try:
+            data = await self._send_with_retries(key, path, body, validate)
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except Exception as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved: joiners re-raise it, nobody else must
+            raise
+        else:
+            fut.set_result(data)
+            return data
+        finally:
+            self._inflight.pop(key, None)
+
+    async def _send_with_retries(
+        self, key: str, path: str, body: dict[str, Any], validate: Callable[[dict[str, Any]], None] | None
+    ) -> dict[str, Any]:
+        model = body.get("model")
+        price = self._price_or_refuse(model)
+        est_prompt, est_completion = estimate_body_tokens(body, self.count_tokens, self.default_max_tokens)
+        est_cost = price.cost(est_prompt, est_completion) if price else 0.0
+        attempts = 0
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception_type(_Retryable),
+                stop=stop_after_attempt(self.max_retries + 1),
+                wait=self._wait,
+                reraise=False,
+            ):
+                with attempt:
+                    attempts += 1
+                    if attempts > 1:
+                        self.stats.retries += 1
+                    data = await self._attempt(path, body, price, est_cost, est_prompt + est_completion, validate)
+        except RetryError as err:
+            last = err.last_attempt.exception()
+            assert isinstance(last, _Retryable)
+            raise RetriesExhausted(attempts, self._redact(str(last)), last.status) from None
+        except BudgetExceeded as exc:
+            self.stopped = exc.problem
+            raise
         if self.cache is not None:
-            self.cache.set(key, data)
+            self.cache[key] = data  # write-ahead: stored before anyone sees it
+        self._tick()
         return data
 
+    async def _attempt(
+        self,
+        path: str,
+        body: dict[str, Any],
+        price: ModelPrice | None,
+        est_cost: float,
+        est_tokens: int,
+        validate: Callable[[dict[str, Any]], None] | None,
+    ) -> dict[str, Any]:
+        res = self.budget.reserve(est_cost)  # raises BudgetExceeded before anything is sent
+        actual: float | None = None  # None = keep the estimate (may have been billed)
+        try:
+            if self.rpm is not None:
+                await self.rpm.acquire(1)
+            if self.tpm is not None:
+                await self.tpm.acquire(est_tokens)
+            assert self._sem is not None and self._client is not None
+            async with self._sem:
+                self.stats.requests_sent += 1
+                self.stats.by_path[path] = self.stats.by_path.get(path, 0) + 1
+                try:
+                    resp = await self._client.post(
+                        self.base_url + path, json=body, headers={**self._headers, **self._auth_headers()}
+                    )
+                except httpx.TimeoutException as exc:
+                    self._count_error("timeout")
+                    raise _Retryable(f"timeout ({type(exc).__name__})") from None
+                except httpx.TransportError as exc:
+                    self._count_error("connection")
+                    raise _Retryable(f"connection error ({type(exc).__name__}: {exc})") from None
+            status = resp.status_code
+            if status == 429 or status == 408 or status >= 500:
+                actual = 0.0  # providers do not bill rejected requests
+                self._count_error(str(status))
+                raise _Retryable(
+                    f"HTTP {status}: {self._provider_message(resp)}",
+                    status,
+                    _retry_after_seconds(resp.headers.get("retry-after")),
+                )
+            if status >= 400:
+                actual = 0.0
+                self._count_error(str(status))
+                raise ProviderError(status, self._provider_message(resp), _fix_for(status))
+            try:
+                data = resp.json()
+                _default_validate(path, data)
+                if validate is not None:
+                    validate(data)
+            except ValueError as exc:  # JSONDecodeError is a ValueError
+                self._count_error("bad_json")
+                raise _Retryable(f"garbled or incomplete JSON answer ({exc})", status) from None
+            usage = data.get("usage") or {}
+            p = int(usage.get("prompt_tokens") or 0)
+            c = int(usage.get("completion_tokens") or 0)
+            cached = int(((usage.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0)
+            self.stats.prompt_tokens += p
+            self.stats.completion_tokens += c
+            self.stats.cached_prompt_tokens += cached
+            if price is not None:
+                actual = price.cost(p, c, cached) if usage else None
+            return data
+        finally:
+            self.budget.settle(res, actual)
+            self.stats.cost_usd = self.budget.spent_usd
+
+    def _count_error(self, kind: str) -> None:
+        self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1
+
+    def _provider_message(self, resp: httpx.Response) -> str:
+        """The provider's own error text (OpenAI shape ``{"error": {"message": ...}}`` or raw)."""
+        try:
+            err = resp.json().get("error")
+            msg = err.get("message") if isinstance(err, dict) else err
+        except (ValueError, AttributeError):
+            msg = None
+        return self._redact(str(msg if msg else resp.text[:500]))
+
+    # --- run bookkeeping -----------------------------------------------------------------
+    def ledger(self) -> dict[str, Any]:
+        """What run.json records about spending (never credentials)."""
+        return {
+            "base_url": self.base_url,
+            **self.stats.to_json(),
+            "budget": self.budget.to_json(),
+            "pricing": None if self.free else (self.pricing.sources if self.pricing else None),
+            "stopped": self.stopped,
+        }
+
     async def aclose(self) -> None:
-        if self._client is not None:
+        if self._client is not None and self._loop is asyncio.get_running_loop():
             await self._client.aclose()
-            self._client = None
+        self._client = None
+        self._loop = None
+        self.close_progress()
+
+    def close_progress(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def _fix_for(status: int) -> str:
+    return {
+        400: "the request was rejected as invalid: check the model name, inputs and options",
+        401: "set a valid API key (environment variable or --api-key-env)",
+        403: "this key may not use this model or feature",
+        404: "check the model name and the base URL",
+        413: "the input is too long for this endpoint: shorten the texts",
+    }.get(status, "check the request options")
+
+
+__all__ = [
+    "RequestEngine",
+    "EngineStats",
+    "ProviderError",
+    "RetriesExhausted",
+    "BudgetExceeded",
+    "estimate_body_tokens",
+    "request_key",
+]

@@ -1,0 +1,64 @@
+"""Command-line options shared by every command that talks to a paid API.
+
+``add_engine_arguments(parser)`` adds the options; ``engine_from_args(args, base_url, ...)``
+builds the ``RequestEngine`` they describe. ``--dry-run`` is read by the command itself: it
+prints ``blackbox_audit.engine.estimate`` for its inputs and exits before any request.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .budget import Budget
+from .core import RequestEngine
+from .pricing import PricingTable
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("API requests (cost, limits)")
+    g.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the estimated requests, tokens and cost (as a range) and exit without sending anything",
+    )
+    g.add_argument("--budget-usd", type=float, default=None, help="hard cap on spend in USD (reserved before sending)")
+    g.add_argument("--max-requests", type=int, default=None, help="hard cap on HTTP requests sent (retries included)")
+    g.add_argument("--rpm", type=float, default=None, help="client-side requests-per-minute limit")
+    g.add_argument("--tpm", type=float, default=None, help="client-side tokens-per-minute limit")
+    g.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (default 8)")
+    g.add_argument("--max-retries", type=int, default=6, help="retries of 429/5xx/timeouts/garbled JSON (default 6)")
+    g.add_argument(
+        "--pricing",
+        default=None,
+        metavar="FILE",
+        help='JSON {"models": {MODEL: {"prompt", "cached_prompt", "completion"}}} in USD per 1M tokens; '
+        "overrides the bundled table",
+    )
+
+
+def engine_from_args(
+    args: argparse.Namespace,
+    base_url: str,
+    *,
+    api_key: str | None = None,
+    cache: Any | None = None,
+    free: bool = False,
+    **kwargs: Any,
+) -> RequestEngine:
+    """The engine for ``args`` (options absent from ``args`` take their defaults)."""
+    get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+    return RequestEngine(
+        base_url,
+        api_key=api_key,
+        cache=cache,
+        budget=Budget(get("budget_usd"), get("max_requests")),
+        pricing=PricingTable.load(get("pricing")),
+        free=free,
+        rpm=get("rpm"),
+        tpm=get("tpm"),
+        max_concurrency=get("concurrency", 8),
+        max_retries=get("max_retries", 6),
+        progress=kwargs.pop("progress", True),
+        **kwargs,
+    )

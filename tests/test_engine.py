@@ -1,0 +1,353 @@
+"""Unit tests of the request engine against respx-mocked HTTP (fast, no servers)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import time
+
+import httpx
+import pytest
+import respx
+
+from blackbox_audit.engine import (
+    Budget,
+    BudgetExceeded,
+    PricingTable,
+    ProviderError,
+    RequestEngine,
+    RetriesExhausted,
+    estimate_body_tokens,
+    open_request_cache,
+    request_key,
+)
+from blackbox_audit.engine.limits import RateLimiter
+from blackbox_audit.errors import UserError
+
+BASE = "http://api.test/v1"
+KEY = "sk-test-SECRET-4f9a1c77e2"
+
+
+def ok(prompt_tokens: int = 3, completion_tokens: int = 1, **extra) -> httpx.Response:
+    body = {
+        "choices": [{"text": "x", "index": 0}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
+    }
+    body.update(extra)
+    return httpx.Response(200, json=body)
+
+
+def body(i: int = 0, model: str = "gpt-3.5-turbo-instruct") -> dict:
+    return {"model": model, "prompt": [1, 2, 3, i], "max_tokens": 1, "temperature": 0}
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def engine(**kw) -> RequestEngine:
+    kw.setdefault("backoff_base_s", 0.0)
+    kw.setdefault("backoff_max_s", 0.05)
+    return RequestEngine(BASE, **kw)
+
+
+# --- cache ---------------------------------------------------------------------------------
+@respx.mock
+def test_cache_first_across_engines_and_processes(tmp_path):
+    route = respx.post(f"{BASE}/completions").mock(return_value=ok())
+    cache = open_request_cache(tmp_path / "c")
+    e1 = engine(cache=cache, api_key=KEY)
+    a = run(e1.post_json("/completions", body()))
+    b = run(e1.post_json("/completions", body()))
+    assert a == b and route.call_count == 1 and e1.stats.cache_hits == 1
+    cache.close()
+    # a new engine, a new cache handle (as a new process would) and another key: still a hit
+    e2 = engine(cache=open_request_cache(tmp_path / "c"), api_key="sk-other")
+    assert run(e2.post_json("/completions", body())) == a
+    assert route.call_count == 1 and e2.stats.requests_sent == 0
+
+
+def test_request_key_ignores_credentials_and_key_order():
+    assert request_key(BASE, "/completions", {"a": 1, "b": 2}) == request_key(
+        BASE + "/", "/completions", {"b": 2, "a": 1}
+    )
+    assert request_key(BASE, "/completions", {"a": 1}) != request_key(BASE, "/chat/completions", {"a": 1})
+    assert request_key(BASE, "/completions", {"a": 1}) != request_key(BASE, "/completions", {"a": 2})
+
+
+@respx.mock
+def test_identical_concurrent_requests_are_sent_once():
+    async def slow(request):
+        await asyncio.sleep(0.05)
+        return ok()
+
+    route = respx.post(f"{BASE}/completions").mock(side_effect=slow)
+    e = engine(cache={})
+
+    async def go():
+        return await asyncio.gather(*[e.post_json("/completions", body()) for _ in range(5)])
+
+    res = run(go())
+    assert route.call_count == 1 and all(r == res[0] for r in res) and e.stats.deduplicated == 4
+
+
+@respx.mock
+def test_concurrency_is_bounded():
+    active = {"now": 0, "max": 0}
+
+    async def slow(request):
+        active["now"] += 1
+        active["max"] = max(active["max"], active["now"])
+        await asyncio.sleep(0.02)
+        active["now"] -= 1
+        return ok()
+
+    respx.post(f"{BASE}/completions").mock(side_effect=slow)
+    e = engine(cache={}, max_concurrency=3)
+
+    async def go():
+        await asyncio.gather(*[e.post_json("/completions", body(i)) for i in range(20)])
+
+    run(go())
+    assert active["max"] == 3 and e.stats.requests_sent == 20
+
+
+@respx.mock
+def test_engine_survives_one_event_loop_per_batch():
+    respx.post(f"{BASE}/completions").mock(return_value=ok())
+    e = engine(cache={}, rpm=6000)
+    for i in range(3):  # adapters may call asyncio.run once per batch
+        run(e.post_json("/completions", body(i)))
+    assert e.stats.requests_sent == 3
+
+
+# --- retries -------------------------------------------------------------------------------
+@respx.mock
+def test_429_honours_retry_after_then_succeeds():
+    route = respx.post(f"{BASE}/completions").mock(
+        side_effect=[
+            httpx.Response(429, headers={"Retry-After": "0.3"}, json={"error": {"message": "slow down"}}),
+            ok(),
+        ]
+    )
+    e = engine(cache={}, backoff_max_s=5)
+    t0 = time.monotonic()
+    run(e.post_json("/completions", body()))
+    assert time.monotonic() - t0 >= 0.3
+    assert route.call_count == 2 and e.stats.retries == 1 and e.stats.errors == {"429": 1}
+
+
+@respx.mock
+def test_5xx_timeouts_connection_errors_and_garbled_json_are_retried():
+    cache: dict = {}
+    route = respx.post(f"{BASE}/completions").mock(
+        side_effect=[
+            httpx.Response(503, text="overloaded"),
+            httpx.ReadTimeout("slow"),
+            httpx.ConnectError("refused"),
+            httpx.Response(200, content=b'{"choices": [{"text": "x"'),  # truncated
+            httpx.Response(200, json={"id": "no choices"}),  # parses, incomplete
+            ok(),
+        ]
+    )
+    e = engine(cache=cache)
+    out = run(e.post_json("/completions", body()))
+    assert out["choices"][0]["text"] == "x"
+    assert route.call_count == 6 and e.stats.retries == 5
+    assert e.stats.errors == {"503": 1, "timeout": 1, "connection": 1, "bad_json": 2}
+    assert list(cache.values()) == [out]  # only the good answer was stored
+
+
+@respx.mock
+def test_custom_validator_rejects_incomplete_answers():
+    route = respx.post(f"{BASE}/completions").mock(
+        side_effect=[httpx.Response(200, json={"choices": [{"text": "x"}]}), ok(logprobs_ok=True)]
+    )
+
+    def needs_flag(d):
+        if not d.get("logprobs_ok"):
+            raise ValueError("no logprobs")
+
+    e = engine(cache={})
+    assert run(e.post_json("/completions", body(), validate=needs_flag))["logprobs_ok"]
+    assert route.call_count == 2
+
+
+@respx.mock
+def test_4xx_is_not_retried_and_carries_provider_message():
+    route = respx.post(f"{BASE}/completions").mock(
+        return_value=httpx.Response(404, json={"error": {"message": "The model 'nope' does not exist"}})
+    )
+    e = engine(cache={})
+    with pytest.raises(ProviderError) as ei:
+        run(e.post_json("/completions", body(model="nope")))
+    assert ei.value.status == 404 and "does not exist" in str(ei.value) and "fix:" in str(ei.value)
+    assert route.call_count == 1
+
+
+@respx.mock
+def test_retries_exhausted_is_a_clear_error():
+    route = respx.post(f"{BASE}/completions").mock(return_value=httpx.Response(500, text="boom"))
+    e = engine(cache={}, max_retries=3)
+    with pytest.raises(RetriesExhausted, match="after 4 attempts.*boom"):
+        run(e.post_json("/completions", body()))
+    assert route.call_count == 4
+
+
+# --- budget --------------------------------------------------------------------------------
+@respx.mock
+def test_max_requests_is_exact_under_concurrency_and_resumable():
+    route = respx.post(f"{BASE}/completions").mock(return_value=ok())
+    cache: dict = {}
+    e = engine(cache=cache, budget=Budget(max_requests=17), max_concurrency=8)
+
+    async def go(eng):
+        return await asyncio.gather(
+            *[eng.post_json("/completions", body(i)) for i in range(40)], return_exceptions=True
+        )
+
+    res = run(go(e))
+    assert route.call_count == 17 and e.stats.requests_sent == 17
+    assert sum(isinstance(r, BudgetExceeded) for r in res) == 23
+    assert "max-requests" in e.ledger()["stopped"]
+    # resume with a larger cap: only the 23 missing requests are sent
+    e2 = engine(cache=cache, budget=Budget(max_requests=100), max_concurrency=8)
+    res2 = run(go(e2))
+    assert not any(isinstance(r, Exception) for r in res2)
+    assert route.call_count == 40 and e2.stats.cache_hits == 17
+
+
+@respx.mock
+def test_budget_usd_reserves_before_sending():
+    # gpt-3.5-turbo-instruct: $1.5 / 1M prompt, $2 / 1M completion. Each request reserves
+    # 4 prompt tokens + 1 completion = $8e-6 and is billed 3 + 1 = $6.5e-6.
+    route = respx.post(f"{BASE}/completions").mock(return_value=ok(3, 1))
+    e = engine(cache={}, budget=Budget(max_usd=8e-6 * 10), pricing=PricingTable.load(), max_concurrency=16)
+
+    async def go():
+        return await asyncio.gather(*[e.post_json("/completions", body(i)) for i in range(30)], return_exceptions=True)
+
+    run(go())
+    # all 16 reserve at once -> at most 10 fit; spend never exceeds the cap
+    assert e.budget.spent_usd <= 8e-5 + 1e-12
+    assert route.call_count == e.stats.requests_sent
+    assert 10 <= route.call_count <= 12  # 10 in the first wave, settled spend frees room for ~2 more
+    assert e.stats.cost_usd == pytest.approx(route.call_count * 6.5e-6)
+
+
+def test_budget_refuses_unpriced_models():
+    e = engine(cache={}, budget=Budget(max_usd=1.0), pricing=PricingTable.load())
+    with pytest.raises(UserError, match="no price known for model 'mystery-model'.*--pricing"):
+        run(e.post_json("/completions", body(model="mystery-model")))
+
+
+def test_budget_rejects_negative_caps():
+    with pytest.raises(UserError):
+        Budget(max_usd=-1)
+
+
+def test_pricing_override_file_and_prefix_match(tmp_path):
+    f = tmp_path / "p.json"
+    f.write_text(
+        json.dumps({"models": {"my-model": {"prompt": 1, "completion": 2}, "gpt-4o": {"prompt": 9, "completion": 9}}})
+    )
+    t = PricingTable.load(f)
+    assert t.get("my-model").cached_prompt == 1  # defaults to the prompt price
+    assert t.get("gpt-4o-2024-08-06").prompt == 9  # override wins, prefix match
+    assert t.get("gpt-4o-mini").prompt == 0.15  # longest prefix, not gpt-4o
+    assert t.get("unknown") is None
+    assert t.get("gpt-4o-mini").cost(1e6, 1e6, cached_prompt_tokens=5e5) == pytest.approx(0.075 + 0.0375 + 0.6)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(UserError, match="not valid JSON"):
+        PricingTable.load(bad)
+
+
+@respx.mock
+def test_cached_prompt_tokens_are_priced_separately():
+    respx.post(f"{BASE}/chat/completions").mock(
+        return_value=httpx.Response(
+            200,
+            json={
+                "choices": [{"message": {"content": "x"}}],
+                "usage": {
+                    "prompt_tokens": 1000,
+                    "completion_tokens": 0,
+                    "prompt_tokens_details": {"cached_tokens": 600},
+                },
+            },
+        )
+    )
+    e = engine(cache={}, pricing=PricingTable.load())
+    run(e.post_json("/chat/completions", {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}))
+    assert e.stats.cost_usd == pytest.approx((400 * 0.15 + 600 * 0.075) / 1e6)
+    assert e.stats.cached_prompt_tokens == 600
+
+
+def test_estimate_body_tokens_is_an_upper_bound_shape():
+    assert estimate_body_tokens({"prompt": [1, 2, 3], "max_tokens": 2}) == (3, 2)
+    assert estimate_body_tokens({"prompt": "héllo", "max_tokens": 1, "n": 3}) == (6, 3)
+    assert estimate_body_tokens({"messages": [{"role": "user", "content": "abc"}]}, default_max_tokens=5) == (11, 5)
+    assert estimate_body_tokens({"prompt": "abcd"}, count_tokens=lambda s: 1) == (1, 16)
+
+
+# --- rate limits ---------------------------------------------------------------------------
+def test_rate_limiter_spaces_requests():
+    lim = RateLimiter(3000)  # 50/s, bucket of 500
+
+    async def go():
+        t0 = time.monotonic()
+        for _ in range(525):
+            await lim.acquire(1)
+        return time.monotonic() - t0
+
+    elapsed = run(go())
+    assert 0.4 <= elapsed < 2.0  # 25 beyond the bucket at 50/s = 0.5 s
+
+
+# --- security hygiene ----------------------------------------------------------------------
+@respx.mock
+def test_api_key_never_written_and_redacted_from_errors(tmp_path, caplog):
+    caplog.set_level("DEBUG")
+    seen_auth = []
+
+    def answer(request):
+        seen_auth.append(request.headers.get("authorization"))
+        if request.content and b'"bad"' in request.content:
+            return httpx.Response(401, json={"error": {"message": f"Incorrect API key provided: {KEY}"}})
+        return ok()
+
+    respx.post(f"{BASE}/completions").mock(side_effect=answer)
+    cache = open_request_cache(tmp_path / "cache")
+    e = engine(cache=cache, api_key=KEY, pricing=PricingTable.load())
+    run(e.post_json("/completions", body()))
+    with pytest.raises(ProviderError) as ei:
+        run(e.post_json("/completions", {**body(), "prompt": "bad"}))
+    assert seen_auth[0] == f"Bearer {KEY}"  # it is sent, in the header only
+    assert KEY not in str(ei.value) and "***" in str(ei.value)
+    assert KEY not in repr(e) and KEY not in json.dumps(e.ledger())
+    assert KEY not in caplog.text
+    cache.close()
+    (tmp_path / "run.json").write_text(json.dumps(e.ledger()))
+    files = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs]
+    assert files
+    for f in files:
+        with open(f, "rb") as fh:
+            assert KEY.encode() not in fh.read(), f
+
+
+def test_cache_files_are_user_only(tmp_path):
+    cache = open_request_cache(tmp_path / "c")
+    cache.set("req:x", {"v": "y" * 100_000})  # large values stay in SQLite, not in new files
+    cache.close()
+    cache = open_request_cache(tmp_path / "c")
+    cache.close()
+    root = tmp_path / "c"
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    for d, dirs, fs in os.walk(root):
+        for x in dirs:
+            assert stat.S_IMODE(os.stat(os.path.join(d, x)).st_mode) == 0o700
+        for x in fs:
+            assert stat.S_IMODE(os.stat(os.path.join(d, x)).st_mode) == 0o600, x
