@@ -19,6 +19,8 @@ from blackbox_audit.errors import UserError
 
 COMMANDS: list[str] = [
     # one module name per line; each helper adds its own
+    "logprobs",
+    "score",
 ]
 
 

@@ -1,0 +1,263 @@
+"""Disk cache of per-token logprobs, so a re-run (or a second score) costs nothing.
+
+Location: the ``path`` argument (CLI ``--cache-dir``), else ``$BLACKBOX_AUDIT_CACHE``,
+else ``~/.cache/blackbox-audit``. The directory is created user-only (0o700) because cached
+answers can reveal what was audited; API keys are never part of a key or an entry.
+
+``CachedTarget`` keys each record by a content hash of (target fingerprint, the exact token
+ids of the text [and prefix], request options). Entries are JSON envelopes holding the
+schema version, the key's inputs and a SHA-256 checksum of the payload; an entry whose
+checksum or key inputs do not match, or that cannot be read, is logged, recomputed and
+overwritten — never trusted. Records read from the cache keep their original per-position
+``strategy`` (so reports still say how a value was obtained) and carry ``meta["from_cache"]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import diskcache
+
+from blackbox_audit.adapters.base import Target
+from blackbox_audit.errors import UserError
+from blackbox_audit.types import TokenLogprobs
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+ENV_VAR = "BLACKBOX_AUDIT_CACHE"
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get(ENV_VAR)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "blackbox-audit"
+
+
+def open_cache(path: str | os.PathLike[str] | None = None) -> diskcache.Cache:
+    """Open (creating user-only) the disk cache at ``path``, ``$BLACKBOX_AUDIT_CACHE`` or the default."""
+    directory = Path(path).expanduser() if path is not None else default_cache_dir()
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"cache path {directory} exists and is not a directory", "pass --cache-dir DIR or --no-cache")
+    old_umask = os.umask(0o077)  # files diskcache creates are readable by the user only
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(directory, 0o700)
+        cache = diskcache.Cache(str(directory))
+    except OSError as exc:
+        raise UserError(
+            f"cannot open the cache at {directory}: {exc.strerror}", "pass --cache-dir DIR or --no-cache"
+        ) from None
+    finally:
+        os.umask(old_umask)
+    return cache
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def _checksum(payload: Any) -> str:
+    return hashlib.sha256(_canonical(payload).encode()).hexdigest()
+
+
+def entry_key(key_inputs: dict[str, Any]) -> str:
+    """The cache key: a content hash of everything that determines the answer."""
+    return "tlp:" + hashlib.sha256(_canonical(key_inputs).encode()).hexdigest()
+
+
+class CachedTarget(Target):
+    """A ``Target`` answering ``token_logprobs``/``conditional_logprobs`` from a disk cache first.
+
+    Only misses reach the wrapped target, in one batched call per request. A cached
+    full-distribution record also answers a plain request (its ``full`` is dropped so the
+    output does not depend on cache state). ``cache=None`` disables caching but keeps the
+    accounting (``stats``), so reports look the same with ``--no-cache``. Other attributes
+    (``usage()``, ``logprob_matrix``...) are forwarded to the wrapped target.
+    """
+
+    def __init__(self, target: Target, cache: diskcache.Cache | None) -> None:
+        self.inner = target
+        self.cache = cache
+        self.name = target.name
+        self.capabilities = target.capabilities
+        self.hits = 0
+        self.misses = 0
+        self.corrupt = 0
+        self.tokens_scored = 0
+        self._fingerprint: str | None = None
+
+    # --- delegation -------------------------------------------------------------------
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "inner":  # not yet set (e.g. during unpickling): avoid recursion
+            raise AttributeError(attr)
+        return getattr(self.inner, attr)
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = self.inner.fingerprint()
+        return self._fingerprint
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.inner.tokenize(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.inner.decode(ids)
+
+    def generate(self, prompts: Sequence[str], **kwargs: Any) -> list[str]:
+        return self.inner.generate(prompts, **kwargs)
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Records served from the cache / computed, corrupt entries replaced, token positions returned."""
+        return {"hits": self.hits, "misses": self.misses, "corrupt": self.corrupt, "tokens_scored": self.tokens_scored}
+
+    # --- cached calls -----------------------------------------------------------------
+    def token_logprobs(
+        self, texts: Sequence[str], *, full_distribution: bool = False, progress: bool = True
+    ) -> list[TokenLogprobs]:
+        if full_distribution:
+            self.capabilities.require("full_distribution", self.name, "full_distribution=True")
+        fp = self.fingerprint()
+
+        def inputs(ids: list[int], full: bool) -> dict[str, Any]:
+            return {
+                "schema": SCHEMA_VERSION,
+                "kind": "token_logprobs",
+                "fingerprint": fp,
+                "token_ids": ids,
+                "options": {"full_distribution": full},
+            }
+
+        def candidates(text: str) -> list[dict[str, Any]]:
+            ids = [int(t) for t in self.tokenize(text)]
+            # a full-distribution record answers a plain request too; look for the cheaper one first
+            return [inputs(ids, True)] if full_distribution else [inputs(ids, False), inputs(ids, True)]
+
+        return self._cached(
+            texts,
+            candidates,
+            lambda miss: self.inner.token_logprobs(miss, full_distribution=full_distribution, progress=progress),
+            strip_full=not full_distribution,
+        )
+
+    def conditional_logprobs(self, prefix: str, texts: Sequence[str], *, progress: bool = True) -> list[TokenLogprobs]:
+        fp = self.fingerprint()
+        prefix_ids = [int(t) for t in self.tokenize(prefix)]
+
+        def candidates(text: str) -> list[dict[str, Any]]:
+            ids = [int(t) for t in self.tokenize(text)]
+            return [
+                {
+                    "schema": SCHEMA_VERSION,
+                    "kind": "conditional_logprobs",
+                    "fingerprint": fp,
+                    "prefix_ids": prefix_ids,
+                    "token_ids": ids,
+                    "options": {},
+                }
+            ]
+
+        return self._cached(
+            texts,
+            candidates,
+            lambda miss: self.inner.conditional_logprobs(prefix, miss, progress=progress),
+            strip_full=False,
+        )
+
+    def _cached(
+        self,
+        texts: Sequence[str],
+        candidates: Callable[[str], list[dict[str, Any]]],
+        compute: Callable[[list[str]], list[TokenLogprobs]],
+        *,
+        strip_full: bool,
+    ) -> list[TokenLogprobs]:
+        """Answer each text from the first readable candidate entry; compute the rest in one call."""
+        texts = list(texts)
+        out: list[TokenLogprobs | None] = [None] * len(texts)
+        pending: dict[str, list[int]] = {}  # text -> positions still to compute (deduplicated)
+        store_inputs: dict[str, dict[str, Any]] = {}
+        for i, text in enumerate(texts):
+            cands = candidates(text)
+            record = None
+            if self.cache is not None:
+                for key_inputs in cands:
+                    record = self._read(key_inputs)
+                    if record is not None:
+                        break
+            if record is not None:
+                self.hits += 1
+                out[i] = self._present(record, text, strip_full, from_cache=True)
+            else:
+                pending.setdefault(text, []).append(i)
+                store_inputs[text] = cands[0]  # stored under the options actually requested
+        if pending:
+            miss_texts = list(pending)
+            self.misses += len(miss_texts)
+            records = compute(miss_texts)
+            if len(records) != len(miss_texts):
+                raise RuntimeError(f"target {self.name} returned {len(records)} records for {len(miss_texts)} texts")
+            for text, record in zip(miss_texts, records, strict=True):
+                if self.cache is not None:
+                    self._write(store_inputs[text], record)
+                for i in pending[text]:
+                    out[i] = self._present(record, text, strip_full, from_cache=False)
+        result = [r for r in out if r is not None]
+        self.tokens_scored += sum(len(r) for r in result)
+        return result
+
+    @staticmethod
+    def _present(record: TokenLogprobs, text: str, strip_full: bool, *, from_cache: bool) -> TokenLogprobs:
+        if strip_full and record.full is not None:
+            record = replace(record, full=None)
+        if record.text != text:  # two texts with identical token ids share one entry
+            record = replace(record, text=text)
+        return record.with_meta(from_cache=True) if from_cache else record
+
+    # --- envelope ---------------------------------------------------------------------
+    def _read(self, key_inputs: dict[str, Any]) -> TokenLogprobs | None:
+        key = entry_key(key_inputs)
+        try:
+            raw = self.cache.get(key)
+        except Exception as exc:  # unreadable row (e.g. a foreign pickle): recompute
+            self._bad(key, f"unreadable ({type(exc).__name__}: {exc})")
+            return None
+        if raw is None:
+            return None
+        try:
+            env = json.loads(raw)
+            if not isinstance(env, dict) or env.get("schema") != SCHEMA_VERSION:
+                self._bad(key, "unknown schema version")
+                return None
+            if env.get("key") != key_inputs:
+                self._bad(key, "key inputs do not match the request (foreign entry)")
+                return None
+            if env.get("checksum") != _checksum(env.get("payload")):
+                self._bad(key, "payload checksum mismatch (corrupt entry)")
+                return None
+            return TokenLogprobs.from_json(env["payload"])
+        except Exception as exc:
+            self._bad(key, f"unreadable ({type(exc).__name__}: {exc})")
+            return None
+
+    def _bad(self, key: str, why: str) -> None:
+        self.corrupt += 1
+        log.warning("cache entry %s for target %s is %s; recomputing and overwriting it", key, self.name, why)
+
+    def _write(self, key_inputs: dict[str, Any], record: TokenLogprobs) -> None:
+        payload = record.to_json()
+        env = {"schema": SCHEMA_VERSION, "key": key_inputs, "payload": payload, "checksum": _checksum(payload)}
+        self.cache.set(entry_key(key_inputs), _canonical(env))

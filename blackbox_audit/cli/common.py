@@ -1,0 +1,110 @@
+"""Options and set-up shared by the commands that score a dataset on a target.
+
+``add_common_arguments`` gives every such command the same flags; ``open_session`` turns
+them into a loaded ``Dataset``, a cache-wrapped ``Target`` and a ``RunRecorder``. The data is
+read before the model is loaded so that a bad file fails in a second, not after a model load.
+Every problem surfaces as a ``UserError`` (one line on stderr, exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from blackbox_audit.cache import CachedTarget, default_cache_dir, open_cache
+from blackbox_audit.data import Dataset, load_dataset
+from blackbox_audit.errors import UserError
+from blackbox_audit.reports import RunRecorder
+
+
+def positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{value}'") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """--target/--data/--out plus data-field, cache and device options."""
+    g = parser.add_argument_group("target and data")
+    g.add_argument("--target", required=True, help="model under audit: hf:PATH, gguf:PATH, smollm2, ...")
+    g.add_argument("--data", required=True, help="samples: .jsonl, .csv/.tsv (header row) or .txt (one per line)")
+    g.add_argument("--text-field", help="field holding the text (default: 'text', then 'input')")
+    g.add_argument("--label-field", default="label", help="0/1 membership label field, 1 = member (default: label)")
+    g.add_argument("--id-field", default="id", help="sample id field (default: id; else the 0-based row number)")
+    g.add_argument("--limit", type=positive_int, help="use only the first N samples")
+    g.add_argument("--out", required=True, help="output folder (created if missing)")
+    c = parser.add_argument_group("execution")
+    c.add_argument("--cache-dir", help=f"cache folder (default: $BLACKBOX_AUDIT_CACHE or {default_cache_dir()})")
+    c.add_argument("--no-cache", action="store_true", help="neither read nor write the logprob cache")
+    c.add_argument("--batch-size", type=positive_int, help="texts per forward pass for local models")
+    c.add_argument("--device", help="torch device for local models: cpu, cuda, mps (default: best available)")
+
+
+@dataclass
+class Session:
+    """What a command works with; ``close()`` releases the targets and the cache."""
+
+    dataset: Dataset
+    target: CachedTarget
+    recorder: RunRecorder
+    out_dir: Path
+    cache: Any | None
+    reference: CachedTarget | None = None
+
+    def close(self) -> None:
+        for t in (self.target, self.reference):
+            if t is not None:
+                t.close()
+        if self.cache is not None:
+            self.cache.close()
+
+
+def _target_options(args: argparse.Namespace) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    if getattr(args, "device", None):
+        opts["device"] = args.device
+    if getattr(args, "batch_size", None):
+        opts["batch_size"] = args.batch_size
+    return opts
+
+
+def load_cached_target(spec: str, args: argparse.Namespace, cache: Any | None) -> CachedTarget:
+    """``load_target(spec)`` with --device/--batch-size, wrapped in ``CachedTarget``."""
+    from blackbox_audit.adapters import load_target
+
+    return CachedTarget(load_target(spec, **_target_options(args)), cache)
+
+
+def prepare_out_dir(out: str) -> Path:
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--out {path} exists and is not a folder", "pass a folder path to --out")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create output folder {path}: {exc.strerror}", "pass a writable --out folder") from None
+    return path
+
+
+def open_session(args: argparse.Namespace, command: str, *, reference: str | None = None) -> Session:
+    """Load data (first, it is cheap), then the cache and target(s)."""
+    recorder = RunRecorder(command, args)
+    dataset = load_dataset(
+        args.data, text_field=args.text_field, label_field=args.label_field, id_field=args.id_field, limit=args.limit
+    )
+    out_dir = prepare_out_dir(args.out)
+    cache = None if args.no_cache else open_cache(args.cache_dir)
+    try:
+        target = load_cached_target(args.target, args, cache)
+        ref = load_cached_target(reference, args, cache) if reference else None
+    except BaseException:
+        if cache is not None:
+            cache.close()
+        raise
+    return Session(dataset=dataset, target=target, recorder=recorder, out_dir=out_dir, cache=cache, reference=ref)

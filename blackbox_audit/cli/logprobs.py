@@ -1,0 +1,52 @@
+"""``blackbox-audit logprobs``: per-token logprobs of every sample, as ``logprobs.jsonl``.
+
+The raw material of every score, written out so that results can be inspected or rescored
+elsewhere. Each row says per position how the value was obtained (``status``, ``strategy``)
+and how far off it may be (``error_bound``; ``Infinity`` for bounded positions).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+from blackbox_audit.cli.common import add_common_arguments, open_session
+from blackbox_audit.reports import write_jsonl
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "logprobs",
+        help="per-token logprobs of each sample -> OUT/logprobs.jsonl",
+        description="Write per-token logprobs (with status, strategy and error bound) for each sample.",
+    )
+    add_common_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    session = open_session(args, "logprobs")
+    try:
+        ds = session.dataset
+        records = session.target.token_logprobs(ds.texts)
+        rows = []
+        for sample, rec in zip(ds.samples, records, strict=True):
+            row = {"id": sample.id}
+            if sample.label is not None:
+                row["label"] = sample.label
+            d = rec.to_json()
+            row.update({k: d[k] for k in ("token_ids", "tokens", "logprobs", "status", "error_bound", "strategy")})
+            row["context_ids"] = d["context_ids"]
+            rows.append(row)
+        path = write_jsonl(session.out_dir / "logprobs.jsonl", rows)
+        status = Counter(s.value for rec in records for s in rec.status)
+        run_json = session.recorder.finish(
+            session.out_dir, target=session.target, extra={"n_samples": len(ds), "status_counts": dict(status)}
+        )
+    finally:
+        session.close()
+    n_tok = sum(status.values())
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(status.items()))
+    print(f"{len(records)} samples, {n_tok} scored tokens ({summary}) -> {path}")
+    print(f"run record: {run_json}")
+    return 0

@@ -1,0 +1,181 @@
+"""Result files: atomic JSON/JSONL writers and ``run.json``, the provenance of every run.
+
+Files are written to a temporary name and renamed, so an interrupted run never leaves a
+half-written result that looks complete. ``run.json`` records what is needed to reproduce
+and price a run, and never credentials: options named like key/token/secret/password are
+dropped, and values that look like API keys or URL passwords are masked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# option names that may hold credentials ("max_tokens"/"tokenizer" are not credentials)
+_SECRET_NAME = re.compile(r"key|secret|passw|credential|auth|(^|[_-])token($|[_-])", re.IGNORECASE)
+_SECRET_VALUE = re.compile(r"\b(sk|pk|rk|hf|gsk|xai)[-_][A-Za-z0-9_-]{12,}")
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]+):[^/\s@]+@")
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "value") and isinstance(obj.value, str):  # str Enums (Status, Strategy)
+        return obj.value
+    if isinstance(obj, set | frozenset | tuple):
+        return list(obj)
+    raise TypeError(f"cannot write {type(obj).__name__} to JSON")
+
+
+def _atomic_write(path: str | os.PathLike[str], text: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_jsonl(path: str | os.PathLike[str], rows: Iterable[Mapping[str, Any]]) -> Path:
+    """One JSON object per line (non-finite floats as ``Infinity``/``NaN``, like ``TokenLogprobs.to_json``)."""
+    text = "".join(json.dumps(dict(r), default=_jsonable, ensure_ascii=False) + "\n" for r in rows)
+    return _atomic_write(path, text)
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Pretty JSON, written atomically."""
+    return _atomic_write(path, json.dumps(obj, default=_jsonable, indent=2, ensure_ascii=False) + "\n")
+
+
+def redact(obj: Any) -> Any:
+    """Drop credential-named keys and mask key-like strings anywhere in ``obj``."""
+    if isinstance(obj, Mapping):
+        return {k: redact(v) for k, v in obj.items() if not _SECRET_NAME.search(str(k))}
+    if isinstance(obj, list | tuple):
+        return [redact(v) for v in obj]
+    if isinstance(obj, str):
+        return _URL_PASSWORD.sub(r"\1:***@", _SECRET_VALUE.sub("***", obj))
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    return obj
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """Command line with the value after (or ``=`` of) a credential-named flag masked."""
+    out: list[str] = []
+    mask_next = False
+    for arg in argv:
+        if mask_next:
+            out.append("***")
+            mask_next = False
+            continue
+        if arg.startswith("-") and _SECRET_NAME.search(arg.lstrip("-").split("=", 1)[0]):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=***")
+            else:
+                out.append(arg)
+                mask_next = True
+            continue
+        out.append(redact(arg))
+    return out
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of this package and the numeric stack (torch/transformers only if already imported)."""
+    names = ["blackbox-audit", "numpy", "scipy", "scikit-learn"]
+    names += [m for m in ("torch", "transformers", "openai", "httpx") if m in sys.modules]
+    out = {"python": platform.python_version()}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def git_revision(cwd: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+    """``{"commit", "dirty"}`` when ``cwd`` is inside a git work tree, else None."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": bool(dirty)}
+
+
+class RunRecorder:
+    """Collects a run's provenance from start to ``finish`` (which writes ``run.json``)."""
+
+    def __init__(self, command: str, options: Mapping[str, Any] | argparse.Namespace | None = None) -> None:
+        self.command = command
+        opts = vars(options) if isinstance(options, argparse.Namespace) else dict(options or {})
+        self.options = {k: v for k, v in opts.items() if not callable(v)}  # argparse's func
+        self.argv = list(sys.argv)
+        self.started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        self._t0 = time.monotonic()
+
+    def finish(
+        self,
+        out_dir: str | os.PathLike[str],
+        target: Any | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Write ``out_dir/run.json``; ``target`` adds describe(), usage() and cache stats if it has them."""
+        record: dict[str, Any] = {
+            "command": self.command,
+            "argv": redact_argv(self.argv),
+            "options": self.options,
+            "started_at": self.started_at,
+            "wall_time_s": round(time.monotonic() - self._t0, 3),
+            "versions": package_versions(),
+            "git": git_revision(),
+        }
+        if target is not None:
+            record["target"] = target.describe()
+            record["target"].setdefault("fingerprint", target.fingerprint())
+            usage = getattr(target, "usage", None)
+            if callable(usage):
+                record["usage"] = usage()
+            stats = getattr(target, "stats", None)
+            if isinstance(stats, Mapping):
+                record["tokens_scored"] = stats.get("tokens_scored")
+                record["cache"] = {k: v for k, v in stats.items() if k != "tokens_scored"}
+                record["cache"]["enabled"] = getattr(target, "cache", None) is not None
+        if extra:
+            record.update(extra)
+        return write_json(Path(out_dir) / "run.json", redact(record))
