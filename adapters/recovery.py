@@ -1,0 +1,417 @@
+"""The logprob-recovery ladder of SPEC §1, independent of HTTP.
+
+Everything here talks to an ``Oracle``: one call = one paid request "next token after
+``context`` with ``logit_bias``" answering the emitted (greedy) token, its reported logprob,
+and the reported top-n list, all as token ids. Adapters wrap HTTP in an oracle; tests and
+``bench/recovery.py`` use in-memory oracles, so the ladder's maths is tested without a server.
+
+Per position the ladder tries, cheapest first, what the probed ``Semantics`` allow:
+top-n hit (exact) → bias-reflecting (exact, 1 extra request) → forced token (exact, 1 extra
+request) → argmax bisection (within ``error_bound``) → bounded (upper bound only).
+
+Improvements over PAC's bisection (paper §4.4: bias range [0, 200], one token at a time,
+"until the top-n list changes"): PAC's oracle is the top-n list, which no longer reflects
+``logit_bias`` on OpenAI since March 2024, so here the oracle is *the emitted token* (SPEC
+strategy 5). The bracket starts at ``lp(r) - lp_n`` (the token is not in the top-n) instead
+of 0; without a prior, an exponential search from that end finds a tight upper end quickly
+because missed tokens are usually just below the top-n; with a prior from a local proxy
+model the search starts at the proxy's estimate. Integer-only endpoints bisect on integers,
+then refine below one nat by moving the reference (SPEC §1), reporting the honest bracket.
+Non-deterministic endpoints: each flip test is repeated (``votes``) and any disagreement
+widens the reported error bound instead of being hidden (on such endpoints the bound is a
+noise estimate, not a guarantee).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from blackbox_audit.types import Status, Strategy
+
+SENTINEL_CUTOFF = -9000.0  # OpenAI reports -9999.0 for an emitted token outside the top 20
+UNIFORM_WEIGHT = 0.02  # prior mass spread uniformly over the bracket (robustness to bad priors)
+MIN_CUT = 1 / 32  # a query never lies closer than this fraction of the bracket to its ends
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One response, tokens already matched to ids (by bytes, see ``adapters.tokenizers``).
+
+    ``top`` maps id -> reported logprob; ``emitted_logprob`` is None when missing or a sentinel.
+    ``ambiguous`` lists reported tokens that could not be mapped to a single id.
+    """
+
+    emitted: int | None
+    emitted_logprob: float | None
+    top: Mapping[int, float]
+    ambiguous: tuple[str, ...] = ()
+
+
+class Oracle(Protocol):
+    async def query(self, context: Sequence[int], bias: Mapping[int, float]) -> Answer:
+        """One request: greedy next token after ``context`` with ``logit_bias=bias``."""
+        ...
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """What the probe established about an endpoint (never guessed from a model name)."""
+
+    top_n: int
+    bias_reflecting: bool = False  # reported logprobs include the bias (strategy 3)
+    forced_token: bool = False  # emitted token's own unbiased logprob reported (strategy 4)
+    argmax_moves: bool = True  # bias changes the greedy token (strategy 5 possible)
+    integer_bias: bool = False  # endpoint rejects fractional biases
+    bias_cap: float = 100.0
+    deterministic: bool = True
+    echo: bool = False
+    echo_offset: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class LadderConfig:
+    eps: float = 0.01  # bisection stops when the bracket on lp is at most eps wide
+    initial_step: float = 1.0  # starting guess (nats) of the typical gap lp_n - lp(t)
+    prior_halfwidth: float = 1.0  # std (nats) assumed for a proxy model's prior
+    votes: int = 3  # repeats per flip test when the endpoint is non-deterministic
+
+
+@dataclass
+class PositionResult:
+    logprob: float
+    status: Status
+    strategy: Strategy
+    error_bound: float
+    requests: int
+    notes: list[str] = field(default_factory=list)
+
+
+class _Counter:
+    """Counts the requests of one position (cache hits included: the engine tells those apart)."""
+
+    def __init__(self, oracle: Oracle, context: Sequence[int]) -> None:
+        self.oracle, self.context, self.n = oracle, list(context), 0
+
+    async def __call__(self, bias: Mapping[int, float]) -> Answer:
+        self.n += 1
+        return await self.oracle.query(self.context, bias)
+
+
+def _clean(lp: float | None) -> float | None:
+    return None if lp is None or lp <= SENTINEL_CUTOFF or math.isnan(lp) else float(lp)
+
+
+def reflect_formula(lp_r: float, biased_t: float, biased_r: float | None, bias: float) -> float:
+    """SPEC strategy 3. Anchor form (Carlini et al.) when the reference is in the biased list,
+    else the single-token form of Finlayson et al. computed in log space."""
+    if biased_r is not None:
+        return lp_r + (biased_t - bias) - biased_r
+    # p = p' / (p' + e^B (1 - p'))  =>  lp = lp' - logaddexp(lp', B + log(1 - p'))
+    log1m = math.log1p(-math.exp(biased_t)) if biased_t < -1e-12 else -math.inf
+    return biased_t - float(_logaddexp(biased_t, bias + log1m))
+
+
+def _logaddexp(a: float, b: float) -> float:
+    if b == -math.inf:
+        return a
+    m = max(a, b)
+    return m + math.log(math.exp(a - m) + math.exp(b - m))
+
+
+async def recover_position(
+    oracle: Oracle,
+    sem: Semantics,
+    context: Sequence[int],
+    target: int,
+    cfg: LadderConfig = LadderConfig(),  # noqa: B008 - frozen dataclass
+    prior: float | None = None,
+    gaps: GapModel | None = None,
+) -> PositionResult:
+    """Recover ``lp(target | context)`` with the cheapest rung the endpoint supports."""
+    ask = _Counter(oracle, context)
+    base = await ask({})
+    top = dict(base.top)
+    if target in top:
+        return PositionResult(top[target], Status.EXACT, Strategy.TOP_N, 0.0, ask.n)
+    if not top:
+        return PositionResult(0.0, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, ["empty top-n list"])
+    r = max(top, key=top.__getitem__)
+    lp_r = top[r]
+    lp_n = min(top.values()) if len(top) >= sem.top_n else min(top.values())
+    upper = lp_n  # free bound: not in the top-n
+    notes: list[str] = []
+
+    if sem.bias_reflecting:
+        # The cap puts t on top while r stays ranked 2nd, so the anchor form (exact at any B)
+        # applies; the single-token form is only a fallback when r falls out of the list.
+        b = float(sem.bias_cap)
+        ans = await ask({target: b})
+        if target in ans.top:
+            lp = reflect_formula(lp_r, ans.top[target], ans.top.get(r), b)
+            return PositionResult(min(lp, upper), Status.EXACT, Strategy.BIAS_REFLECTING, 1e-4, ask.n)
+        upper = min(upper, lp_r - b)
+        notes.append(f"not in biased top-n at bias {b}")
+
+    if sem.forced_token:
+        ans = await ask({target: sem.bias_cap})
+        lp = _clean(ans.emitted_logprob)
+        if ans.emitted == target and lp is not None:
+            return PositionResult(lp, Status.EXACT, Strategy.FORCED_TOKEN, 1e-4, ask.n)
+        if ans.emitted != target and sem.argmax_moves and sem.deterministic:
+            upper = min(upper, lp_r - sem.bias_cap)
+            return PositionResult(upper, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, ["not emitted at the cap"])
+        notes.append("forced token reported no usable logprob")
+
+    if sem.argmax_moves:
+        res = await _bisect(ask, sem, cfg, target, top, lp_r, lp_n, prior, gaps)
+        res.notes = notes + res.notes
+        return res
+    return PositionResult(upper, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, notes)
+
+
+class GapModel:
+    """Running estimate of the typical gap ``B* - (lp(r) - lp_n)`` = ``lp_n - lp(t)``.
+
+    Shared by all positions of a run: the search queries the median of the prior mass left in
+    its bracket, so a good prior saves requests while a bad one only costs a few (the prior
+    always keeps a uniform component over the whole bracket). Correctness never depends on it.
+    """
+
+    def __init__(self, mean: float = 1.0) -> None:
+        self.total, self.count, self.default = 0.0, 0, mean
+
+    @property
+    def mean(self) -> float:
+        return max(0.02, (self.total + self.default) / (self.count + 1))
+
+    def update(self, gap: float) -> None:
+        if math.isfinite(gap) and gap >= 0:
+            self.total += gap
+            self.count += 1
+
+
+def _prior_cdf(lo0: float, cap: float, gap_mean: float, center: float | None, sigma: float):
+    """CDF over B* in [lo0, cap]: exponential gap above lo0 (or a normal around a proxy's
+    estimate), mixed with 10% uniform mass so that no region is ever starved."""
+    span = max(cap - lo0, 1e-9)
+
+    def cdf(b: float) -> float:
+        x = min(max(b, lo0), cap)
+        uni = (x - lo0) / span
+        if center is None:
+            main = -math.expm1(-(x - lo0) / gap_mean) / -math.expm1(-span / gap_mean)
+        else:
+            z0 = math.erf((lo0 - center) / (sigma * math.sqrt(2)))
+            z1 = math.erf((cap - center) / (sigma * math.sqrt(2)))
+            zx = math.erf((x - center) / (sigma * math.sqrt(2)))
+            main = (zx - z0) / (z1 - z0) if z1 > z0 else uni
+        return (1 - UNIFORM_WEIGHT) * main + UNIFORM_WEIGHT * uni
+
+    return cdf
+
+
+def _mass_median(cdf: Any, lo: float, hi: float) -> float:
+    target = (cdf(lo) + cdf(hi)) / 2
+    a, b = lo, hi
+    for _ in range(60):
+        m = (a + b) / 2
+        if cdf(m) < target:
+            a = m
+        else:
+            b = m
+    q = (a + b) / 2
+    # never query too close to an end: guarantees at least a 1/8 shrink per request
+    w = hi - lo
+    return min(max(q, lo + w * MIN_CUT), hi - w * MIN_CUT)
+
+
+async def _bisect(
+    ask: _Counter,
+    sem: Semantics,
+    cfg: LadderConfig,
+    target: int,
+    top: dict[int, float],
+    lp_r: float,
+    lp_n: float,
+    prior: float | None,
+    gaps: GapModel | None = None,
+) -> PositionResult:
+    """Strategy 5 on the bias B*: flips(B) <=> lp(t) + B > lp(r); lp(t) = lp(r) - B*.
+
+    The bracket (lp(r) - lp_n, cap] is cut at the median of the prior mass left in it, which
+    is plain bisection once the bracket is small and far fewer requests than bisecting
+    [0, 200] while it is large. The cap is only queried if the search reaches it.
+    """
+    notes: list[str] = []
+    disputed: list[float] = []  # biases whose repeated answers disagreed
+    cap = sem.bias_cap
+    gaps = gaps if gaps is not None else GapModel(cfg.initial_step)
+
+    async def flips(b: float) -> bool:
+        if sem.deterministic:
+            return (await ask({target: b})).emitted == target
+        votes = [(await ask({target: b})).emitted == target for _ in range(max(1, cfg.votes))]
+        if len(set(votes)) > 1:
+            disputed.append(b)
+        return sum(votes) * 2 > len(votes)
+
+    lo0 = lp_r - lp_n  # flips(lo0) is False: t is not in the top-n
+    lo, hi, hi_seen = lo0, cap, False
+    center = (lp_r - prior) if prior is not None else None
+    cdf = _prior_cdf(lo0, cap, gaps.mean, center, cfg.prior_halfwidth)
+    while hi - lo > cfg.eps:
+        q = _mass_median(cdf, lo, hi)
+        if sem.integer_bias:
+            ints = range(math.floor(lo) + 1, math.ceil(hi))
+            if not ints:
+                break
+            q = float(min(ints, key=lambda k: abs(k - q)))
+        if await flips(q):
+            hi, hi_seen = q, True
+        else:
+            lo = q
+    if not hi_seen:
+        if await flips(cap):
+            hi_seen = True
+        else:
+            ub = min(lp_n, lp_r - cap)
+            return PositionResult(ub, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, ["no flip at the bias cap"])
+    gaps.update((lo + hi) / 2 - lo0)
+    # bracket on lp(t): [lp_r - hi, lp_r - lo)
+    lp_lo, lp_hi = lp_r - hi, min(lp_r - lo, lp_n)
+    if sem.integer_bias and lp_hi - lp_lo > cfg.eps:
+        lp_lo, lp_hi = await _refine_by_reference(ask, sem, cfg, target, top, lp_lo, lp_hi)
+        notes.append("integer-only bias: refined by moving the reference")
+    est = (lp_lo + lp_hi) / 2
+    bound = (lp_hi - lp_lo) / 2
+    if disputed:
+        # the flip point is only known to lie around the disputed biases: twice their
+        # distance from the estimate covers a symmetric noise band around the true value
+        spread = max(abs((lp_r - b) - est) for b in disputed)
+        bound = max(bound, 2 * spread + cfg.eps)
+        notes.append(f"non-deterministic flips at biases {sorted(disputed)}; error bound widened")
+    return PositionResult(est, Status.RECOVERED, Strategy.BISECTION, bound, ask.n, notes)
+
+
+async def _refine_by_reference(
+    ask: _Counter,
+    sem: Semantics,
+    cfg: LadderConfig,
+    target: int,
+    top: dict[int, float],
+    lp_lo: float,
+    lp_hi: float,
+) -> tuple[float, float]:
+    """Integer biases only: compare lp(t)+B against the j-th ranked token r_j after pushing the
+    tokens ranked above it down by the cap. Each comparison tests ``lp(t) > lp(r_j) - B``; the
+    candidate thresholds are the fractional grid {lp(r_j) - B}, bisected until adjacent."""
+    ranked = sorted(top, key=top.__getitem__, reverse=True)
+    cands: list[tuple[float, int, int]] = []  # (threshold on lp(t), j, B)
+    for j, rj in enumerate(ranked):
+        for b in range(max(1, int(math.floor(top[rj] - lp_hi))), int(math.ceil(top[rj] - lp_lo)) + 1):
+            thr = top[rj] - b
+            if lp_lo < thr < lp_hi and b <= sem.bias_cap and j < 299:
+                cands.append((thr, j, b))
+    cands.sort()
+    while cands:
+        k = len(cands) // 2
+        thr, j, b = cands[k]
+        bias = {ranked[i]: -sem.bias_cap for i in range(j)}
+        bias[target] = float(b)
+        ans = await ask(bias)
+        if ans.emitted == target:  # lp(t) > thr
+            lp_lo = thr
+            cands = cands[k + 1 :]
+        else:
+            lp_hi = thr
+            cands = cands[:k]
+        if lp_hi - lp_lo <= cfg.eps:
+            break
+    return lp_lo, lp_hi
+
+
+async def recover_many(
+    oracle: Oracle,
+    sem: Semantics,
+    jobs: Sequence[tuple[Sequence[int], int]],
+    cfg: LadderConfig = LadderConfig(),  # noqa: B008 - frozen dataclass
+    priors: Sequence[float | None] | None = None,
+) -> list[PositionResult]:
+    """All positions concurrently; the oracle's engine bounds how many requests are in flight."""
+    pri = priors if priors is not None else [None] * len(jobs)
+    gaps = GapModel(cfg.initial_step)
+    return list(
+        await asyncio.gather(
+            *(recover_position(oracle, sem, c, t, cfg, p, gaps) for (c, t), p in zip(jobs, pri, strict=True))
+        )
+    )
+
+
+def floor_requests(n_positions: int, n_missed: int, sem: Semantics) -> int:
+    """SPEC §1's physical limit: 1 per text with echo, else 1 per position plus, for
+    strategies 3-4, 1 per token missing the top-n (bisection has no better floor than that)."""
+    if sem.echo:
+        return 1
+    return n_positions + (n_missed if (sem.bias_reflecting or sem.forced_token or sem.argmax_moves) else 0)
+
+
+class SimulatedOracle:
+    """An in-memory endpoint over known next-token distributions, for tests and benchmarks.
+
+    ``lp_fn(context) -> np.ndarray`` gives the exact log-distribution. ``mode`` mimics the
+    endpoint families of SPEC §1: ``reflect`` (reported logprobs include the bias),
+    ``forced`` (emitted token's unbiased logprob reported), ``chat`` (unbiased top-n,
+    -9999.0 for an emitted token outside it, like OpenAI chat), ``argmax`` (no emitted logprob).
+    ``noise`` adds Gaussian noise to the logits of every call (a non-deterministic endpoint).
+    """
+
+    def __init__(
+        self,
+        lp_fn: Any,
+        *,
+        top_n: int = 20,
+        mode: str = "chat",
+        integer_bias: bool = False,
+        noise: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        import numpy as np
+
+        self._np = np
+        self.lp_fn, self.top_n, self.mode = lp_fn, top_n, mode
+        self.integer_bias, self.noise = integer_bias, noise
+        self.rng = np.random.default_rng(seed)
+        self.calls = 0
+
+    async def query(self, context: Sequence[int], bias: Mapping[int, float]) -> Answer:
+        np = self._np
+        self.calls += 1
+        if self.integer_bias and any(float(b) != int(b) for b in bias.values()):
+            raise ValueError("logit_bias values must be integers")
+        if len(bias) > 300 or any(abs(b) > 100 for b in bias.values()):
+            raise ValueError("logit_bias out of range")
+        lp = np.asarray(self.lp_fn(context), dtype=np.float64)
+        logits = lp + (self.rng.normal(0, self.noise, lp.shape) if self.noise else 0.0)
+        biased = logits.copy()
+        for t, b in bias.items():
+            biased[t] += b
+        emitted = int(np.argmax(biased))
+        shown = biased - np.logaddexp.reduce(biased) if self.mode == "reflect" else lp
+        idx = np.argsort(-shown, kind="stable")[: self.top_n]
+        top = {int(i): float(shown[i]) for i in idx}
+        if self.mode == "reflect":
+            elp = float(shown[emitted])
+        elif self.mode == "forced":
+            elp = float(lp[emitted])
+        elif self.mode == "chat":
+            elp = float(lp[emitted]) if emitted in top else -9999.0
+        else:
+            elp = None
+        return Answer(emitted, _clean(elp), top)
