@@ -184,8 +184,6 @@ def load_dataset(
     field: str | None = text_field
     has_ids: bool | None = None
     for lineno, row in rows:
-        if limit is not None and len(samples) >= limit:
-            break
         where = f"{path}:{lineno}"
         field = _pick_text_field(path, lineno, row, text_field if text_field is not None else field)
         value = row[field]
@@ -222,6 +220,8 @@ def load_dataset(
                 f"give every row a 0/1 '{label_field}' or none",
             )
         samples.append(Sample(id=sid, text=value, label=label))
+        if limit is not None and len(samples) >= limit:
+            break  # rows after the limit are not read, so their problems do not matter
 
     if not samples:
         raise UserError(f"data file {path} has no samples", "add one sample per line (jsonl, csv with header, or txt)")
