@@ -19,8 +19,11 @@ from blackbox_audit.errors import UserError
 
 COMMANDS: list[str] = [
     # one module name per line; each helper adds its own
+    "ptdi",
+    "ptdi_eval",
     "logprobs",
     "score",
+    "emulate",
 ]
 
 
