@@ -1,0 +1,376 @@
+"""PTDI: identify a *set* of training texts with finite-sample FDR control (SPEC §4).
+
+Given membership scores of test texts and of known non-members (calibration), PTDI computes
+conformal p-values, scales them by an estimate of the test set's non-member share
+``theta_hat`` and runs Benjamini–Hochberg on the scaled p-values. The scaling spends the
+FDR budget that plain BH wastes on the members (BH's bound is ``theta * alpha``), so it
+selects more members while the expected share of wrong selections stays ``<= alpha``.
+
+Orientation: this package's scores are higher = more member-like; the paper (and SPEC §4)
+use lower = member. :func:`to_paper_scores` is the *only* place that converts (by negation);
+everything below it works in the paper's orientation.
+
+Formulas follow SPEC §4 because the paper's extracted text lost them. Choices SPEC leaves
+open, made here and documented where they apply:
+
+- the "(1 - lambda) empirical quantile" ``tau`` is numpy's default (linear interpolation at
+  position ``(n - 1)(1 - lambda)`` of the sorted calibration scores), so ``tau <= max c`` and
+  ``q >= 1/n``. We measured the alternative (the ``ceil((1 - lambda) n)``-th order statistic,
+  counted with ``>=``): it gives ``q`` one calibration point too large, and the raw estimator
+  then has ``E[theta/theta_hat]`` about 1.02 on Gaussian simulations (n = 500, lambda = 0.1),
+  breaking Prop. 1; with the linear quantile it is <= 1 within Monte-Carlo error;
+- SPEC's ``min(1, .)`` clip of ``theta_hat`` can only raise ``theta/theta_hat``: when almost
+  every test point is a non-member, ``E[theta/theta_hat]`` of the *clipped* estimator exceeds 1
+  slightly (measured ~1.03 at 10% well-separated members), and so can the realised FDR (see
+  ``tests/test_ptdi_sim.py`` and the PTDI note). We keep the clip because SPEC requires it
+  (an unclipped ``theta_hat > 1`` would make PTDI stricter than vanilla BH);
+- the adjusted moment estimator's clip to ``(0, 1]`` needs a positive floor and a rule for a
+  bias correction larger than the estimate; see :func:`moment_theta`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from blackbox_audit.errors import UserError
+
+Method = Literal["subtraction", "moment", "vanilla"]
+METHODS: tuple[str, ...] = ("subtraction", "moment", "vanilla")
+DEFAULT_LAMBDA = 0.1  # paper §4 "Robustness to the hyperparameter": small but not extreme
+
+
+def to_paper_scores(scores: np.ndarray) -> np.ndarray:
+    """Our higher = member scores -> the paper's lower = member scores (the one conversion)."""
+    return -np.asarray(scores, dtype=np.float64)
+
+
+# --------------------------------------------------------------------------- validation
+def _check_scores(values: Sequence[float] | np.ndarray, what: str, *, min_size: int = 1) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1:
+        raise UserError(f"{what} must be a flat list of numbers, got shape {arr.shape}", "pass one score per text")
+    if arr.size < min_size:
+        raise UserError(
+            f"{what} has {arr.size} score(s), PTDI needs at least {min_size}",
+            f"provide at least {min_size} {what}",
+        )
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        raise UserError(
+            f"{what} contain {bad.size} NaN/inf score(s) (first at position {int(bad[0])})",
+            "re-score those texts or drop them before running PTDI",
+        )
+    return arr
+
+
+def _check_level(value: float, name: str, flag: str) -> float:
+    if not (isinstance(value, int | float) and math.isfinite(value) and 0.0 < value < 1.0):
+        raise UserError(f"{name} must be strictly between 0 and 1, got {value!r}", f"pass e.g. {flag} 0.1")
+    return float(value)
+
+
+# --------------------------------------------------------------------------- p-values
+def conformal_pvalues(test: np.ndarray, calibration: np.ndarray) -> np.ndarray:
+    """``p_j = (1 + #{i : c_i <= s_j}) / (n + 1)`` in paper orientation (ties count, SPEC §4)."""
+    cal_sorted = np.sort(calibration)
+    counts = np.searchsorted(cal_sorted, test, side="right")  # #{c_i <= s_j}
+    return (1.0 + counts) / (cal_sorted.size + 1.0)
+
+
+# --------------------------------------------------------------------------- estimators
+def quantile_position(n: Any, lam: float) -> tuple[Any, Any]:
+    """Lower index and weight of the linear ``(1 - lam)`` quantile among ``n`` sorted values.
+
+    Shared by the single and the batched implementation so both round identically.
+    """
+    h = (np.asarray(n, dtype=np.float64) - 1.0) * (1.0 - lam)
+    lo = np.floor(h)
+    return lo.astype(np.int64), h - lo
+
+
+def lerp(lo_value: Any, hi_value: Any, weight: Any) -> Any:
+    """``lo + w (hi - lo)``, exact at ``w = 0`` (used for the quantile ``tau``)."""
+    return lo_value + weight * (hi_value - lo_value)
+
+
+def subtraction_theta_from_counts(n_test_in_region: Any, m: Any, q: Any) -> Any:
+    """``theta_hat = min(1, (1 + #{s_j >= tau}) / (m q))``; the ``+1`` makes it conservative (Prop. 1)."""
+    return np.minimum(1.0, (1.0 + n_test_in_region) / (m * q))
+
+
+def subtraction_theta(test: np.ndarray, calibration: np.ndarray, lam: float = DEFAULT_LAMBDA) -> float:
+    """Subtraction estimate of the test set's non-member share (SPEC §4, paper eq. 12).
+
+    The region ``R = {s >= tau}`` is where the calibration (non-member) scores' top ``lam``
+    share lies, i.e. the least member-like scores, where members are rare. Test points there
+    are mostly non-members, so their count over the non-member rate ``q`` bounds the number of
+    non-members from above.
+    """
+    cal_sorted = np.sort(calibration)
+    n = cal_sorted.size
+    lo, w = quantile_position(n, lam)
+    tau = lerp(cal_sorted[lo], cal_sorted[min(lo + 1, n - 1)], w)
+    q = (n - np.searchsorted(cal_sorted, tau, side="left")) / n  # #{c_i >= tau} / n
+    return float(subtraction_theta_from_counts(np.count_nonzero(test >= tau), test.size, q))
+
+
+def moment_theta_from_stats(
+    mean_test: Any,
+    var_test: Any,
+    n_test: Any,
+    mean_non: Any,
+    var_non: Any,
+    n_non: Any,
+    mean_mem: Any,
+    var_mem: Any,
+    n_mem: Any,
+) -> Any:
+    """Adjusted moment estimate of the non-member share from the three samples' moments.
+
+    Works elementwise on arrays (the evaluation harness passes one value per trial).
+    ``theta_raw = (mean_test - mean_mem) / (mean_non - mean_mem)``. Its delta-method variance
+    with ``d = mean_non - mean_mem`` is
+    ``(v_test + theta_raw**2 v_non + (1 - theta_raw)**2 v_mem) / d**2`` (``v = var / size``).
+    ``1/theta_raw`` is biased upwards (Jensen), so ``inv = 1/theta_raw - Var/theta_raw**3``.
+
+    Clipping (SPEC says "to (0, 1]"; these details are ours):
+    - ``inv <= 0`` with ``theta_raw > 0`` means the bias correction exceeds the estimate
+      (too few samples to say anything): fall back to ``theta_hat = 1``, i.e. vanilla BH;
+    - ``theta_raw <= 0`` (the test mean lies at or beyond the member mean) and any smaller
+      value are floored at ``1 / n_test``: a share below one test point cannot be resolved.
+    """
+    d = mean_non - mean_mem
+    with np.errstate(divide="ignore", invalid="ignore"):
+        raw = (mean_test - mean_mem) / d
+        var = (var_test / n_test + raw**2 * var_non / n_non + (1.0 - raw) ** 2 * var_mem / n_mem) / d**2
+        inv = 1.0 / raw - var / raw**3
+        theta = np.where(raw <= 0, 0.0, np.where(inv <= 0, 1.0, 1.0 / inv))
+    return np.clip(theta, 1.0 / np.asarray(n_test, dtype=np.float64), 1.0)
+
+
+def moment_theta(test: np.ndarray, calibration: np.ndarray, members: np.ndarray) -> float:
+    """Adjusted moment estimator (paper §5, App. D; SPEC §4) from known members' scores."""
+    if np.mean(calibration) == np.mean(members):
+        raise UserError(
+            "known members and calibration non-members have the same mean score, so the moment "
+            "estimator cannot tell them apart",
+            "use --method subtraction, or a score that separates members from non-members",
+        )
+    return float(
+        moment_theta_from_stats(
+            np.mean(test),
+            np.var(test, ddof=1),
+            test.size,
+            np.mean(calibration),
+            np.var(calibration, ddof=1),
+            calibration.size,
+            np.mean(members),
+            np.var(members, ddof=1),
+            members.size,
+        )
+    )
+
+
+# --------------------------------------------------------------------------- BH
+def bh_line(k: Any, alpha: float, m: Any) -> Any:
+    """BH's comparison value ``k * alpha / m`` (one expression so every caller rounds alike)."""
+    return k * alpha / m
+
+
+def bh_select(pvalues: np.ndarray, alpha: float) -> tuple[np.ndarray, float]:
+    """Benjamini–Hochberg: indices with ``p_j <= p_(k*)``, ``k* = max{k : p_(k) <= k alpha / m}``.
+
+    Returns ``(selected indices ascending, threshold)``; ``threshold = k* alpha / m`` (0 when
+    nothing is selected). Every p-value at or below the threshold is selected.
+    """
+    m = pvalues.size
+    p_sorted = np.sort(pvalues)
+    ranks = np.arange(1, m + 1)
+    ok = np.flatnonzero(p_sorted <= bh_line(ranks, alpha, m))
+    if ok.size == 0:
+        return np.empty(0, dtype=np.int64), 0.0
+    k_star = int(ok[-1]) + 1
+    return np.flatnonzero(pvalues <= p_sorted[k_star - 1]), float(bh_line(k_star, alpha, m))
+
+
+# --------------------------------------------------------------------------- entry point
+@dataclass(frozen=True)
+class PTDIResult:
+    """Outcome of :func:`select`; indices refer to positions in ``test_scores``."""
+
+    selected: np.ndarray  # int64 indices, ascending
+    p_values: np.ndarray  # conformal p-values (unscaled)
+    scaled_p_values: np.ndarray  # theta_hat * p (equal to p_values for vanilla)
+    theta_hat: float  # estimated non-member share of the test set (1 for vanilla)
+    threshold: float  # BH cut-off on the scaled p-values (k* alpha / m; 0 if none selected)
+    method: str
+    alpha: float
+    lam: float
+    n_calibration: int
+    n_members: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pi_hat(self) -> float:
+        """Estimated member share of the test set, ``1 - theta_hat``."""
+        return 1.0 - self.theta_hat
+
+    @property
+    def n_test(self) -> int:
+        return int(self.p_values.size)
+
+    def selected_mask(self) -> np.ndarray:
+        mask = np.zeros(self.n_test, dtype=bool)
+        mask[self.selected] = True
+        return mask
+
+    def summary(self) -> dict[str, Any]:
+        """The fields ``summary.json`` records (see ``blackbox-audit ptdi``)."""
+        out: dict[str, Any] = {
+            "method": self.method,
+            "alpha": self.alpha,
+            "lambda": self.lam if self.method == "subtraction" else None,
+            "n_test": self.n_test,
+            "n_calibration": self.n_calibration,
+            "pi_hat": self.pi_hat,
+            "theta_hat": self.theta_hat,
+            "threshold": self.threshold,
+            "n_selected": int(self.selected.size),
+        }
+        if self.n_members is not None:
+            out["n_members"] = self.n_members
+        return out
+
+
+def select(
+    test_scores: Sequence[float] | np.ndarray,
+    calibration_scores: Sequence[float] | np.ndarray,
+    alpha: float,
+    *,
+    lam: float = DEFAULT_LAMBDA,
+    member_scores: Sequence[float] | np.ndarray | None = None,
+    method: str = "subtraction",
+) -> PTDIResult:
+    """Select test texts as training members with FDR ``<= alpha`` (SPEC §4).
+
+    ``test_scores`` / ``calibration_scores`` / ``member_scores`` are oriented higher = member
+    (what ``blackbox-audit score`` writes); calibration texts must be known non-members,
+    ``member_scores`` known members (only ``method="moment"`` uses them). ``lam`` is the
+    subtraction estimator's region size (default 0.1, as in the paper).
+    """
+    if method not in METHODS:
+        raise UserError(f"unknown PTDI method {method!r}", f"use one of {', '.join(METHODS)}")
+    alpha = _check_level(alpha, "alpha", "--alpha")
+    lam = _check_level(lam, "lambda", "--lam")
+    test = to_paper_scores(_check_scores(test_scores, "test scores"))
+    cal = to_paper_scores(_check_scores(calibration_scores, "calibration scores"))
+    members = None
+    if method == "moment":
+        if member_scores is None:
+            raise UserError(
+                "method 'moment' needs scores of known members",
+                "pass member_scores (CLI: --members SCORES.jsonl) or use --method subtraction",
+            )
+        members = to_paper_scores(_check_scores(member_scores, "known-member scores", min_size=2))
+        for what, arr in (("test scores", test), ("calibration scores", cal)):
+            _check_scores(arr, what, min_size=2)
+    elif member_scores is not None:
+        raise UserError(
+            f"known-member scores were given but method {method!r} does not use them",
+            "use --method moment, or drop --members",
+        )
+
+    p = conformal_pvalues(test, cal)
+    if method == "subtraction":
+        theta = subtraction_theta(test, cal, lam)
+    elif method == "moment":
+        theta = moment_theta(test, cal, members)
+    else:
+        theta = 1.0
+    scaled = theta * p
+    selected, threshold = bh_select(scaled, alpha)
+    return PTDIResult(
+        selected=selected,
+        p_values=p,
+        scaled_p_values=scaled,
+        theta_hat=float(theta),
+        threshold=threshold,
+        method=method,
+        alpha=alpha,
+        lam=lam,
+        n_calibration=int(cal.size),
+        n_members=None if members is None else int(members.size),
+    )
+
+
+# --------------------------------------------------------------------------- realised error
+def fdp_and_power(selected: np.ndarray, labels: np.ndarray, valid: np.ndarray | None = None) -> tuple[Any, Any]:
+    """Realised false discovery proportion and power along the last axis.
+
+    ``selected``/``labels`` (1 = member) are boolean/0-1 arrays of the same shape; ``valid``
+    masks out padding (evaluation harness). FDP is 0 when nothing is selected (the FDR
+    convention); power is NaN when there is no member to find.
+    """
+    selected = np.asarray(selected, dtype=bool)
+    member = np.asarray(labels).astype(bool)
+    if valid is not None:
+        selected = selected & valid
+        member = member & valid
+    n_sel = selected.sum(axis=-1)
+    false = (selected & ~member).sum(axis=-1)
+    true = (selected & member).sum(axis=-1)
+    n_mem = member.sum(axis=-1)
+    fdp = false / np.maximum(n_sel, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        power = np.where(n_mem > 0, true / np.maximum(n_mem, 1), np.nan)
+    return fdp, power
+
+
+def ptdi_report(
+    test_scores: Sequence[float] | np.ndarray,
+    test_labels: Sequence[int] | np.ndarray | None,
+    calibration_scores: Sequence[float] | np.ndarray,
+    alpha: float,
+    *,
+    lam: float = DEFAULT_LAMBDA,
+    member_scores: Sequence[float] | np.ndarray | None = None,
+) -> dict[str, Any]:
+    """One-call PTDI summary for reports such as ``demo``.
+
+    Runs subtraction and vanilla BH (and moment when ``member_scores`` is given) at level
+    ``alpha`` and returns ``{"alpha", "n_test", "n_calibration", "methods": {name: {...}}}``,
+    each method with ``pi_hat``, ``threshold``, ``n_selected`` and, when ``test_labels``
+    (1 = member) are given, the realised ``fdp`` and ``power`` (None when no member exists).
+    Scores are oriented higher = member.
+    """
+    labels = None if test_labels is None else np.asarray(test_labels, dtype=np.int64)
+    if labels is not None and labels.shape != np.shape(test_scores):
+        raise UserError(
+            f"{labels.size} test labels for {np.size(test_scores)} test scores",
+            "pass one label (1 = member, 0 = non-member) per test score",
+        )
+    methods = ["subtraction", "vanilla"] + (["moment"] if member_scores is not None else [])
+    out: dict[str, Any] = {"alpha": float(alpha), "methods": {}}
+    for name in methods:
+        res = select(
+            test_scores,
+            calibration_scores,
+            alpha,
+            lam=lam,
+            member_scores=member_scores if name == "moment" else None,
+            method=name,
+        )
+        entry = res.summary()
+        out["n_test"], out["n_calibration"] = entry.pop("n_test"), entry.pop("n_calibration")
+        entry.pop("alpha")
+        if labels is not None:
+            fdp, power = fdp_and_power(res.selected_mask(), labels)
+            entry["fdp"] = float(fdp)
+            entry["power"] = None if np.isnan(power) else float(power)
+        out["methods"][name] = entry
+    return out
