@@ -49,6 +49,8 @@ class Answer:
     emitted_logprob: float | None
     top: Mapping[int, float]
     ambiguous: tuple[str, ...] = ()
+    extra_values: tuple[float, ...] = ()  # logprobs of reported entries with no unique id
+    floor: float | None = None  # n-th largest reported logprob when the list holds extras
 
 
 class Oracle(Protocol):
@@ -125,6 +127,28 @@ def _logaddexp(a: float, b: float) -> float:
     return m + math.log(math.exp(a - m) + math.exp(b - m))
 
 
+class LpGuess:
+    """Running mean of recovered logprobs: where to aim a bias-reflecting request without a
+    prior (p'(t) near 1/2 keeps the single-token form well conditioned, SPEC §1)."""
+
+    def __init__(self, default: float = -8.0) -> None:
+        self.total, self.count, self.default = 0.0, 0, default
+
+    @property
+    def value(self) -> float:
+        return (self.total + self.default) / (self.count + 1)
+
+    def update(self, lp: float) -> None:
+        if math.isfinite(lp):
+            self.total += lp
+            self.count += 1
+
+
+def _reflect_bound(biased_floor: float, bias: float) -> float:
+    """t absent from a biased top-n: p'(t) <= p'_n, and p = p'/(p' + e^B(1-p')) is increasing."""
+    return reflect_formula(0.0, min(biased_floor, -1e-12), None, bias)
+
+
 async def recover_position(
     oracle: Oracle,
     sem: Semantics,
@@ -133,42 +157,59 @@ async def recover_position(
     cfg: LadderConfig = LadderConfig(),  # noqa: B008 - frozen dataclass
     prior: float | None = None,
     gaps: GapModel | None = None,
+    base: Answer | None = None,
+    guess: LpGuess | None = None,
 ) -> PositionResult:
-    """Recover ``lp(target | context)`` with the cheapest rung the endpoint supports."""
+    """Recover ``lp(target | context)`` with the cheapest rung the endpoint supports.
+
+    ``base`` is an unbiased answer already in hand (an echo row), which saves a request.
+    Bias-reflecting and forced-token endpoints are asked *directly* with the bias on the
+    target: their answer holds lp(t) whether or not t was in the top-n, so one request per
+    position suffices (the floor of SPEC §1) instead of an unbiased request plus a biased one.
+    """
     ask = _Counter(oracle, context)
-    base = await ask({})
-    top = dict(base.top)
-    if target in top:
-        return PositionResult(top[target], Status.EXACT, Strategy.TOP_N, 0.0, ask.n)
-    if not top:
-        return PositionResult(0.0, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, ["empty top-n list"])
-    r = max(top, key=top.__getitem__)
-    lp_r = top[r]
-    lp_n = min(top.values()) if len(top) >= sem.top_n else min(top.values())
-    upper = lp_n  # free bound: not in the top-n
     notes: list[str] = []
+    if base is not None and target in base.top:
+        return PositionResult(base.top[target], Status.EXACT, Strategy.TOP_N, 0.0, ask.n)
+    upper = math.inf
 
     if sem.bias_reflecting:
-        # The cap puts t on top while r stays ranked 2nd, so the anchor form (exact at any B)
-        # applies; the single-token form is only a fallback when r falls out of the list.
-        b = float(sem.bias_cap)
-        ans = await ask({target: b})
-        if target in ans.top:
-            lp = reflect_formula(lp_r, ans.top[target], ans.top.get(r), b)
-            return PositionResult(min(lp, upper), Status.EXACT, Strategy.BIAS_REFLECTING, 1e-4, ask.n)
-        upper = min(upper, lp_r - b)
-        notes.append(f"not in biased top-n at bias {b}")
+        aim = prior if prior is not None else (guess.value if guess is not None else -8.0)
+        b = min(sem.bias_cap, max(1.0, -aim))
+        for bias in dict.fromkeys([float(math.ceil(b)) if sem.integer_bias else b, float(sem.bias_cap)]):
+            ans = await ask({target: bias})
+            if target in ans.top:
+                lp = reflect_formula(0.0, ans.top[target], None, bias)
+                if guess is not None:
+                    guess.update(lp)
+                return PositionResult(lp, Status.EXACT, Strategy.BIAS_REFLECTING, 1e-4, ask.n)
+            vals = list(ans.top.values()) + list(ans.extra_values)
+            if vals:
+                upper = min(upper, _reflect_bound(ans.floor if ans.floor is not None else min(vals), bias))
+        notes.append("not in the biased top-n even at the cap")
 
     if sem.forced_token:
         ans = await ask({target: sem.bias_cap})
         lp = _clean(ans.emitted_logprob)
         if ans.emitted == target and lp is not None:
             return PositionResult(lp, Status.EXACT, Strategy.FORCED_TOKEN, 1e-4, ask.n)
-        if ans.emitted != target and sem.argmax_moves and sem.deterministic:
-            upper = min(upper, lp_r - sem.bias_cap)
+        if ans.emitted is not None and ans.emitted != target and lp is not None and sem.deterministic:
+            # the emitted token is the unbiased argmax r and its logprob is lp(r)
+            upper = min(upper, lp - sem.bias_cap)
             return PositionResult(upper, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, ["not emitted at the cap"])
         notes.append("forced token reported no usable logprob")
 
+    if base is None:
+        base = await ask({})
+    top = dict(base.top)
+    if target in top:
+        return PositionResult(top[target], Status.EXACT, Strategy.TOP_N, 0.0, ask.n, notes)
+    vals = list(top.values()) + list(base.extra_values)
+    if not vals:
+        return PositionResult(upper, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, notes + ["empty top-n list"])
+    lp_r = max(vals)
+    lp_n = base.floor if base.floor is not None else min(vals)
+    upper = min(upper, lp_n)  # free bound: not in the top-n
     if sem.argmax_moves:
         res = await _bisect(ask, sem, cfg, target, top, lp_r, lp_n, prior, gaps)
         res.notes = notes + res.notes
@@ -343,13 +384,18 @@ async def recover_many(
     jobs: Sequence[tuple[Sequence[int], int]],
     cfg: LadderConfig = LadderConfig(),  # noqa: B008 - frozen dataclass
     priors: Sequence[float | None] | None = None,
+    bases: Sequence[Answer | None] | None = None,
 ) -> list[PositionResult]:
     """All positions concurrently; the oracle's engine bounds how many requests are in flight."""
     pri = priors if priors is not None else [None] * len(jobs)
-    gaps = GapModel(cfg.initial_step)
+    bases = list(bases) if bases is not None else [None] * len(jobs)
+    gaps, guess = GapModel(cfg.initial_step), LpGuess()
     return list(
         await asyncio.gather(
-            *(recover_position(oracle, sem, c, t, cfg, p, gaps) for (c, t), p in zip(jobs, pri, strict=True))
+            *(
+                recover_position(oracle, sem, c, t, cfg, p, gaps, b, guess)
+                for (c, t), p, b in zip(jobs, pri, bases, strict=True)
+            )
         )
     )
 

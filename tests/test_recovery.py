@@ -55,7 +55,8 @@ def test_top_n_hit_is_exact_with_one_request():
 def test_bias_reflecting_exact_two_requests():
     js = jobs()
     res = run(SimulatedOracle(lp_fn, mode="reflect"), Semantics(top_n=20, bias_reflecting=True), js)
-    assert all(r.strategy == Strategy.BIAS_REFLECTING and r.requests == 2 for r in res)
+    assert all(r.strategy == Strategy.BIAS_REFLECTING and r.requests <= 2 for r in res)
+    assert np.mean([r.requests for r in res]) <= 1.1
     np.testing.assert_allclose([r.logprob for r in res], exact(js), atol=1e-6)
 
 
@@ -68,7 +69,7 @@ def test_single_token_reflect_formula_matches_finlayson():
 def test_forced_token_exact_two_requests():
     js = jobs()
     res = run(SimulatedOracle(lp_fn, mode="forced"), Semantics(top_n=5, forced_token=True), js)
-    assert all(r.strategy == Strategy.FORCED_TOKEN and r.requests == 2 for r in res)
+    assert all(r.strategy == Strategy.FORCED_TOKEN and r.requests == 1 for r in res)
     np.testing.assert_allclose([r.logprob for r in res], exact(js), atol=1e-9)
 
 
