@@ -98,12 +98,18 @@ def lerp(lo_value: Any, hi_value: Any, weight: Any) -> Any:
     return lo_value + weight * (hi_value - lo_value)
 
 
-def subtraction_theta_from_counts(n_test_in_region: Any, m: Any, q: Any) -> Any:
-    """``theta_hat = min(1, (1 + #{s_j >= tau}) / (m q))``; the ``+1`` makes it conservative (Prop. 1)."""
-    return np.minimum(1.0, (1.0 + n_test_in_region) / (m * q))
+def subtraction_theta_from_counts(n_test_in_region: Any, m: Any, q: Any, *, clip: bool = True) -> Any:
+    """``theta_hat = min(1, (1 + #{s_j >= tau}) / (m q))``; the ``+1`` makes it conservative (Prop. 1).
+
+    ``clip=False`` returns the raw ratio, the quantity Prop. 1 is about (tests check it).
+    """
+    raw = (1.0 + n_test_in_region) / (m * q)
+    return np.minimum(1.0, raw) if clip else raw
 
 
-def subtraction_theta(test: np.ndarray, calibration: np.ndarray, lam: float = DEFAULT_LAMBDA) -> float:
+def subtraction_theta(
+    test: np.ndarray, calibration: np.ndarray, lam: float = DEFAULT_LAMBDA, *, clip: bool = True
+) -> float:
     """Subtraction estimate of the test set's non-member share (SPEC §4, paper eq. 12).
 
     The region ``R = {s >= tau}`` is where the calibration (non-member) scores' top ``lam``
@@ -116,7 +122,7 @@ def subtraction_theta(test: np.ndarray, calibration: np.ndarray, lam: float = DE
     lo, w = quantile_position(n, lam)
     tau = lerp(cal_sorted[lo], cal_sorted[min(lo + 1, n - 1)], w)
     q = (n - np.searchsorted(cal_sorted, tau, side="left")) / n  # #{c_i >= tau} / n
-    return float(subtraction_theta_from_counts(np.count_nonzero(test >= tau), test.size, q))
+    return float(subtraction_theta_from_counts(np.count_nonzero(test >= tau), test.size, q, clip=clip))
 
 
 def moment_theta_from_stats(

@@ -83,7 +83,7 @@ def batch_pvalues(test: np.ndarray, test_ok: np.ndarray, cal: np.ndarray, cal_ok
 
 
 def batch_subtraction_theta(
-    test: np.ndarray, test_ok: np.ndarray, cal: np.ndarray, cal_ok: np.ndarray, lam: float
+    test: np.ndarray, test_ok: np.ndarray, cal: np.ndarray, cal_ok: np.ndarray, lam: float, *, clip: bool = True
 ) -> np.ndarray:
     n = cal_ok.sum(axis=1)
     cal_sorted = np.sort(np.where(cal_ok, cal, np.inf), axis=1)
@@ -93,7 +93,7 @@ def batch_subtraction_theta(
     tau = lerp(lo_v, hi_v, w[:, None])
     q = (cal_ok & (cal >= tau)).sum(axis=1) / n
     in_region = (test_ok & (test >= tau)).sum(axis=1)
-    return subtraction_theta_from_counts(in_region, test_ok.sum(axis=1), q)
+    return subtraction_theta_from_counts(in_region, test_ok.sum(axis=1), q, clip=clip)
 
 
 def batch_moment_theta(
