@@ -411,3 +411,10 @@ def test_names_as_comma_string_and_order_follows_texts():
     assert list(table) == ["loss", "min_k:k=0.5"]
     for i, text in enumerate(texts):
         assert table["loss"][i] == pytest.approx(np.mean(default_logprobs(text)))
+
+
+def test_no_texts_gives_empty_columns_without_calls():
+    t = FakeTarget()
+    table = compute_scores(t, [], ["loss", "min_k_pp"])
+    assert table["loss"].shape == (0,) and table.n_tokens.shape == (0,)
+    assert t.calls == []
