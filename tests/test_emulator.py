@@ -1,0 +1,431 @@
+"""The provider emulator against its backend's exact values (raw HTTP, one tiny model).
+
+Every profile's promise from ``fixtures/emulator/profiles.py`` is checked here: top-n content
+and order, echo alignment, what ``logit_bias`` does to the argmax and to reported logprobs,
+the -9999 sentinel, 400/403/404 bodies, faults, noise, counting and determinism.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import numpy as np
+import pytest
+from blackbox_audit.fixtures.emulator import (
+    SENTINEL_LOGPROB,
+    chat_prompt_ids,
+    chat_prompt_text,
+    run_emulator,
+)
+
+PROMPT = "The state of the union is strong, and the people"
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
+
+
+@pytest.fixture(scope="module")
+def target(tiny_target):
+    return tiny_target
+
+
+def _client(emu) -> httpx.Client:
+    return httpx.Client(base_url=emu.root_url, timeout=10)
+
+
+def _complete(c, emu, **body):
+    return c.post("/v1/completions", json={"model": emu.model, "temperature": 0, **body})
+
+
+def _chat(c, emu, **body):
+    return c.post("/v1/chat/completions", json={"model": emu.model, "temperature": 0, "messages": MESSAGES, **body})
+
+
+def _tok_str(target, i: int) -> str | None:
+    """A token's text when it decodes cleanly on its own (else None: not compared by key)."""
+    s = target.decode([i])
+    return None if "\ufffd" in s else s
+
+
+def _clean_row(emu, ctx: list[int], vocab: int) -> np.ndarray:
+    return emu.exact(ctx, list(range(vocab)))
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    m = x.max()
+    return x - (m + np.log(np.exp(x - m).sum()))
+
+
+def _assert_error(r: httpx.Response, status: int, *, param: str | None = None) -> dict:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) >= {"message", "type", "code"} and err["message"]
+    if param is not None:
+        assert err["param"] == param
+    return err
+
+
+# ------------------------------------------------------------------------------ basics
+def test_models_tokenize_detokenize_and_template(target):
+    with run_emulator(target, "openai-chat") as emu, _client(emu) as c:
+        models = c.get("/v1/models").json()
+        assert models["object"] == "list" and models["data"][0]["id"] == emu.model
+        assert emu.target_spec == f"compat:{emu.base_url}#{emu.model}"
+        ids = c.post("/tokenize", json={"content": PROMPT}).json()["tokens"]
+        assert ids == target.tokenize(PROMPT)
+        assert c.post("/tokenize", json={"prompt": PROMPT}).json()["tokens"] == ids
+        assert c.post("/detokenize", json={"tokens": ids}).json()["content"] == PROMPT
+        _assert_error(c.post("/tokenize", json={"content": 3}), 400)
+    text = chat_prompt_text(MESSAGES)
+    assert text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert chat_prompt_ids(target.tokenize, MESSAGES) == target.tokenize(text)
+
+
+def test_legacy_echo_alignment_and_top_n(target):
+    ids = target.tokenize(PROMPT)
+    with run_emulator(target, "openai-legacy-echo") as emu, _client(emu) as c:
+        r = _complete(c, emu, prompt=PROMPT, max_tokens=2, logprobs=5, echo=True)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["object"] == "text_completion" and body["id"].startswith("cmpl-")
+        ch = body["choices"][0]
+        lp = ch["logprobs"]
+        n = len(ids) + 2
+        assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == len(lp["text_offset"]) == n
+        assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+        # entry j = log p(u_j | u_<j), bit-exact against the backend
+        assert lp["token_logprobs"][1 : len(ids)] == emu.exact_sequence(ids).tolist()
+        # greedy generation: each generated token is the clean argmax, its own lp reported
+        gen = []
+        for k in range(2):
+            ctx = ids + gen
+            top1 = emu.exact_top(ctx, 1)[0]
+            gen.append(top1[0])
+            assert lp["token_logprobs"][len(ids) + k] == top1[1]
+        assert ch["text"] == target.decode(ids + gen)
+        assert body["usage"] == {"prompt_tokens": len(ids), "completion_tokens": 2, "total_tokens": len(ids) + 2}
+        # top dicts: the 5 best in order, then the token's own entry (OpenAI: up to logprobs + 1)
+        all_ids = ids + gen
+        for j in range(1, n):
+            top = emu.exact_top(all_ids[:j], 5)
+            want_vals = [v for _, v in top]
+            if all_ids[j] not in [i for i, _ in top]:
+                want_vals.append(emu.exact(all_ids[:j], [all_ids[j]])[0])
+            got = lp["top_logprobs"][j]
+            assert list(got.values()) == want_vals
+            for i, v in top:
+                if _tok_str(target, i) is not None:
+                    assert got[_tok_str(target, i)] == v
+        assert lp["text_offset"] == [len(target.decode(all_ids[:j])) for j in range(n)]
+
+
+def test_legacy_token_id_prompt_equals_string_prompt(target):
+    ids = target.tokenize(PROMPT)
+    with run_emulator(target, "openai-legacy-echo") as emu, _client(emu) as c:
+        a = _complete(c, emu, prompt=PROMPT, max_tokens=3, logprobs=2).json()["choices"][0]
+        b = _complete(c, emu, prompt=ids, max_tokens=3, logprobs=2).json()["choices"][0]
+        b1 = _complete(c, emu, prompt=[ids], max_tokens=3, logprobs=2).json()["choices"][0]
+        assert a == b == b1
+        # without echo, offsets start at the prompt's length (OpenAI convention)
+        assert a["logprobs"]["text_offset"][0] == len(PROMPT)
+        _assert_error(_complete(c, emu, prompt=[10**7], max_tokens=1), 400, param="prompt")
+        _assert_error(_complete(c, emu, prompt="", max_tokens=1), 400, param="prompt")
+        too_long = _assert_error(_complete(c, emu, prompt=ids * (target.max_context // len(ids) + 1)), 400)
+        assert too_long["code"] == "context_length_exceeded"
+        _assert_error(_complete(c, emu, prompt=PROMPT, logprobs=6), 400, param="logprobs")
+        _assert_error(_chat(c, emu), 404)
+
+
+def test_legacy_bias_moves_argmax_but_not_logprobs(target):
+    ids = target.tokenize(PROMPT)
+    with run_emulator(target, "openai-legacy-echo") as emu, _client(emu) as c:
+        unbiased = _complete(c, emu, prompt=ids, max_tokens=1, logprobs=5).json()["choices"][0]["logprobs"]
+        far = emu.exact_top(ids, 60)[-1][0]  # ranked 60th: outside the top 5
+        r = _complete(c, emu, prompt=ids, max_tokens=1, logprobs=5, logit_bias={str(far): 100}).json()
+        lp = r["choices"][0]["logprobs"]
+        assert r["choices"][0]["text"] == target.decode([far])
+        assert lp["token_logprobs"] == [emu.exact(ids, [far])[0]]  # the emitted token's own, unbiased
+        top5 = list(unbiased["top_logprobs"][0].values())[:5]
+        assert list(lp["top_logprobs"][0].values())[:5] == top5  # the bias does not show in the top 5
+        assert len(lp["top_logprobs"][0]) == 6
+
+
+# ------------------------------------------------------------------------------ openai-chat
+def test_openai_chat_top20_order_and_greedy(target):
+    ctx = chat_prompt_ids(target.tokenize, MESSAGES)
+    with run_emulator(target, "openai-chat") as emu, _client(emu) as c:
+        r = _chat(c, emu, max_tokens=3, logprobs=True, top_logprobs=20)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
+        ch = body["choices"][0]
+        assert ch["message"]["role"] == "assistant" and ch["finish_reason"] == "length"
+        content = ch["logprobs"]["content"]
+        assert len(content) == 3
+        gen: list[int] = []
+        for entry in content:
+            top = emu.exact_top(ctx + gen, 20)
+            assert [e["logprob"] for e in entry["top_logprobs"]] == [v for _, v in top]
+            for e, (i, _) in zip(entry["top_logprobs"], top, strict=True):
+                assert bytes(e["bytes"]) == target.decode([i]).encode() or _tok_str(target, i) is None
+            assert entry["logprob"] == top[0][1]  # greedy emits the top-1
+            gen.append(top[0][0])
+        assert b"".join(bytes(e["bytes"]) for e in content).decode() == ch["message"]["content"]
+        assert body["usage"]["prompt_tokens"] == len(ctx) and body["usage"]["completion_tokens"] == 3
+        # logprobs off -> null, top_logprobs=0 -> empty lists
+        assert _chat(c, emu, max_tokens=1).json()["choices"][0]["logprobs"] is None
+        zero = _chat(c, emu, max_tokens=1, logprobs=True, top_logprobs=0).json()["choices"][0]["logprobs"]
+        assert zero["content"][0]["top_logprobs"] == []
+
+
+def test_openai_chat_bias_and_sentinel(target):
+    ctx = chat_prompt_ids(target.tokenize, MESSAGES)
+    with run_emulator(target, "openai-chat") as emu, _client(emu) as c:
+        top = emu.exact_top(ctx, 40)
+        unbiased = [
+            e["logprob"]
+            for e in _chat(c, emu, max_tokens=1, logprobs=True, top_logprobs=5).json()["choices"][0]["logprobs"][
+                "content"
+            ][0]["top_logprobs"]
+        ]
+        inside, outside = top[7][0], top[35][0]
+        # a forced token inside the top 20: its true (unbiased) logprob
+        e = _chat(c, emu, max_tokens=1, logprobs=True, top_logprobs=5, logit_bias={str(inside): 100}).json()
+        entry = e["choices"][0]["logprobs"]["content"][0]
+        assert e["choices"][0]["message"]["content"] == target.decode([inside])
+        assert entry["logprob"] == top[7][1]
+        assert [x["logprob"] for x in entry["top_logprobs"]] == unbiased  # bias ignored in logprobs
+        # outside the top 20: the -9999 sentinel, never a value
+        e = _chat(c, emu, max_tokens=1, logprobs=True, top_logprobs=5, logit_bias={str(outside): 100}).json()
+        entry = e["choices"][0]["logprobs"]["content"][0]
+        assert e["choices"][0]["message"]["content"] == target.decode([outside])
+        assert entry["logprob"] == SENTINEL_LOGPROB
+        assert [x["logprob"] for x in entry["top_logprobs"]] == unbiased
+        # a bias too small to flip the argmax leaves the answer alone
+        gap = top[0][1] - top[35][1]
+        small = int(np.floor(gap)) - 1 if gap > 1 else 0
+        if small > 0:
+            e = _chat(c, emu, max_tokens=1, logit_bias={str(outside): small}).json()
+            assert e["choices"][0]["message"]["content"] == target.decode([top[0][0]])
+
+
+def test_openai_chat_validation_errors(target):
+    vocab = target.vocab_size
+    with run_emulator(target, "openai-chat") as emu, _client(emu) as c:
+        _assert_error(_chat(c, emu, logprobs=True, top_logprobs=21), 400, param="top_logprobs")
+        _assert_error(_chat(c, emu, top_logprobs=3), 400, param="top_logprobs")
+        _assert_error(_chat(c, emu, logit_bias={"5": 1.5}), 400, param="logit_bias")
+        _assert_error(_chat(c, emu, logit_bias={"5": 101}), 400, param="logit_bias")
+        _assert_error(_chat(c, emu, logit_bias={str(vocab): 1}), 400, param="logit_bias")
+        _assert_error(_chat(c, emu, logit_bias={"x": 1}), 400, param="logit_bias")
+        _assert_error(_chat(c, emu, logit_bias={str(i): 1 for i in range(301)}), 400, param="logit_bias")
+        assert _chat(c, emu, max_tokens=1, logit_bias={str(i): -1 for i in range(300)}).status_code == 200
+        _assert_error(_chat(c, emu, messages=[]), 400, param="messages")
+        _assert_error(_chat(c, emu, n=2), 400, param="n")
+        err = _assert_error(c.post("/v1/chat/completions", json={"model": "gpt-nope", "messages": MESSAGES}), 404)
+        assert err["code"] == "model_not_found"
+        err = _assert_error(_complete(c, emu, prompt="hi"), 404)
+        assert "chat model" in err["message"]
+        _assert_error(c.post("/v1/chat/completions", content=b"{not json"), 400)
+
+
+# ------------------------------------------------------------------------------ other profiles
+def test_bias_reflecting_reports_biased_distribution(target):
+    ids = target.tokenize(PROMPT)
+    vocab = target.vocab_size
+    with run_emulator(target, "bias-reflecting") as emu, _client(emu) as c:
+        clean = _clean_row(emu, ids, vocab)
+        top = emu.exact_top(ids, 5)
+        t, r = top[2][0], top[0][0]
+        resp = _complete(c, emu, prompt=ids, max_tokens=1, logprobs=5, logit_bias={str(t): 3}).json()
+        got = resp["choices"][0]["logprobs"]["top_logprobs"][0]
+        biased = clean.copy()
+        biased[t] += 3
+        want = _log_softmax(biased)
+        order = np.lexsort((np.arange(vocab), -want))[:5]
+        assert list(got.values())[:5] == pytest.approx([want[i] for i in order], abs=1e-9)
+        assert resp["choices"][0]["text"] == target.decode([t])  # +3 lifts the 3rd above the 1st here
+        # Carlini anchor form recovers the clean value from the biased answer
+        lp_t = clean[r] + (want[t] - 3) - want[r]
+        assert lp_t == pytest.approx(clean[t], abs=1e-6)
+        # chat too, and no echo with logprobs
+        ch = _chat(c, emu, max_tokens=1, logprobs=True, top_logprobs=3, logit_bias={"7": 100}).json()
+        assert ch["choices"][0]["logprobs"]["content"][0]["logprob"] == pytest.approx(0.0, abs=1e-3)
+        _assert_error(_complete(c, emu, prompt=ids, max_tokens=1, logprobs=1, echo=True), 400, param="echo")
+
+
+def test_argmax_only_hides_logprobs_under_bias(target):
+    ids = target.tokenize(PROMPT)
+    with run_emulator(target, "argmax-only") as emu, _client(emu) as c:
+        far = emu.exact_top(ids, 50)[-1][0]
+        plain = _complete(c, emu, prompt=ids, max_tokens=1, logprobs=5).json()["choices"][0]
+        assert list(plain["logprobs"]["top_logprobs"][0].values()) == [v for _, v in emu.exact_top(ids, 5)]
+        biased = _complete(c, emu, prompt=ids, max_tokens=1, logprobs=5, logit_bias={str(far): 100}).json()
+        assert biased["choices"][0]["logprobs"] is None
+        assert biased["choices"][0]["text"] == target.decode([far])
+        ch = _chat(c, emu, max_tokens=1, logprobs=True, top_logprobs=5, logit_bias={str(far): 100}).json()
+        assert ch["choices"][0]["logprobs"] is None
+        # an explicit empty bias is no bias
+        empty = _complete(c, emu, prompt=ids, max_tokens=1, logprobs=5, logit_bias={}).json()["choices"][0]
+        assert empty["logprobs"] == plain["logprobs"]
+
+
+def test_forced_token_reports_emitted_token_and_drops_bad_bias(target):
+    ids = target.tokenize(PROMPT)
+    vocab = target.vocab_size
+    with run_emulator(target, "forced-token") as emu, _client(emu) as c:
+        top1 = emu.exact_top(ids, 1)[0][0]
+        far = emu.exact_top(ids, 80)[-1][0]
+        r = _complete(c, emu, prompt=ids, max_tokens=1, logprobs=5, logit_bias={str(far): 50.5}).json()
+        lp = r["choices"][0]["logprobs"]
+        assert r["choices"][0]["text"] == target.decode([far])
+        assert lp["token_logprobs"] == [emu.exact(ids, [far])[0]]  # outside the top 5, still reported
+        assert list(lp["top_logprobs"][0].values())[:5] == [v for _, v in emu.exact_top(ids, 5)]
+        # one key >= vocab: the whole bias is silently dropped (llama.cpp)
+        r = _complete(c, emu, prompt=ids, max_tokens=1, logit_bias={str(far): 100, str(vocab + 5): 1}).json()
+        assert r["choices"][0]["text"] == target.decode([top1])
+        # chat: the emitted token's own unbiased logprob, no sentinel
+        ctx = chat_prompt_ids(target.tokenize, MESSAGES)
+        cfar = emu.exact_top(ctx, 80)[-1][0]
+        ch = _chat(c, emu, max_tokens=1, logprobs=True, top_logprobs=2, logit_bias={str(cfar): 100}).json()
+        assert ch["choices"][0]["logprobs"]["content"][0]["logprob"] == emu.exact(ctx, [cfar])[0]
+
+
+def test_forced_token_echo_is_shifted_like_llama_cpp(target):
+    ids = target.tokenize(PROMPT)
+    L = len(ids)
+    with run_emulator(target, "forced-token") as emu, _client(emu) as c:
+        r = _complete(c, emu, prompt=ids, max_tokens=2, logprobs=3, echo=True).json()["choices"][0]
+        lp = r["logprobs"]
+        gen = target.tokenize(r["text"])[L:]  # tiny BPE round-trips this text
+        all_ids = ids + gen
+        assert len(lp["tokens"]) == L + 2 - 1  # the last generated token was never evaluated
+        assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+        for j in range(1, L + 1):
+            # token u_j paired with the distribution *after* u_j
+            assert lp["token_logprobs"][j] == emu.exact(all_ids[: j + 1], [all_ids[j]])[0]
+            top = emu.exact_top(all_ids[: j + 1], 3)
+            assert list(lp["top_logprobs"][j].values())[:3] == [v for _, v in top]
+        # the true lp(u_{j+1}) is therefore only visible in entry j's top dict; check it is not entry j+1's value
+        true = emu.exact_sequence(ids)
+        assert not np.allclose(lp["token_logprobs"][1:L], true[: L - 1])
+        # max_tokens=0: every prompt token is evaluated, so all L are listed
+        z = _complete(c, emu, prompt=ids, max_tokens=0, logprobs=1, echo=True).json()["choices"][0]["logprobs"]
+        assert len(z["tokens"]) == L
+
+
+def test_no_logprobs_403(target):
+    with run_emulator(target, "no-logprobs-403") as emu, _client(emu) as c:
+        err = _assert_error(_chat(c, emu, logprobs=True, max_tokens=1), 403)
+        assert "logprobs" in err["message"]
+        _assert_error(_complete(c, emu, prompt="hi", logprobs=0, max_tokens=1), 403)
+        ok = _chat(c, emu, max_tokens=2, logit_bias={"9": 100})
+        assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == target.decode([9, 9])
+        assert emu.stats()["by_path"]["/v1/chat/completions"] == {"http_403": 1, "ok": 1}
+
+
+# ------------------------------------------------------------------------------ faults, noise, counting
+def test_fault_rate_kinds_and_retry_after(target):
+    with run_emulator(target, "openai-chat", fault_rate=0.3, faults="429,500", retry_after_s=2, seed=1) as emu:
+        with _client(emu) as c:
+            codes = [c.get("/v1/models") for _ in range(300)]
+            n429 = sum(r.status_code == 429 for r in codes)
+            n500 = sum(r.status_code == 500 for r in codes)
+            assert 0.2 < (n429 + n500) / 300 < 0.4 and n429 > 0 and n500 > 0
+            r429 = next(r for r in codes if r.status_code == 429)
+            assert r429.headers["Retry-After"] == "2" and r429.headers["retry-after-ms"] == "2000"
+            assert r429.json()["error"]["code"] == "rate_limit_exceeded"
+            assert next(r for r in codes if r.status_code == 500).json()["error"]["type"] == "server_error"
+            # tokenizer and ground-truth paths are never faulted
+            assert all(c.post("/tokenize", json={"content": "a b"}).status_code == 200 for _ in range(30))
+            st = emu.stats()["by_path"]["/v1/models"]
+            assert st == {"ok": 300 - n429 - n500, "fault_429": n429, "fault_500": n500}
+    # the same seed gives the same fault sequence
+    with run_emulator(target, "openai-chat", fault_rate=0.3, faults="429,500", seed=1) as emu, _client(emu) as c:
+        assert [c.get("/v1/models").status_code for _ in range(300)] == [r.status_code for r in codes]
+
+
+def test_garbled_truncated_and_timeout_faults(target):
+    with run_emulator(target, "openai-legacy-echo", fault_rate=1.0, faults="garbled") as emu, _client(emu) as c:
+        r = _complete(c, emu, prompt=PROMPT, max_tokens=1)
+        assert r.status_code == 200
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(r.content)
+    with run_emulator(target, "openai-legacy-echo", fault_rate=1.0, faults="truncated") as emu, _client(emu) as c:
+        r = _complete(c, emu, prompt=PROMPT, max_tokens=1)
+        assert r.status_code == 200 and r.content.startswith(b'{"id": "cmpl-')
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(r.content)
+        # ground truth is unaffected by faults
+        ids = target.tokenize(PROMPT)
+        assert c.post("/emulator/exact", json={"ids": ids}).json()["logprobs"] == emu.exact_sequence(ids).tolist()
+    t0 = time.monotonic()
+    with run_emulator(target, "openai-chat", fault_rate=1.0, faults="timeout", timeout_s=30) as emu:
+        with httpx.Client(base_url=emu.root_url, timeout=0.5) as c, pytest.raises(httpx.ReadTimeout):
+            c.get("/v1/models")
+        assert emu.stats()["by_outcome"] == {"fault_timeout": 1}
+    assert time.monotonic() - t0 < 10  # shutdown released the held connection instead of waiting 30 s
+
+
+def test_noise_is_per_request_seeded_and_leaves_ground_truth(target):
+    ids = target.tokenize(PROMPT)
+
+    def tops(emu, c, k=3):
+        out = []
+        for _ in range(k):
+            lp = _complete(c, emu, prompt=ids, max_tokens=1, logprobs=5).json()["choices"][0]["logprobs"]
+            out.append(list(lp["top_logprobs"][0].values()))
+        return out
+
+    with run_emulator(target, "openai-legacy-echo") as emu, _client(emu) as c:
+        clean = tops(emu, c)
+        assert clean[0] == clean[1] == clean[2]  # deterministic without noise
+        truth = emu.exact_sequence(ids)
+    with run_emulator(target, "openai-legacy-echo", noise=0.5, seed=3) as emu, _client(emu) as c:
+        noisy = tops(emu, c)
+        assert noisy[0] != noisy[1] and noisy[0] != clean[0]
+        assert np.array_equal(emu.exact_sequence(ids), truth)  # noise never reaches the ground truth
+        # echo rows and decoding rows of one request share one noise draw
+        r = _complete(c, emu, prompt=ids, max_tokens=1, logprobs=5, echo=True).json()["choices"][0]["logprobs"]
+        assert r["token_logprobs"][-1] == max(r["top_logprobs"][-1].values())
+    with run_emulator(target, "openai-legacy-echo", noise=0.5, seed=3) as emu, _client(emu) as c:
+        assert tops(emu, c) == noisy  # seeded
+
+
+def test_stats_reset_and_cache(target):
+    ids = target.tokenize(PROMPT)
+    with run_emulator(target, "openai-legacy-echo") as emu, _client(emu) as c:
+        _complete(c, emu, prompt=ids, max_tokens=2)
+        before = emu.stats()["backend"]["forward_calls"]
+        _complete(c, emu, prompt=ids, max_tokens=2)
+        assert emu.stats()["backend"]["forward_calls"] == before  # repeated contexts come from the LRU
+        _complete(c, emu, prompt=ids, logprobs=9)
+        st = c.get("/emulator/stats").json()
+        assert st["requests"] == 3 and st["by_path"] == {"/v1/completions": {"ok": 2, "http_400": 1}}
+        assert st["prompt_tokens"] == 2 * len(ids) and st["completion_tokens"] == 4
+        assert st["profile"] == "openai-legacy-echo"
+        c.post("/emulator/reset", json={})
+        assert emu.stats()["requests"] == 0
+
+
+def test_sampling_is_seeded_and_openai_client_parses(target):
+    openai = pytest.importorskip("openai")
+    with run_emulator(target, "openai-chat") as emu, _client(emu) as c:
+        a = _chat(c, emu, temperature=1.0, seed=7, max_tokens=5).json()["choices"][0]["message"]["content"]
+        b = _chat(c, emu, temperature=1.0, seed=7, max_tokens=5).json()["choices"][0]["message"]["content"]
+        assert a == b
+        client = openai.OpenAI(base_url=emu.base_url, api_key="sk-test-not-stored", max_retries=0)
+        resp = client.chat.completions.create(
+            model=emu.model, messages=MESSAGES, max_tokens=2, temperature=0, logprobs=True, top_logprobs=2
+        )
+        assert len(resp.choices[0].logprobs.content) == 2 and resp.usage.completion_tokens == 2
+        assert "sk-test" not in json.dumps(c.get("/emulator/stats").json())
+
+
+def test_cli_rejects_non_local_backend(capsys):
+    from blackbox_audit.cli import main
+
+    assert main(["emulate", "--backend", "openai:gpt-4o"]) == 2
+    assert "not a local model" in capsys.readouterr().err
