@@ -15,9 +15,9 @@ import asyncio
 import email.utils
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt, wait_random_exponential
@@ -31,6 +31,7 @@ from .limits import RateLimiter
 from .pricing import ModelPrice, PricingTable
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class ProviderError(UserError):
@@ -75,6 +76,17 @@ def _retry_after_seconds(value: str | None) -> float | None:
         return max(0.0, when.timestamp() - time.time())
     except (TypeError, ValueError):
         return None
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """OpenAI's ``retry-after-ms`` is more precise than ``Retry-After`` (whole seconds)."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    return _retry_after_seconds(headers.get("retry-after"))
 
 
 class _Wait:
@@ -310,7 +322,7 @@ class RequestEngine:
                     attempts += 1
                     if attempts > 1:
                         self.stats.retries += 1
-                    data = await self._attempt(path, body, price, est_cost, est_prompt + est_completion, validate)
+                    data = await self._attempt(key, path, body, price, est_cost, est_prompt + est_completion, validate)
         except RetryError as err:
             last = err.last_attempt.exception()
             assert isinstance(last, _Retryable)
@@ -318,13 +330,12 @@ class RequestEngine:
         except BudgetExceeded as exc:
             self.stopped = exc.problem
             raise
-        if self.cache is not None:
-            self.cache[key] = data  # write-ahead: stored before anyone sees it
         self._tick()
         return data
 
     async def _attempt(
         self,
+        key: str,
         path: str,
         body: dict[str, Any],
         price: ModelPrice | None,
@@ -332,15 +343,18 @@ class RequestEngine:
         est_tokens: int,
         validate: Callable[[dict[str, Any]], None] | None,
     ) -> dict[str, Any]:
-        res = self.budget.reserve(est_cost)  # raises BudgetExceeded before anything is sent
-        actual: float | None = None  # None = keep the estimate (may have been billed)
-        try:
-            if self.rpm is not None:
-                await self.rpm.acquire(1)
-            if self.tpm is not None:
-                await self.tpm.acquire(est_tokens)
-            assert self._sem is not None and self._client is not None
-            async with self._sem:
+        # The reservation is taken only once this request holds a concurrency slot, so a cap
+        # stops the requests that would exceed it, not ones queued behind a full pipe.
+        assert self._sem is not None
+        async with self._sem:
+            res = self.budget.reserve(est_cost)  # BudgetExceeded: nothing is sent
+            actual: float | None = None  # None = keep the estimate (may have been billed)
+            try:
+                if self.rpm is not None:
+                    await self.rpm.acquire(1)
+                if self.tpm is not None:
+                    await self.tpm.acquire(est_tokens)
+                assert self._client is not None
                 self.stats.requests_sent += 1
                 self.stats.by_path[path] = self.stats.by_path.get(path, 0) + 1
                 try:
@@ -353,40 +367,44 @@ class RequestEngine:
                 except httpx.TransportError as exc:
                     self._count_error("connection")
                     raise _Retryable(f"connection error ({type(exc).__name__}: {exc})") from None
-            status = resp.status_code
-            if status == 429 or status == 408 or status >= 500:
-                actual = 0.0  # providers do not bill rejected requests
-                self._count_error(str(status))
-                raise _Retryable(
-                    f"HTTP {status}: {self._provider_message(resp)}",
-                    status,
-                    _retry_after_seconds(resp.headers.get("retry-after")),
-                )
-            if status >= 400:
-                actual = 0.0
-                self._count_error(str(status))
-                raise ProviderError(status, self._provider_message(resp), _fix_for(status))
-            try:
-                data = resp.json()
-                _default_validate(path, data)
-                if validate is not None:
-                    validate(data)
-            except ValueError as exc:  # JSONDecodeError is a ValueError
-                self._count_error("bad_json")
-                raise _Retryable(f"garbled or incomplete JSON answer ({exc})", status) from None
-            usage = data.get("usage") or {}
-            p = int(usage.get("prompt_tokens") or 0)
-            c = int(usage.get("completion_tokens") or 0)
-            cached = int(((usage.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0)
-            self.stats.prompt_tokens += p
-            self.stats.completion_tokens += c
-            self.stats.cached_prompt_tokens += cached
-            if price is not None:
-                actual = price.cost(p, c, cached) if usage else None
-            return data
-        finally:
-            self.budget.settle(res, actual)
-            self.stats.cost_usd = self.budget.spent_usd
+                status = resp.status_code
+                if status == 429 or status == 408 or status >= 500:
+                    actual = 0.0  # providers do not bill rejected requests
+                    self._count_error(str(status))
+                    raise _Retryable(
+                        f"HTTP {status}: {self._provider_message(resp)}",
+                        status,
+                        _retry_after(resp.headers),
+                    )
+                if status >= 400:
+                    actual = 0.0
+                    self._count_error(str(status))
+                    raise ProviderError(status, self._provider_message(resp), _fix_for(status))
+                try:
+                    data = resp.json()
+                    _default_validate(path, data)
+                    if validate is not None:
+                        validate(data)
+                except ValueError as exc:  # JSONDecodeError is a ValueError
+                    self._count_error("bad_json")
+                    raise _Retryable(f"garbled or incomplete JSON answer ({exc})", status) from None
+                usage = data.get("usage") or {}
+                p = int(usage.get("prompt_tokens") or 0)
+                c = int(usage.get("completion_tokens") or 0)
+                cached = int(((usage.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0)
+                self.stats.prompt_tokens += p
+                self.stats.completion_tokens += c
+                self.stats.cached_prompt_tokens += cached
+                if price is not None:
+                    actual = price.cost(p, c, cached) if usage else None
+                if self.cache is not None:
+                    # write-ahead, before the concurrency slot is released: at a kill, only
+                    # answers still on the wire (at most max_concurrency) can be lost
+                    self.cache[key] = data
+                return data
+            finally:
+                self.budget.settle(res, actual)
+                self.stats.cost_usd = self.budget.spent_usd
 
     def _count_error(self, kind: str) -> None:
         self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1
@@ -399,6 +417,19 @@ class RequestEngine:
         except (ValueError, AttributeError):
             msg = None
         return self._redact(str(msg if msg else resp.text[:500]))
+
+    async def gather(self, aws: Iterable[Awaitable[T]]) -> list[T]:
+        """``asyncio.gather`` that lets every request finish (and be cached) before raising.
+
+        Plain ``gather`` propagates the first error at once and ``asyncio.run`` then cancels
+        the requests still on the wire, throwing away answers already paid for; use this for
+        batches so a budget stop or a provider error keeps all completed work.
+        """
+        results = await asyncio.gather(*aws, return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return results  # type: ignore[return-value]
 
     # --- run bookkeeping -----------------------------------------------------------------
     def ledger(self) -> dict[str, Any]:

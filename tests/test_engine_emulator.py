@@ -1,0 +1,237 @@
+"""Request engine against the provider emulator: faults, kill-and-resume, budget caps, bad inputs.
+
+The client is a two-requests-per-position mini ladder (top-5, then the forced-token request
+``logit_bias={t: 100}``) written directly on ``RequestEngine``, so these tests exercise the
+engine's guarantees without depending on an adapter. The same file is the client program
+that the kill-and-resume test runs (and SIGKILLs) in a subprocess: ``python THIS_FILE ...``.
+Duplicates are counted on the server side, by the canonical JSON of every request body the
+emulator answered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from blackbox_audit.engine import Budget, BudgetExceeded, ProviderError, RequestEngine, open_request_cache
+from blackbox_audit.engine.cache import request_key
+
+PROFILE = "forced-token"  # llama.cpp-like: reported logprob of the emitted token is unbiased
+
+
+async def mini_ladder(engine: RequestEngine, model: str, texts_ids: list[list[int]]) -> list[list[float]]:
+    """For every position: [top-1 logprob, forced-token logprob of the true token]."""
+
+    async def position(ids: list[int], i: int) -> list[float]:
+        base = {"model": model, "prompt": ids[:i], "max_tokens": 1, "temperature": 0}
+        a = await engine.post_json("/completions", {**base, "logprobs": 5})
+        b = await engine.post_json("/completions", {**base, "logprobs": 1, "logit_bias": {str(ids[i]): 100}})
+        return [a["choices"][0]["logprobs"]["token_logprobs"][0], b["choices"][0]["logprobs"]["token_logprobs"][0]]
+
+    return await engine.gather(position(ids, i) for ids in texts_ids for i in range(1, len(ids)))
+
+
+def n_requests(texts_ids: list[list[int]]) -> int:
+    """Distinct requests of ``mini_ladder`` (texts sharing a prefix share top-5 requests)."""
+    contexts = {tuple(ids[:i]) for ids in texts_ids for i in range(1, len(ids))}
+    forced = {(tuple(ids[:i]), ids[i]) for ids in texts_ids for i in range(1, len(ids))}
+    return len(contexts) + len(forced)
+
+
+def make_engine(base_url: str, cache: Any, **kw: Any) -> RequestEngine:
+    kw.setdefault("timeout_s", 10.0)
+    kw.setdefault("backoff_base_s", 0.01)
+    kw.setdefault("backoff_max_s", 0.2)
+    kw.setdefault("max_retries", 10)
+    return RequestEngine(base_url, cache=cache, api_key="sk-emu-KEY-8c1d0b", free=True, **kw)
+
+
+# --- server-side duplicate counting --------------------------------------------------------
+class BodyCounter:
+    """Wraps the emulator's completions handler to count every body it answered."""
+
+    def __init__(self, emu: Any) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        responder = emu._server.responder
+        inner = responder.completions
+
+        def counted(body: dict[str, Any]) -> dict[str, Any]:
+            out = inner(body)
+            with self._lock:
+                self.counts[request_key(emu.base_url, "/completions", body)] += 1
+            return out
+
+        responder.completions = counted
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def duplicates(self, among: set[str] | None = None) -> int:
+        return sum(c - 1 for k, c in self.counts.items() if c > 1 and (among is None or k in among))
+
+
+# --- fixtures ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def texts_ids(tiny_target) -> list[list[int]]:
+    from blackbox_audit.fixtures.tiny_models import sample_texts
+
+    out: list[list[int]] = []
+    for text in sample_texts(300):
+        ids = tiny_target.tokenize(text)[:24]
+        if len(ids) >= 8:
+            out.append(ids)
+        if n_requests(out) >= 1000:  # the issue asks for >= 1,000 requests
+            return out
+    raise AssertionError("not enough sample texts for 1,000 requests")
+
+
+@pytest.fixture
+def emulator(tiny_target):
+    from blackbox_audit.fixtures.emulator import run_emulator
+
+    def start(**kw):
+        return run_emulator(tiny_target, PROFILE, **kw)
+
+    return start
+
+
+# --- tests ---------------------------------------------------------------------------------
+def test_30pct_faults_give_results_identical_to_a_clean_run(emulator, texts_ids):
+    need = n_requests(texts_ids)
+    assert need >= 1000
+    with emulator() as emu:
+        clean_engine = make_engine(emu.base_url, {})
+        clean = asyncio.run(mini_ladder(clean_engine, emu.model, texts_ids))
+        assert clean_engine.stats.requests_sent == need and clean_engine.stats.retries == 0
+    with emulator(
+        fault_rate=0.3, faults="429,500,502,503,timeout,garbled,truncated", retry_after_s=0.05, timeout_s=3.0, seed=7
+    ) as emu:
+        eng = make_engine(emu.base_url, {}, max_concurrency=16, timeout_s=2.0)
+        faulty = asyncio.run(mini_ladder(eng, emu.model, texts_ids))
+        stats = emu.stats()
+    assert faulty == clean
+    faults = sum(v for k, v in stats["by_outcome"].items() if k.startswith("fault_"))
+    # each distinct request answered once (a slow answer timed out by the client may add one)
+    assert need <= stats["by_outcome"]["ok"] <= need + eng.stats.errors.get("timeout", 0)
+    assert faults >= 0.2 * stats["requests"] and eng.stats.retries >= faults
+    print(f"faults: {faults} injected over {stats['requests']} requests ({need} distinct); errors {eng.stats.errors}")
+    assert {"timeout", "bad_json", "429", "500"} <= set(eng.stats.errors)
+
+
+def test_budget_cap_is_exact_and_resumable(emulator, texts_ids):
+    need = n_requests(texts_ids)
+    cache: dict = {}
+    with emulator() as emu:
+        counter = BodyCounter(emu)
+        eng = make_engine(emu.base_url, cache, budget=Budget(max_requests=333), max_concurrency=16)
+        with pytest.raises(BudgetExceeded, match="max-requests 333"):
+            asyncio.run(mini_ladder(eng, emu.model, texts_ids))
+        assert emu.stats()["requests"] == 333 and eng.stats.requests_sent == 333
+        assert len(cache) == 333  # every answer received was stored
+        eng2 = make_engine(emu.base_url, cache, budget=Budget(max_requests=need))
+        resumed = asyncio.run(mini_ladder(eng2, emu.model, texts_ids))
+        assert emu.stats()["requests"] == need and counter.duplicates() == 0
+    with emulator() as emu:
+        assert resumed == asyncio.run(mini_ladder(make_engine(emu.base_url, {}), emu.model, texts_ids))
+
+
+def test_bad_inputs_give_one_clear_error_and_keep_cached_work(emulator, texts_ids, tmp_path):
+    cache = open_request_cache(tmp_path / "c")
+    with emulator() as emu:
+        eng = make_engine(emu.base_url, cache)
+        asyncio.run(mini_ladder(eng, emu.model, texts_ids[:2]))
+        stored = len(cache)
+        ok = {"model": emu.model, "max_tokens": 1, "temperature": 0, "logprobs": 1}
+        bad = {
+            "unknown model": ({**ok, "model": "no-such-model", "prompt": [1, 2]}, 404, "does not exist"),
+            "empty text": ({**ok, "prompt": ""}, 400, "empty"),
+            "text longer than the context": ({**ok, "prompt": [5] * 600}, 400, "maximum context length"),
+            "token id outside the vocabulary": ({**ok, "prompt": [10**7]}, 400, "Invalid token id"),
+        }
+        for what, (body, status, msg) in bad.items():
+            before = emu.stats()["requests"]
+            with pytest.raises(ProviderError) as ei:
+                asyncio.run(eng.post_json("/completions", body))
+            assert ei.value.status == status and msg in str(ei.value) and "fix:" in str(ei.value), what
+            assert emu.stats()["requests"] == before + 1, f"{what}: a 4xx must not be retried"
+        assert len(cache) == stored  # errors are not cached, cached work intact
+        eng2 = make_engine(emu.base_url, cache)
+        asyncio.run(mini_ladder(eng2, emu.model, texts_ids[:2]))
+        assert eng2.stats.requests_sent == 0
+    cache.close()
+
+
+def test_kill_and_resume_sends_no_duplicates(emulator, texts_ids, tmp_path):
+    need = n_requests(texts_ids)
+    ids_file = tmp_path / "ids.json"
+    ids_file.write_text(json.dumps(texts_ids))
+    cache_dir = tmp_path / "cache"
+    out = tmp_path / "out.json"
+    with emulator() as emu:
+        counter = BodyCounter(emu)
+        cmd = [sys.executable, __file__, emu.base_url, emu.model, str(ids_file), str(cache_dir), str(out)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 120
+            while counter.total < need * 0.4 and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert proc.poll() is None, "the client finished before it could be killed"
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        sent_before = counter.total
+        cache = open_request_cache(cache_dir)
+        stored = set(cache.iterkeys())
+        cache.close()
+        assert 0 < len(stored) <= sent_before < need
+        # resume in a fresh process
+        subprocess.run(cmd, check=True, timeout=300, capture_output=True)
+        answered = set(counter.counts)
+    resumed = json.loads(out.read_text())
+    # an answer that reached the cache is never requested again
+    assert counter.duplicates(among=stored) == 0
+    # only answers that were on the wire at the kill (never stored) may be asked twice
+    lost_in_flight = counter.duplicates()
+    assert lost_in_flight <= 8  # the client's concurrency
+    assert len(answered) == need  # every distinct request answered
+    with emulator() as emu:
+        assert resumed == asyncio.run(mini_ladder(make_engine(emu.base_url, {}), emu.model, texts_ids))
+    print(
+        f"kill-and-resume: killed after {sent_before} of {need} answers; stored {len(stored)}; "
+        f"duplicates of stored answers 0; re-sent in-flight {lost_in_flight}"
+    )
+
+
+def _client_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser()
+    for name in ("base_url", "model", "ids", "cache", "out"):
+        p.add_argument(name)
+    a = p.parse_args(argv)
+    texts_ids = json.loads(Path(a.ids).read_text())
+    cache = open_request_cache(a.cache)
+    eng = make_engine(a.base_url, cache, max_concurrency=8, timeout_s=30)
+    res = asyncio.run(mini_ladder(eng, a.model, texts_ids))
+    Path(a.out).write_text(json.dumps(res))
+    cache.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_client_main(sys.argv[1:]))
