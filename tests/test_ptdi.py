@@ -210,14 +210,17 @@ def test_ptdi_report_for_demo():
 
 
 # --------------------------------------------------------------------------- harness == select
-@pytest.mark.parametrize("member_share", [None, 0.2])
-def test_harness_trials_equal_select_on_the_same_split(member_share):
+@pytest.mark.parametrize(("member_share", "separate_cal"), [(None, False), (0.2, False), (None, True), (0.3, True)])
+def test_harness_trials_equal_select_on_the_same_split(member_share, separate_cal):
     """Every vectorised trial must reproduce ptdi.select on the same calibration/test split."""
     rng = np.random.default_rng(5)
     labels = (rng.random(161) < 0.4).astype(int)
     scores = rng.normal(0, 1, 161) + 1.5 * labels
     scores[:20] = np.round(scores[:20])  # some ties
-    batch = next(ev.split_batches(scores, labels, 30, np.random.default_rng(9), member_share))
+    cal = np.round(rng.normal(0, 1, 77), 1) if separate_cal else None
+    batch = next(ev.split_batches(scores, labels, 30, np.random.default_rng(9), member_share, calibration=cal))
+    if separate_cal:
+        assert batch.cal.shape == (30, 38) and np.isin(batch.cal, cal).all()
     alphas = [0.1, 0.3]
     res = ev.run_batch(batch, alphas)
     for t in range(30):
@@ -341,6 +344,12 @@ def test_cli_ptdi_eval_on_scores_and_simulation(score_files, tmp_path, capsys):
     assert {(r["method"], r["alpha"]) for r in rows} == {(m, a) for m in ptdi.METHODS for a in (0.1, 0.2)}
     assert all(r["trials"] == 50 for r in res) and all(0 <= r["fdr"] <= 1 and r["fdr_se"] >= 0 for r in rows)
     assert "subtraction" in capsys.readouterr().out
+
+    argv = ["ptdi-eval", "--scores", str(score_files["test"]), "--calibration", str(score_files["cal"])]
+    assert main([*argv, "--score", "min_k", "--trials", "20", "--out", str(out)]) == 0
+    res = json.loads((out / "ptdi_eval.json").read_text())
+    assert res[0]["calibration"] == "random half of 150 separate non-members" and res[0]["n_calibration_mean"] == 75
+    capsys.readouterr()
 
     assert main(["ptdi-eval", "--simulate", "2", "--trials", "20", "--n-test", "100", "--n-calibration", "80"]) == 0
     assert "simulation mu=2" in capsys.readouterr().out

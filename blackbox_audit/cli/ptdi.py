@@ -78,7 +78,7 @@ def read_scores(path: str | Path, score: str, what: str) -> ScoreFile:
     )
 
 
-def _require_label(f: ScoreFile, label: int, what: str) -> None:
+def require_label(f: ScoreFile, label: int, what: str) -> None:
     """Calibration must be known non-members, --members known members; refuse labelled mix-ups."""
     if f.labels is None:
         return
@@ -130,11 +130,11 @@ def run(args: argparse.Namespace) -> int:
     method = args.method or ("moment" if args.members else "subtraction")
     test = read_scores(args.test, args.score, "--test")
     cal = read_scores(args.calibration, args.score, "--calibration")
-    _require_label(cal, 0, "--calibration")
+    require_label(cal, 0, "--calibration")
     mem = None
     if args.members:
         mem = read_scores(args.members, args.score, "--members")
-        _require_label(mem, 1, "--members")
+        require_label(mem, 1, "--members")
     res = select(
         test.scores,
         cal.scores,

@@ -12,10 +12,10 @@ import argparse
 from typing import Any
 
 from blackbox_audit.cli.common import positive_int, prepare_out_dir
-from blackbox_audit.cli.ptdi import read_scores
+from blackbox_audit.cli.ptdi import read_scores, require_label
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, METHODS
-from blackbox_audit.methods.ptdi_eval import evaluate_scores, evaluate_simulation, format_table
+from blackbox_audit.methods.ptdi_eval import evaluate_scores, evaluate_simulation, format_markdown, format_table
 from blackbox_audit.reports import RunRecorder, write_json
 
 
@@ -49,6 +49,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--scores", help="labelled scores.jsonl (label 1 = member) from 'score'")
     src.add_argument("--simulate", type=float, metavar="MU", help="simulate: members ~ N(MU,1), non-members ~ N(0,1)")
     p.add_argument("--score", help="score field to evaluate (required with --scores), e.g. min_k")
+    p.add_argument(
+        "--calibration",
+        help="separate known non-members (scores.jsonl): each trial calibrates on a random half of them "
+        "instead of on the non-members of half A",
+    )
     p.add_argument("--alphas", type=_floats, default=[0.05, 0.1, 0.2], help="FDR levels (default 0.05,0.1,0.2)")
     p.add_argument("--trials", type=positive_int, default=1000, help="random splits / draws (default 1000)")
     p.add_argument(
@@ -66,6 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--n-calibration", type=positive_int, default=500, help="calibration non-members (default 500)")
     g.add_argument("--n-test", type=positive_int, default=500, help="test texts (default 500)")
     g.add_argument("--n-members", type=positive_int, default=200, help="known members for moment (default 200)")
+    p.add_argument("--markdown", action="store_true", help="print Markdown tables (for notes) instead of text")
     p.add_argument("--out", help="folder for ptdi_eval.json and run.json (optional)")
     p.set_defaults(func=run)
 
@@ -79,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
         f = read_scores(args.scores, args.score, "--scores")
         if f.labels is None:
             raise UserError(f"{f.path} lacks a 0/1 label on some rows", "ptdi-eval needs a fully labelled scores.jsonl")
+        cal = None
+        if args.calibration:
+            cal_file = read_scores(args.calibration, args.score, "--calibration")
+            require_label(cal_file, 0, "--calibration")
+            cal = cal_file.scores
         for share in args.member_share or [None]:
             results.append(
                 evaluate_scores(
@@ -90,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
                     member_share=share,
                     seed=args.seed,
                     methods=args.methods,
+                    calibration=cal,
                 )
             )
             results[-1]["score"] = args.score
@@ -114,12 +126,12 @@ def run(args: argparse.Namespace) -> int:
             head = f"simulation mu={r['mu']:g}, member share {r['member_share']:g}"
         else:
             share = "as in the data" if r["member_share"] is None else f"{r['member_share']:g}"
-            head = f"{args.scores} [{r['score']}], member share {share}"
+            head = f"{args.scores} [{r['score']}], member share {share}, calibration: {r['calibration']}"
         print(
             f"{head}: {r['trials']} trials, mean calibration size {r['n_calibration_mean']:.1f}, "
             f"mean test size {r['n_test_mean']:.1f}, true non-member share {r['true_theta_mean']:.3f}"
         )
-        print(format_table(r))
+        print(format_markdown(r) if args.markdown else format_table(r))
         print()
     if args.out:
         out_dir = prepare_out_dir(args.out)

@@ -160,6 +160,7 @@ def split_batches(
     rng: np.random.Generator,
     member_share: float | None = None,
     chunk: int = CHUNK,
+    calibration: np.ndarray | None = None,
 ) -> Iterator[TrialBatch]:
     """App. E.1 splits of one labelled score set, ``chunk`` trials at a time.
 
@@ -167,6 +168,8 @@ def split_batches(
     halves members and non-members separately (stratified), so every trial's half B holds the
     same counts and one test size fits all trials; it then keeps ``k`` random members and
     ``m - k`` random non-members of half B (see :func:`share_test_size`).
+    With a separate ``calibration`` set of known non-members, each trial calibrates on a random
+    half of it instead of on half A's non-members (half A then only supplies known members).
     """
     scores = np.asarray(scores, dtype=np.float64)
     is_mem = np.asarray(labels).astype(bool)
@@ -199,9 +202,14 @@ def split_batches(
             keep = (col < test_size - k_mem) | ((col >= b0) & (col < b0 + k_mem))
             test_ok = np.broadcast_to(keep, b.shape).copy()
         a_mem = is_mem[a]
+        if calibration is None:
+            cal, cal_ok = scores[a], ~a_mem
+        else:
+            half_c = np.argsort(rng.random((t, calibration.size)), axis=1)[:, : max(calibration.size // 2, 1)]
+            cal, cal_ok = calibration[half_c], np.ones(half_c.shape, dtype=bool)
         yield TrialBatch(
-            cal=scores[a],
-            cal_ok=~a_mem,
+            cal=cal,
+            cal_ok=cal_ok,
             test=scores[b],
             test_ok=test_ok,
             test_labels=is_mem[b].astype(np.int64),
@@ -333,9 +341,14 @@ def evaluate_scores(
     seed: int = 0,
     methods: Sequence[str] = METHODS,
     progress: bool = True,
+    calibration: Sequence[float] | np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """App. E.1 evaluation of one labelled score set (scores higher = member, labels 1 = member)."""
+    """App. E.1 evaluation of one labelled score set (scores higher = member, labels 1 = member).
+
+    ``calibration``: optional separate known non-members (see :func:`split_batches`).
+    """
     arr = _check_scores(scores, "scores", min_size=4)
+    cal = None if calibration is None else _check_scores(calibration, "calibration scores", min_size=2)
     lab = np.asarray(labels)
     if lab.shape != arr.shape or not np.isin(lab, (0, 1)).all():
         raise UserError("ptdi-eval needs a 0/1 label for every score", "use a scores file with labels on every row")
@@ -350,7 +363,7 @@ def evaluate_scores(
         raise UserError(f"member share must be in [0, 1], got {member_share}", "pass e.g. --member-share 0.1")
     rng = np.random.default_rng(seed)
     out = evaluate(
-        split_batches(arr, lab, trials, rng, member_share),
+        split_batches(arr, lab, trials, rng, member_share, calibration=cal),
         alphas,
         lam=lam,
         methods=methods,
@@ -358,6 +371,7 @@ def evaluate_scores(
         progress=progress,
     )
     out.update({"mode": "split", "member_share": member_share, "seed": seed, "n_texts": int(arr.size)})
+    out["calibration"] = "half A non-members" if cal is None else f"random half of {cal.size} separate non-members"
     return out
 
 
@@ -395,6 +409,26 @@ def evaluate_simulation(
         }
     )
     return out
+
+
+def format_markdown(result: dict[str, Any]) -> str:
+    """Markdown table of one :func:`evaluate` result, one row per alpha, FDR and power per method."""
+    methods = list(dict.fromkeys(r["method"] for r in result["results"]))
+    by = {(r["method"], r["alpha"]): r for r in result["results"]}
+    alphas = list(dict.fromkeys(r["alpha"] for r in result["results"]))
+
+    def cell(v: float | None, se: float | None) -> str:
+        return "n/a" if v is None else f"{v:.3f} ± {se or 0:.3f}"
+
+    head = "| α | " + " | ".join(f"FDR {m} | power {m}" for m in methods) + " |"
+    lines = [head, "|" + "---|" * (1 + 2 * len(methods))]
+    for a in alphas:
+        cells = []
+        for m in methods:
+            r = by[(m, a)]
+            cells += [cell(r["fdr"], r["fdr_se"]), cell(r["power"], r["power_se"])]
+        lines.append(f"| {a:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def format_table(result: dict[str, Any]) -> str:
