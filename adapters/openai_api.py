@@ -1,0 +1,43 @@
+"""``openai:MODEL``: the OpenAI API (chat completions, or legacy completions for models that
+serve them, e.g. ``davinci-002`` — the probe decides, never the name).
+
+Tokenizer: tiktoken's model table, loaded offline (``adapters.tokenizers``). The API key is
+read from ``OPENAI_API_KEY`` (or the variable named by ``api_key_env``) or an explicit
+``api_key`` option; it is sent only in the Authorization header, never cached or logged.
+``base_url`` (option or ``OPENAI_BASE_URL``) points the same adapter at a proxy.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from blackbox_audit.errors import UserError
+
+from .api_common import ApiTarget, LoopThread, build_api_target
+from .tokenizers import load_token_table
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+def load_openai(model: str, **options: Any) -> ApiTarget:
+    """Factory for ``openai:MODEL``."""
+    if not model:
+        raise UserError("no model in target 'openai:'", "write openai:MODEL, e.g. openai:gpt-4o-mini")
+    key_env = options.get("api_key_env") or "OPENAI_API_KEY"
+    api_key = options.get("api_key") or os.environ.get(key_env)
+    if not api_key:
+        raise UserError(f"no API key: {key_env} is not set", f"export {key_env}=sk-... (or pass --api-key-env NAME)")
+    base_url = options.get("base_url") or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    table = load_token_table(options.get("tokenizer"), model=model)
+    return build_api_target(
+        kind="openai",
+        name=f"openai:{model}",
+        base_url=base_url,
+        model=model,
+        table=table,
+        api_key=api_key,
+        loop=LoopThread(),
+        extra_engines=[],
+        options=options,
+    )

@@ -1,0 +1,202 @@
+"""Determine an endpoint's logprob/bias semantics with a handful of requests (SPEC §1 probe).
+
+Never decided from a model's name: every field of the resulting ``Semantics`` comes from an
+observed answer, and the observation is kept as evidence (printed by ``blackbox-audit probe``
+and stored in the target's ``describe()``). All requests go through the cache-first engine,
+so probing the same target again costs nothing.
+
+Checks, in order: which API answers (completions vs chat); token-id prompts; whether logprobs
+are refused (403); the top-n cap; integer-only bias (a 0.5 bias → 400); bias-reflecting (+3
+on the 3rd-ranked token: its logprob relative to the top-1 rises by ≈3); forced token and
+argmax movement (the cap on a token outside the top-n: emitted? with a real logprob below
+lp_n?); echo and its position offset (compared with a plain request at the same context);
+determinism (the same request twice, made distinct by the ``user`` field).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from blackbox_audit.engine import ProviderError, RequestEngine
+
+from .api_common import ApiOracle, Conditioning
+from .recovery import Answer, Semantics, _clean
+from .tokenizers import TokenTable
+
+PROBE_TEXT = (
+    "The committee met on Tuesday to review the annual budget, and after a long discussion "
+    "the members agreed to postpone the vote until the following week."
+)
+TOP_N_CANDIDATES = (20, 10, 5, 1)
+
+
+class NoLogprobs(Exception):
+    """The endpoint refuses logprobs (reasoning models answer HTTP 403)."""
+
+
+@dataclass
+class ProbeReport:
+    api: str
+    id_prompts: bool
+    semantics: Semantics | None  # None: no logprobs at all
+    evidence: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "api": self.api,
+            "id_prompts": self.id_prompts,
+            "semantics": None if self.semantics is None else self.semantics.to_json(),
+            "evidence": self.evidence,
+        }
+
+
+async def _try(engine: RequestEngine, path: str, body: dict[str, Any]) -> tuple[dict[str, Any] | None, int | None]:
+    try:
+        return await engine.post_json(path, body), None
+    except ProviderError as exc:
+        return None, exc.status
+
+
+async def probe_endpoint(
+    engine: RequestEngine,
+    model: str,
+    table: TokenTable,
+    *,
+    api: str = "auto",
+    system: str | None = None,
+    user_template: str = "{prefix}",
+    bias_cap: float = 100.0,
+) -> ProbeReport:
+    """Run the checks of the module docstring; returns the report (evidence included)."""
+    ev: list[str] = []
+    ids = table.encode(PROBE_TEXT)
+    ctx = ids[:4]
+    # 1) which API
+    if api == "auto":
+        data, status = await _try(
+            engine, "/completions", {"model": model, "prompt": table.decode(ctx), "max_tokens": 1, "temperature": 0}
+        )
+        api = "completions" if data is not None else "chat"
+        ev.append(f"/completions answered {'200' if data is not None else status}: using the {api} API")
+    # 2) token-id prompts
+    id_prompts = False
+    if api == "completions":
+        data, status = await _try(
+            engine, "/completions", {"model": model, "prompt": list(ctx), "max_tokens": 1, "temperature": 0}
+        )
+        id_prompts = data is not None
+        ev.append(f"token-id prompt: {'accepted' if id_prompts else f'refused (HTTP {status})'}")
+    cond = Conditioning(api=api, system=system, user_template=user_template, id_prompts=id_prompts)
+    path = "/chat/completions" if api == "chat" else "/completions"
+    # 3) logprobs allowed? top-n cap
+    top_n = 0
+    base: Answer | None = None
+    for n in TOP_N_CANDIDATES:
+        oracle = ApiOracle(engine, model, table, cond, n)
+        data, status = await _try(engine, path, oracle.body(ctx, {}))
+        if status == 403:
+            ev.append("logprobs refused with HTTP 403: only text-only methods can audit this target")
+            return ProbeReport(api, id_prompts, None, ev)
+        if data is not None:
+            top_n, base = n, oracle.parse(data, {})
+            ev.append(f"top-n cap: {n} accepted" + (f" ({TOP_N_CANDIDATES[0]} refused)" if n != 20 else ""))
+            break
+    if base is None or len(base.top) < 3:
+        ev.append("no usable top-n list in the answer")
+        return ProbeReport(api, id_prompts, None, ev)
+    oracle = ApiOracle(engine, model, table, cond, top_n)
+    ranked = sorted(base.top, key=base.top.__getitem__, reverse=True)
+    r, third = ranked[0], ranked[2]
+    lp_n = base.floor if base.floor is not None else min(base.top.values())
+    # 4) integer-only bias
+    data, status = await _try(engine, path, oracle.body(ctx, {third: 0.5}))
+    integer_bias = data is None and status == 400
+    ev.append(f"fractional bias 0.5: {'refused (HTTP 400): integer-only' if integer_bias else 'accepted'}")
+    # 5) bias-reflecting
+    delta = 3
+    refl = oracle.parse((await engine.post_json(path, oracle.body(ctx, {third: delta}))), {third: delta})
+    bias_reflecting = False
+    if third in refl.top and r in refl.top:
+        rise = (refl.top[third] - refl.top[r]) - (base.top[third] - base.top[r])
+        bias_reflecting = abs(rise - delta) < 0.5
+        ev.append(f"+{delta} on rank-3 token: its logprob relative to the top-1 moved by {rise:+.3f}")
+    elif not refl.top:
+        ev.append(f"+{delta} on rank-3 token: the answer carries no logprobs under a bias")
+    else:
+        ev.append(f"+{delta} on rank-3 token: reference tokens missing from the biased list")
+    # 6) forced token / argmax movement on a token outside the top-n
+    outside = next((t for t in ids[4:] + list(range(table.vocab_size)) if t not in base.top), None)
+    forced_token = argmax_moves = False
+    if outside is not None:
+        cap = int(bias_cap)
+        ans = oracle.parse(await engine.post_json(path, oracle.body(ctx, {outside: cap})), {outside: cap})
+        argmax_moves = ans.emitted == outside
+        elp = _clean(ans.emitted_logprob)
+        forced_token = argmax_moves and elp is not None and elp < lp_n and not bias_reflecting
+        shown = "none" if ans.emitted_logprob is None else f"{ans.emitted_logprob:.4f}"
+        ev.append(
+            f"+{cap} on a token outside the top-{top_n}: emitted {'it' if argmax_moves else 'another token'}, "
+            f"reported logprob {shown} (lp_n = {lp_n:.4f})" + ("; forced-token endpoint" if forced_token else "")
+        )
+    # 7) echo and its offset
+    echo, offset = False, 0
+    if api == "completions":
+        text_ids = ids[:6]
+        data, status = await _try(engine, path, oracle.body(text_ids, {}, echo=True, max_tokens=0))
+        if data is None:
+            ev.append(f"echo with logprobs: refused (HTTP {status})")
+        else:
+            plain = oracle.parse(await engine.post_json(path, oracle.body(text_ids[:2], {})), {})
+            want = max(plain.top.values()) if plain.top else None
+            lp_obj = ((data.get("choices") or [{}])[0]).get("logprobs") or {}
+            tops = lp_obj.get("top_logprobs") or []
+
+            def top1(k: int) -> float | None:
+                return max(tops[k].values()) if k < len(tops) and tops[k] else None
+
+            # position 2 (context = first two tokens): entry 2 if aligned, entry 1 if shifted
+            if want is not None and top1(2) is not None and abs(top1(2) - want) < 1e-4 and top1(0) is None:
+                echo, offset = True, 0
+            elif want is not None and top1(1) is not None and abs(top1(1) - want) < 1e-4:
+                echo, offset = True, 1
+            ev.append(
+                "echo with logprobs: "
+                + (f"usable, position offset {offset}" if echo else "answered but does not match plain requests")
+            )
+    # 8) determinism
+    a = oracle.parse(await engine.post_json(path, oracle.body(ctx, {}, user="blackbox-audit-probe-1")), {})
+    b = oracle.parse(await engine.post_json(path, oracle.body(ctx, {}, user="blackbox-audit-probe-2")), {})
+    same = a.emitted == b.emitted and a.top.keys() == b.top.keys()
+    same = same and all(abs(a.top[k] - b.top[k]) < 1e-6 for k in a.top)
+    ev.append(f"same request twice: {'identical' if same else 'different answers (non-deterministic)'}")
+    sem = Semantics(
+        top_n=top_n,
+        bias_reflecting=bias_reflecting,
+        forced_token=forced_token,
+        argmax_moves=argmax_moves,
+        integer_bias=integer_bias,
+        bias_cap=bias_cap,
+        deterministic=same,
+        echo=echo,
+        echo_offset=offset,
+    )
+    return ProbeReport(api, id_prompts, sem, ev)
+
+
+def ladder_summary(sem: Semantics | None) -> str:
+    """The strategies the ladder will use, in words."""
+    if sem is None:
+        return "no logprobs: the ladder cannot run"
+    steps = ["cache"]
+    if sem.echo:
+        steps.append(f"echo (offset {sem.echo_offset})")
+    steps.append(f"top-{sem.top_n} hit")
+    if sem.bias_reflecting:
+        steps.append("bias-reflecting")
+    if sem.forced_token:
+        steps.append("forced token")
+    if sem.argmax_moves:
+        steps.append("argmax bisection" + (" (integer biases + reference refinement)" if sem.integer_bias else ""))
+    steps.append("bounded")
+    return " → ".join(steps)

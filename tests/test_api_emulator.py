@@ -1,0 +1,157 @@
+"""API adapters end to end against the provider emulator (tiny model backend, real HTTP).
+
+For every emulator profile: the probe identifies its semantics from answers alone, and the
+recovered logprobs equal the backend's exact values (exact strategies ≤ 1e-4, bisection
+within its reported error bound), on texts whose tokens mostly miss the top-n.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from blackbox_audit.adapters import load_target
+from blackbox_audit.fixtures.emulator import chat_prompt_ids, run_emulator
+
+from blackbox_audit.errors import CapabilityError
+from blackbox_audit.types import Status, Strategy
+
+TEXTS = [
+    "The Congress shall have power to lay and collect taxes, duties, imposts and excises.",
+    "Naïve café owners in Zürich paid 12,500 francs — a record ☃ for the year.",
+]
+
+
+def exact_for(emu, tiny, target, rec):
+    ids = [int(x) for x in (*rec.context_ids, *rec.token_ids)]
+    if target.cond.api == "chat":
+        out = []
+        for i in range(len(rec.context_ids), len(ids)):
+            ctx = chat_prompt_ids(tiny.tokenize, target.cond.messages(target.decode(ids[:i])))
+            out.append(emu.exact(ctx, [ids[i]])[0])
+        return np.array(out)
+    return emu.exact_sequence(ids)[len(rec.context_ids) - 1 :]
+
+
+def check_records(emu, tiny, target, recs, *, exact_tol=1e-4):
+    for rec in recs:
+        ex = exact_for(emu, tiny, target, rec)
+        err = np.abs(rec.logprobs - ex)
+        for j, (st, strat) in enumerate(zip(rec.status, rec.strategy, strict=True)):
+            if st == Status.EXACT:
+                assert err[j] <= exact_tol, (strat, err[j])
+            elif st == Status.RECOVERED:
+                assert err[j] <= rec.error_bound[j] + 1e-5, (strat, err[j], rec.error_bound[j])
+            else:
+                assert rec.logprobs[j] >= ex[j] - 1e-5  # an upper bound
+    return np.concatenate([np.abs(r.logprobs - exact_for(emu, tiny, target, r)) for r in recs])
+
+
+@pytest.fixture(scope="module")
+def load(tiny_lm_dir):
+    made = []
+
+    def _load(emu, **opts):
+        t = load_target(emu.target_spec, tokenizer=str(tiny_lm_dir), **opts)
+        made.append(t)
+        return t
+
+    yield _load
+    for t in made:
+        t.close()
+
+
+def test_forced_token_profile(tiny_target, load):
+    with run_emulator(tiny_target, "forced-token") as emu:
+        t = load(emu)
+        s = t.sem
+        assert (s.forced_token, s.echo, s.echo_offset, s.bias_reflecting, s.top_n) == (True, True, 1, False, 5)
+        recs = t.token_logprobs(TEXTS, progress=False)
+        check_records(emu, tiny_target, t, recs)
+        n = sum(len(r) for r in recs)
+        assert all(st == Status.EXACT for r in recs for st in r.status)
+        assert emu.stats()["requests"] <= n + len(TEXTS) + 15  # probe + echo + ≤1 per position
+
+
+def test_legacy_echo_profile_one_request_per_text(tiny_target, load):
+    with run_emulator(tiny_target, "openai-legacy-echo") as emu:
+        t = load(emu)
+        assert t.sem.echo and t.sem.echo_offset == 0 and t.sem.integer_bias
+        emu.reset()
+        recs = t.token_logprobs(TEXTS, progress=False)
+        check_records(emu, tiny_target, t, recs)
+        assert all(s == Strategy.ECHO for r in recs for s in r.strategy)
+        assert emu.stats()["requests"] == len(TEXTS)
+
+
+def test_bias_reflecting_profile(tiny_target, load):
+    with run_emulator(tiny_target, "bias-reflecting") as emu:
+        t = load(emu)
+        assert t.sem.bias_reflecting and not t.sem.forced_token and not t.sem.echo
+        emu.reset()
+        recs = t.token_logprobs(TEXTS, progress=False)
+        check_records(emu, tiny_target, t, recs)
+        n = sum(len(r) for r in recs)
+        assert all(s == Strategy.BIAS_REFLECTING for r in recs for s in r.strategy)
+        assert emu.stats()["requests"] <= 1.05 * n
+
+
+def test_openai_chat_profile_integer_bias(tiny_target, load):
+    with run_emulator(tiny_target, "openai-chat") as emu:
+        t = load(emu)
+        s = t.sem
+        assert t.cond.api == "chat" and s.top_n == 20 and s.integer_bias and s.argmax_moves
+        assert not s.forced_token and not s.bias_reflecting  # -9999 sentinel is not a value
+        recs = t.token_logprobs(TEXTS[:1], progress=False)
+        check_records(emu, tiny_target, t, recs)
+        assert any(s == Strategy.BISECTION for r in recs for s in r.strategy)
+
+
+@pytest.mark.parametrize("profile", ["openai-chat", "argmax-only"])
+def test_bisection_reaches_eps_with_fractional_bias(tiny_target, load, profile):
+    with run_emulator(tiny_target, profile, strict_bias=False) as emu:
+        t = load(emu, eps=0.01)
+        assert not t.sem.integer_bias and t.sem.argmax_moves and not t.sem.forced_token
+        recs = t.token_logprobs(TEXTS[:1], progress=False)
+        errs = check_records(emu, tiny_target, t, recs)
+        assert errs.max() <= 0.005 + 1e-5
+        assert sum(s == Strategy.BISECTION for s in recs[0].strategy) >= len(recs[0]) // 2
+
+
+def test_no_logprobs_403(tiny_target, load):
+    with run_emulator(tiny_target, "no-logprobs-403") as emu:
+        t = load(emu)
+        assert t.sem is None and any("403" in e for e in t.probe_evidence)
+        with pytest.raises(CapabilityError):
+            t.token_logprobs(TEXTS, progress=False)
+        assert isinstance(t.generate(["Hello"], max_new_tokens=3)[0], str)
+
+
+def test_noise_is_detected(tiny_target, load):
+    with run_emulator(tiny_target, "forced-token", noise=0.05, seed=1) as emu:
+        t = load(emu)
+        assert t.sem.deterministic is False
+
+
+def test_cached_target_reuses_answers(tiny_target, load, tmp_path):
+    from blackbox_audit.cache import CachedTarget, open_cache
+
+    with run_emulator(tiny_target, "bias-reflecting") as emu:
+        cache = open_cache(tmp_path / "c")
+        t = CachedTarget(load(emu, cache=cache), cache)
+        first = t.token_logprobs(TEXTS[:1], progress=False)
+        emu.reset()
+        again = t.token_logprobs(TEXTS[:1], progress=False)
+        assert emu.stats()["requests"] == 0
+        np.testing.assert_array_equal(first[0].logprobs, again[0].logprobs)
+        assert "requests_sent" in t.usage()
+        cache.close()
+
+
+def test_conditional_logprobs(tiny_target, load):
+    with run_emulator(tiny_target, "forced-token") as emu:
+        t = load(emu)
+        rec = t.conditional_logprobs("Question: who pays?", ["The people pay."], progress=False)[0]
+        ids = [int(x) for x in (*rec.context_ids, *rec.token_ids)]
+        ex = emu.exact_sequence(ids)[len(rec.context_ids) - 1 :]
+        assert len(rec) == len(t.tokenize("The people pay."))
+        np.testing.assert_allclose(rec.logprobs, ex, atol=1e-4)
