@@ -178,6 +178,10 @@ def test_openai_chat_top20_order_and_greedy(target):
         assert _chat(c, emu, max_tokens=1).json()["choices"][0]["logprobs"] is None
         zero = _chat(c, emu, max_tokens=1, logprobs=True, top_logprobs=0).json()["choices"][0]["logprobs"]
         assert zero["content"][0]["top_logprobs"] == []
+        eos = {str(target.tokenizer.eos_token_id): 100}
+        stop = _chat(c, emu, max_tokens=4, logprobs=True, logit_bias=eos).json()["choices"][0]
+        assert stop["finish_reason"] == "stop" and stop["message"]["content"] == ""
+        assert stop["logprobs"]["content"] == []
 
 
 def test_openai_chat_bias_and_sentinel(target):
@@ -314,6 +318,11 @@ def test_forced_token_echo_is_shifted_like_llama_cpp(target):
         # max_tokens=0: every prompt token is evaluated, so all L are listed
         z = _complete(c, emu, prompt=ids, max_tokens=0, logprobs=1, echo=True).json()["choices"][0]["logprobs"]
         assert len(z["tokens"]) == L
+        # EOS chosen at once: nothing generated, nothing reported for it, every prompt token listed
+        eos = target.tokenizer.eos_token_id
+        e = _complete(c, emu, prompt=ids, max_tokens=3, logprobs=1, echo=True, logit_bias={str(eos): 100}).json()
+        assert e["choices"][0]["finish_reason"] == "stop" and e["usage"]["completion_tokens"] == 0
+        assert len(e["choices"][0]["logprobs"]["tokens"]) == L and e["choices"][0]["text"] == PROMPT
 
 
 def test_no_logprobs_403(target):
