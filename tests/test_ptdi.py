@@ -351,7 +351,11 @@ def test_cli_ptdi_eval_on_scores_and_simulation(score_files, tmp_path, capsys):
     assert res[0]["calibration"] == "random half of 150 separate non-members" and res[0]["n_calibration_mean"] == 75
     capsys.readouterr()
 
-    assert main(["ptdi-eval", "--simulate", "2", "--trials", "20", "--n-test", "100", "--n-calibration", "80"]) == 0
-    assert "simulation mu=2" in capsys.readouterr().out
+    argv = ["ptdi-eval", "--simulate", "2,3", "--trials", "20", "--n-test", "100", "--n-calibration", "80"]
+    assert main([*argv, "--member-share", "0.1,0.5", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "simulation mu=2" in out and "simulation mu=3, member share 0.5" in out
+    table = [line for line in out.splitlines() if line.startswith("| mu=")]
+    assert len(table) == 2 * 2 * 3 and table[0].startswith("| mu=2, share 0.1 | 0.05 |")
     assert main(["ptdi-eval", "--scores", str(score_files["test_unlabelled"]), "--score", "min_k"]) == 2
     assert "label" in capsys.readouterr().err

@@ -47,7 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--scores", help="labelled scores.jsonl (label 1 = member) from 'score'")
-    src.add_argument("--simulate", type=float, metavar="MU", help="simulate: members ~ N(MU,1), non-members ~ N(0,1)")
+    src.add_argument(
+        "--simulate",
+        type=_floats,
+        metavar="MU[,MU...]",
+        help="simulate: members ~ N(MU,1), non-members ~ N(0,1); several MUs run one setting each",
+    )
     p.add_argument("--score", help="score field to evaluate (required with --scores), e.g. min_k")
     p.add_argument(
         "--calibration",
@@ -71,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--n-calibration", type=positive_int, default=500, help="calibration non-members (default 500)")
     g.add_argument("--n-test", type=positive_int, default=500, help="test texts (default 500)")
     g.add_argument("--n-members", type=positive_int, default=200, help="known members for moment (default 200)")
-    p.add_argument("--markdown", action="store_true", help="print Markdown tables (for notes) instead of text")
+    p.add_argument("--markdown", action="store_true", help="print one Markdown table of all settings (for notes)")
     p.add_argument("--out", help="folder for ptdi_eval.json and run.json (optional)")
     p.set_defaults(func=run)
 
@@ -106,21 +111,22 @@ def run(args: argparse.Namespace) -> int:
             )
             results[-1]["score"] = args.score
     else:
-        for share in args.member_share or [0.3]:
-            results.append(
-                evaluate_simulation(
-                    args.alphas,
-                    mu=args.simulate,
-                    member_share=share,
-                    trials=args.trials,
-                    n_calibration=args.n_calibration,
-                    n_test=args.n_test,
-                    n_members=args.n_members,
-                    lam=args.lam,
-                    seed=args.seed,
-                    methods=args.methods,
+        for mu in args.simulate:
+            for share in args.member_share or [0.3]:
+                results.append(
+                    evaluate_simulation(
+                        args.alphas,
+                        mu=mu,
+                        member_share=share,
+                        trials=args.trials,
+                        n_calibration=args.n_calibration,
+                        n_test=args.n_test,
+                        n_members=args.n_members,
+                        lam=args.lam,
+                        seed=args.seed,
+                        methods=args.methods,
+                    )
                 )
-            )
     for r in results:
         if r["mode"] == "simulation":
             head = f"simulation mu={r['mu']:g}, member share {r['member_share']:g}"
@@ -131,8 +137,11 @@ def run(args: argparse.Namespace) -> int:
             f"{head}: {r['trials']} trials, mean calibration size {r['n_calibration_mean']:.1f}, "
             f"mean test size {r['n_test_mean']:.1f}, true non-member share {r['true_theta_mean']:.3f}"
         )
-        print(format_markdown(r) if args.markdown else format_table(r))
-        print()
+        if not args.markdown:
+            print(format_table(r))
+            print()
+    if args.markdown:
+        print(format_markdown(results))
     if args.out:
         out_dir = prepare_out_dir(args.out)
         write_json(out_dir / "ptdi_eval.json", results)

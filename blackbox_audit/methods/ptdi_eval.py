@@ -411,23 +411,31 @@ def evaluate_simulation(
     return out
 
 
-def format_markdown(result: dict[str, Any]) -> str:
-    """Markdown table of one :func:`evaluate` result, one row per alpha, FDR and power per method."""
-    methods = list(dict.fromkeys(r["method"] for r in result["results"]))
-    by = {(r["method"], r["alpha"]): r for r in result["results"]}
-    alphas = list(dict.fromkeys(r["alpha"] for r in result["results"]))
+def setting_label(result: dict[str, Any]) -> str:
+    """Short name of one evaluation setting, e.g. ``mu=2, share 0.3`` or ``min_k, share data``."""
+    share = "data" if result.get("member_share") is None else f"{result['member_share']:g}"
+    what = f"mu={result['mu']:g}" if result["mode"] == "simulation" else str(result.get("score", "scores"))
+    return f"{what}, share {share}"
+
+
+def format_markdown(results: Sequence[dict[str, Any]]) -> str:
+    """One Markdown table for several :func:`evaluate` results: a row per setting and alpha."""
 
     def cell(v: float | None, se: float | None) -> str:
         return "n/a" if v is None else f"{v:.3f} ± {se or 0:.3f}"
 
-    head = "| α | " + " | ".join(f"FDR {m} | power {m}" for m in methods) + " |"
-    lines = [head, "|" + "---|" * (1 + 2 * len(methods))]
-    for a in alphas:
-        cells = []
-        for m in methods:
-            r = by[(m, a)]
-            cells += [cell(r["fdr"], r["fdr_se"]), cell(r["power"], r["power_se"])]
-        lines.append(f"| {a:g} | " + " | ".join(cells) + " |")
+    methods = list(dict.fromkeys(r["method"] for res in results for r in res["results"]))
+    head = ["setting", "α", *(f"FDR {m}" for m in methods), *(f"power {m}" for m in methods), "mean θ/θ̂ " + methods[0]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for res in results:
+        by = {(r["method"], r["alpha"]): r for r in res["results"]}
+        for a in dict.fromkeys(r["alpha"] for r in res["results"]):
+            row = [setting_label(res), f"{a:g}"]
+            row += [cell(by[(m, a)]["fdr"], by[(m, a)]["fdr_se"]) for m in methods]
+            row += [cell(by[(m, a)]["power"], by[(m, a)]["power_se"]) for m in methods]
+            ratio = by[(methods[0], a)]["theta_over_theta_hat"]
+            row.append("n/a" if ratio is None else f"{ratio:.3f}")
+            lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
