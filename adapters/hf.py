@@ -26,7 +26,6 @@ import hashlib
 import importlib.util
 import json
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -119,11 +118,19 @@ def _resolve_dtype(dtype: Any):
     return names[str(dtype)]
 
 
-def _log1mexp(logp):
-    """log(1 - exp(logp)) for logp <= 0, stable at both ends (Mächler 2012)."""
+def _log1m_p(logp):
+    """log(1 - p_v) per entry of fp32 log-probs [T, V], accurate even when p_v -> 1.
+
+    Below p = 0.5 ``log1p(-p)`` is exact. Only the argmax can exceed 0.5, and there fp32
+    ``logp`` may already be 0 (p rounds to 1), so its ``log(1 - p)`` is taken as the
+    logsumexp of all *other* entries, which are exact in fp32.
+    """
     import torch
 
-    return torch.where(logp > -math.log(2.0), torch.log(-torch.expm1(logp)), torch.log1p(-torch.exp(logp)))
+    out = torch.log1p(-logp.exp().clamp_max(0.5))
+    top = logp.argmax(-1, keepdim=True)
+    others = logp.scatter(-1, top, float("-inf")).logsumexp(-1, keepdim=True)
+    return out.scatter(-1, top, others)
 
 
 def _full_moments(logp) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -135,9 +142,7 @@ def _full_moments(logp) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     safe_logp = torch.where(p > 0, logp, torch.zeros_like(logp))
     mean = (p * safe_logp).sum(-1)
     var = (p * (safe_logp - mean[:, None]) ** 2).sum(-1).clamp_min(0)
-    l1m = _log1mexp(logp.clamp_max(0))
-    l1m = torch.where(torch.isfinite(l1m), l1m, torch.full_like(l1m, torch.finfo(l1m.dtype).min))
-    s = (p * l1m).sum(-1)
+    s = (p * _log1m_p(logp)).sum(-1)
     as_np = lambda t: t.double().cpu().numpy()  # noqa: E731
     return as_np(mean), as_np(var.sqrt()), as_np(s)
 
