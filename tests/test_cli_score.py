@@ -178,3 +178,14 @@ def test_smollm2_on_shipped_wikimia_slice(smollm2_target, tmp_path, capsys, monk
     assert run["tokens_scored"] == sum(r["n_tokens"] for r in rows)
     assert "torch" in run["versions"] and "transformers" in run["versions"]
     assert "auc" in stdout
+
+
+def test_reference_score_with_same_model_is_zero(tiny_lm_dir, labelled_data, tmp_path, capsys) -> None:
+    target = f"hf:{tiny_lm_dir}"
+    argv = ["score", "--target", target, "--reference", target, "--data", str(labelled_data), "--scores", "reference"]
+    rc, _, err = run_cli([*argv, "--out", str(tmp_path / "r"), "--no-cache"], capsys)
+    assert rc == 0, err
+    rows = read_jsonl(tmp_path / "r" / "scores.jsonl")
+    assert [r["reference"] for r in rows] == pytest.approx([0.0] * 12, abs=1e-6)
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert run["reference"]["cache"]["misses"] == 12
