@@ -50,8 +50,12 @@ def to_paper_scores(scores: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- validation
-def _check_scores(values: Sequence[float] | np.ndarray, what: str, *, min_size: int = 1) -> np.ndarray:
-    arr = np.asarray(values, dtype=np.float64)
+def check_scores(values: Sequence[float] | np.ndarray, what: str, *, min_size: int = 1) -> np.ndarray:
+    """Flat float64 array of ``values``; empty, too short or NaN/inf input is a ``UserError``."""
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise UserError(f"{what} must be numbers", "pass one numeric score per text") from None
     if arr.ndim != 1:
         raise UserError(f"{what} must be a flat list of numbers, got shape {arr.shape}", "pass one score per text")
     if arr.size < min_size:
@@ -68,10 +72,15 @@ def _check_scores(values: Sequence[float] | np.ndarray, what: str, *, min_size: 
     return arr
 
 
-def _check_level(value: float, name: str, flag: str) -> float:
-    if not (isinstance(value, int | float) and math.isfinite(value) and 0.0 < value < 1.0):
+def check_level(value: float, name: str, flag: str) -> float:
+    """``value`` as a float strictly inside (0, 1) (alpha, lambda), else a ``UserError`` naming ``flag``."""
+    try:
+        level = float(value)
+    except (TypeError, ValueError):
+        level = math.nan
+    if isinstance(value, bool) or not (math.isfinite(level) and 0.0 < level < 1.0):
         raise UserError(f"{name} must be strictly between 0 and 1, got {value!r}", f"pass e.g. {flag} 0.1")
-    return float(value)
+    return level
 
 
 # --------------------------------------------------------------------------- p-values
@@ -271,10 +280,10 @@ def select(
     """
     if method not in METHODS:
         raise UserError(f"unknown PTDI method {method!r}", f"use one of {', '.join(METHODS)}")
-    alpha = _check_level(alpha, "alpha", "--alpha")
-    lam = _check_level(lam, "lambda", "--lam")
-    test = to_paper_scores(_check_scores(test_scores, "test scores"))
-    cal = to_paper_scores(_check_scores(calibration_scores, "calibration scores"))
+    alpha = check_level(alpha, "alpha", "--alpha")
+    lam = check_level(lam, "lambda", "--lam")
+    test = to_paper_scores(check_scores(test_scores, "test scores"))
+    cal = to_paper_scores(check_scores(calibration_scores, "calibration scores"))
     members = None
     if method == "moment":
         if member_scores is None:
@@ -282,9 +291,9 @@ def select(
                 "method 'moment' needs scores of known members",
                 "pass member_scores (CLI: --members SCORES.jsonl) or use --method subtraction",
             )
-        members = to_paper_scores(_check_scores(member_scores, "known-member scores", min_size=2))
+        members = to_paper_scores(check_scores(member_scores, "known-member scores", min_size=2))
         for what, arr in (("test scores", test), ("calibration scores", cal)):
-            _check_scores(arr, what, min_size=2)
+            check_scores(arr, what, min_size=2)
     elif member_scores is not None:
         raise UserError(
             f"known-member scores were given but method {method!r} does not use them",

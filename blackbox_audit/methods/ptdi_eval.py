@@ -30,9 +30,9 @@ from blackbox_audit.errors import UserError
 from blackbox_audit.methods.ptdi import (
     DEFAULT_LAMBDA,
     METHODS,
-    _check_level,
-    _check_scores,
     bh_line,
+    check_level,
+    check_scores,
     fdp_and_power,
     lerp,
     moment_theta_from_stats,
@@ -274,8 +274,8 @@ def evaluate(
     Returns ``{"trials", "lambda", "results": [{method, alpha, fdr, fdr_se, power, power_se,
     theta_mean, theta_inv_ratio...}]}``; power averages the trials that had a member to find.
     """
-    alphas = [_check_level(a, "alpha", "--alphas") for a in alphas]
-    lam = _check_level(lam, "lambda", "--lam")
+    alphas = [check_level(a, "alpha", "--alphas") for a in alphas]
+    lam = check_level(lam, "lambda", "--lam")
     for m in methods:
         if m not in METHODS:
             raise UserError(f"unknown PTDI method {m!r}", f"use one of {', '.join(METHODS)}")
@@ -347,8 +347,8 @@ def evaluate_scores(
 
     ``calibration``: optional separate known non-members (see :func:`split_batches`).
     """
-    arr = _check_scores(scores, "scores", min_size=4)
-    cal = None if calibration is None else _check_scores(calibration, "calibration scores", min_size=2)
+    arr = check_scores(scores, "scores", min_size=4)
+    cal = None if calibration is None else check_scores(calibration, "calibration scores", min_size=2)
     lab = np.asarray(labels)
     if lab.shape != arr.shape or not np.isin(lab, (0, 1)).all():
         raise UserError("ptdi-eval needs a 0/1 label for every score", "use a scores file with labels on every row")
