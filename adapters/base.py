@@ -67,9 +67,7 @@ class Target(abc.ABC):
         capability raises ``CapabilityError`` before doing any work.
         """
 
-    def conditional_logprobs(
-        self, prefix: str, texts: Sequence[str], *, progress: bool = True
-    ) -> list[TokenLogprobs]:
+    def conditional_logprobs(self, prefix: str, texts: Sequence[str], *, progress: bool = True) -> list[TokenLogprobs]:
         """Records for each text conditioned on ``prefix`` (every token of the text scored).
 
         Prefix and text are tokenized separately and their ids concatenated; targets that

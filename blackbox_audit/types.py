@@ -13,13 +13,13 @@ Conditional records (``x`` given a prefix ``p``) instead score *every* token of 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     """How a position's logprob was obtained."""
 
     EXACT = "exact"  # read directly (white-box, echo, top-n hit, forced token)
@@ -27,7 +27,7 @@ class Status(str, Enum):
     BOUNDED = "bounded"  # only an upper bound is known: true lp <= logprobs[i]
 
 
-class Strategy(str, Enum):
+class Strategy(StrEnum):
     """Which rung of the recovery ladder (SPEC §1) produced a position."""
 
     WHITEBOX = "whitebox"
@@ -135,7 +135,9 @@ class TokenLogprobs:
             strategy=[Strategy(s) for s in d["strategy"]],
             context_ids=tuple(d.get("context_ids", ())),
             requests=None if d.get("requests") is None else np.asarray(d["requests"], dtype=np.int64),
-            full=None if full is None else FullDistribution(**{k: np.asarray(v, dtype=np.float64) for k, v in full.items()}),
+            full=None
+            if full is None
+            else FullDistribution(**{k: np.asarray(v, dtype=np.float64) for k, v in full.items()}),
             meta=d.get("meta", {}),
         )
 
