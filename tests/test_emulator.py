@@ -438,3 +438,42 @@ def test_cli_rejects_non_local_backend(capsys):
 
     assert main(["emulate", "--backend", "openai:gpt-4o"]) == 2
     assert "not a local model" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_smollm2_echo_and_chat_match_ground_truth(smollm2_target):
+    """Real vocabulary (49k byte-level BPE): echo values, chat top-20, bytes and the sentinel."""
+    t = smollm2_target
+    text = "The capital of France is Paris, and the capital of Italy is Rome."
+    ids = t.tokenize(text)
+    with run_emulator(t, "openai-legacy-echo") as emu, _client(emu) as c:
+        r = _complete(c, emu, prompt=text, max_tokens=0, logprobs=1, echo=True).json()["choices"][0]
+        assert r["logprobs"]["token_logprobs"][1:] == emu.exact_sequence(ids).tolist()
+        assert r["text"] == text
+    msgs = [{"role": "user", "content": "Name the capital of France."}]
+    ctx = chat_prompt_ids(t.tokenize, msgs)
+    with run_emulator(t, "openai-chat") as emu, _client(emu) as c:
+        top = emu.exact_top(ctx, 25)
+        body = {"messages": msgs, "max_tokens": 1, "logprobs": True, "top_logprobs": 20}
+        entry = _chat(c, emu, **body).json()["choices"][0]["logprobs"]["content"][0]
+        assert [e["logprob"] for e in entry["top_logprobs"]] == [v for _, v in top[:20]]
+        assert [bytes(e["bytes"]) for e in entry["top_logprobs"]][:3] == [t.decode([i]).encode() for i, _ in top[:3]]
+        forced = _chat(c, emu, **body, logit_bias={str(top[24][0]): 100}).json()["choices"][0]
+        assert forced["logprobs"]["content"][0]["logprob"] == SENTINEL_LOGPROB
+        assert forced["message"]["content"] == t.decode([top[24][0]])
+
+
+def test_concurrent_requests_match_sequential(target):
+    from concurrent.futures import ThreadPoolExecutor
+
+    prompts = [f"{PROMPT} number {i}" for i in range(16)]
+    with run_emulator(target, "openai-legacy-echo") as emu, _client(emu) as c:
+
+        def one(p: str):
+            with _client(emu) as own:
+                return _complete(own, emu, prompt=p, max_tokens=2, logprobs=3).json()["choices"][0]
+
+        with ThreadPoolExecutor(8) as pool:
+            parallel = list(pool.map(one, prompts))
+        assert parallel == [_complete(c, emu, prompt=p, max_tokens=2, logprobs=3).json()["choices"][0] for p in prompts]
+        assert emu.stats()["by_outcome"] == {"ok": 32}
