@@ -477,3 +477,20 @@ def test_concurrent_requests_match_sequential(target):
             parallel = list(pool.map(one, prompts))
         assert parallel == [_complete(c, emu, prompt=p, max_tokens=2, logprobs=3).json()["choices"][0] for p in prompts]
         assert emu.stats()["by_outcome"] == {"ok": 32}
+
+
+def test_partial_utf8_token_strings(target):
+    """A token that is not valid UTF-8 alone: OpenAI writes ``bytes:\\x..``, llama-cpp-python drops it."""
+    ids = target.tokenize(PROMPT)
+    partial = next(i for i in target.tokenize("\u2603\u00e9\u4e2d") if "\ufffd" in target.decode([i]))
+    for profile, want in (("openai-legacy-echo", "bytes:"), ("forced-token", "")):
+        with run_emulator(target, profile) as emu, _client(emu) as c:
+            r = _complete(c, emu, prompt=ids, max_tokens=1, logprobs=0, logit_bias={str(partial): 100}).json()
+            tok = r["choices"][0]["logprobs"]["tokens"][0]
+            assert tok.startswith(want) if want else tok == ""
+    with run_emulator(target, "openai-chat") as emu, _client(emu) as c:
+        e = _chat(c, emu, max_tokens=1, logprobs=True, logit_bias={str(partial): 100}).json()
+        entry = e["choices"][0]["logprobs"]["content"][0]
+        assert entry["token"] == "bytes:" + "".join(f"\\x{b:02x}" for b in entry["bytes"])
+        with pytest.raises(UnicodeDecodeError):
+            bytes(entry["bytes"]).decode("utf-8")
