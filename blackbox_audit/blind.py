@@ -81,3 +81,17 @@ def blind_warning(result: dict[str, Any]) -> str | None:
         f"(blind baseline, >= {CONFOUNDED_AUC}); members and non-members differ in content, so model "
         "scores on this dataset are not evidence of membership (see Das et al. 2024)"
     )
+
+
+def blind_summary(texts: Sequence[str], labels: Sequence[int], *, seed: int = 0, min_per_class: int = 5):
+    """``blind_baseline`` without the per-sample scores, for metrics.json; None when a class has too few samples.
+
+    Commands that report metrics call this so every labelled run shows the blind AUC beside the
+    model scores (and ``blind_warning`` when it is high).
+    """
+    y = np.asarray(labels)
+    if min(int((y == 1).sum()), int((y == 0).sum())) < min_per_class:
+        return None
+    result = blind_baseline(texts, labels, seed=seed)
+    result.pop("scores")
+    return result

@@ -54,6 +54,7 @@ def test_score_end_to_end_on_tiny_model_then_cached_rerun(tiny_lm_dir, labelled_
         assert r["loss"] < 0 and r["min_k"] <= r["loss"]  # the lowest 20% of lps average below the mean
 
     metrics = json.loads((tmp_path / "a" / "metrics.json").read_text())
+    assert 0.0 <= metrics.pop("blind")["auc"] <= 1.0  # text-only baseline (blackbox_audit.blind)
     assert set(metrics) == set(SCORES.split(","))
     for m in metrics.values():
         assert set(m) == METRIC_KEYS and m["n"] == 12 and 0.0 <= m["auc"] <= 1.0
@@ -172,6 +173,7 @@ def test_smollm2_on_shipped_wikimia_slice(smollm2_target, tmp_path, capsys, monk
         assert set(r) == {"id", "label", "n_tokens", "n_bounded", *SCORES.split(",")}
         assert all(math.isfinite(r[s]) for s in SCORES.split(",")) and r["n_tokens"] > 20
     metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics.pop("blind")["n"] == 16  # text-only baseline (blackbox_audit.blind)
     assert set(metrics) == set(SCORES.split(",")) and all(set(m) == METRIC_KEYS for m in metrics.values())
     assert all(m["n"] == 16 for m in metrics.values())
     run = json.loads((out / "run.json").read_text())

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from blackbox_audit.blind import blind_summary, blind_warning
 from blackbox_audit.cli.common import add_common_arguments, open_session
 from blackbox_audit.metrics import membership_metrics
 from blackbox_audit.reports import write_json, write_jsonl
@@ -103,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
         labels = ds.labels
         if labels is not None and 0 < sum(labels) < len(labels):
             metrics = metrics_table(table, labels)
+            blind = blind_summary(ds.texts, labels)  # text-only baseline (blackbox_audit.blind)
+            if blind is not None:
+                metrics["blind"] = blind
             write_json(session.out_dir / "metrics.json", metrics)
         elif labels is not None:
             note = f"all {len(labels)} labels are {labels[0]}: metrics need both members and non-members"
@@ -122,6 +126,9 @@ def run(args: argparse.Namespace) -> int:
 
     if metrics is not None:
         print_table(metrics)
+        warning = blind_warning(metrics["blind"]) if "blind" in metrics else None
+        if warning:
+            print(warning)
     else:
         print_summary(table)
         if note:
