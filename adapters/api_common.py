@@ -424,6 +424,9 @@ class ApiTarget(Target):
             self._loop.run(shut())
         finally:
             self._loop.close()
+            closer = getattr(self.table, "close", None)
+            if callable(closer):
+                closer()
 
 
 def status_counts(records: Sequence[TokenLogprobs]) -> dict[str, int]:

@@ -26,9 +26,16 @@ from .tokenizers import TokenTable, load_token_table
 class ServerTable(TokenTable):
     """The server's tokenizer through ``POST /tokenize`` and ``/detokenize`` (root of the host)."""
 
-    def __init__(self, engine: RequestEngine, loop: LoopThread, model: str) -> None:
-        self.engine, self.loop, self.model = engine, loop, model
+    def __init__(self, engine: RequestEngine, model: str) -> None:
+        # its own loop thread: the ladder calls the table from inside the adapter's loop, and
+        # blocking that loop on itself would deadlock
+        self.engine, self.loop, self.model = engine, LoopThread(), model
         self.name = f"server:{engine.base_url}"
+        self._memo: dict[str, list[int]] = {}
+
+    def close(self) -> None:
+        self.loop.run(self.engine.aclose())
+        self.loop.close()
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return self.loop.run(self.engine.post_json(path, body))
@@ -36,8 +43,10 @@ class ServerTable(TokenTable):
     def encode(self, text: str) -> list[int]:
         if not text:
             return []
-        out = self._post("/tokenize", {"content": text, "add_special": False, "model": self.model})
-        return [int(t) for t in out.get("tokens", [])]
+        if text not in self._memo:
+            out = self._post("/tokenize", {"content": text, "add_special": False, "model": self.model})
+            self._memo[text] = [int(t) for t in out.get("tokens", [])]
+        return list(self._memo[text])
 
     def decode(self, ids: Sequence[int]) -> str:
         if not ids:
@@ -80,12 +89,13 @@ def load_compat(rest: str, **options: Any) -> ApiTarget:
     api_key = options.get("api_key") or (os.environ.get(key_env) if key_env else None)
     if key_env and not api_key:
         raise UserError(f"environment variable {key_env} is not set", f"export {key_env}=... or drop --api-key-env")
-    loop = LoopThread()
-    root = url.rstrip("/")
-    root = root[: -len("/v1")] if root.endswith("/v1") else root
-    tok_engine = RequestEngine(root, api_key=api_key, cache=options.get("cache"))
     spec = options.get("tokenizer")
-    table = load_token_table(spec) if spec else ServerTable(tok_engine, loop, model)
+    if spec:
+        table: TokenTable = load_token_table(spec)
+    else:
+        root = url.rstrip("/")
+        root = root[: -len("/v1")] if root.endswith("/v1") else root
+        table = ServerTable(RequestEngine(root, api_key=api_key, cache=options.get("cache")), model)
     return build_api_target(
         kind="compat",
         name=f"compat:{url}#{model}",
@@ -93,7 +103,7 @@ def load_compat(rest: str, **options: Any) -> ApiTarget:
         model=model,
         table=table,
         api_key=api_key,
-        loop=loop,
-        extra_engines=[tok_engine],
+        loop=LoopThread(),
+        extra_engines=[],
         options=options,
     )

@@ -24,6 +24,7 @@ COMMANDS: list[str] = [
     "logprobs",
     "score",
     "emulate",
+    "probe",
 ]
 
 

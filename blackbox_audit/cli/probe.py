@@ -1,0 +1,71 @@
+"""``blackbox-audit probe --target T``: what an API endpoint does with logprobs and logit_bias.
+
+Runs the probe of ``adapters/probe.py`` (a handful of cache-first requests), prints each
+observation as evidence, the resulting semantics and the recovery ladder the adapters will
+use. Cached per target like every request, so probing again is free.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "probe",
+        help="determine an API endpoint's logprob/bias semantics (which recovery strategies work)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--target", required=True, help="openai:MODEL or compat:BASE_URL#MODEL")
+    p.add_argument("--tokenizer", help="tiktoken:NAME, an HF tokenizer folder or a .gguf (compat default: server)")
+    p.add_argument("--api-key-env", help="environment variable holding the API key (openai default: OPENAI_API_KEY)")
+    p.add_argument("--api", choices=["auto", "chat", "completions"], default="auto", help="endpoint (default: probe)")
+    p.add_argument("--cache-dir", help="request cache (default: $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
+    p.add_argument("--no-cache", action="store_true", help="send every probe request")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from blackbox_audit.adapters import load_target
+    from blackbox_audit.adapters.probe import ladder_summary
+    from blackbox_audit.cache import open_cache
+    from blackbox_audit.errors import UserError
+
+    if not args.target.startswith(("openai:", "compat:")):
+        raise UserError(f"probe needs an API target, got '{args.target}'", "use openai:MODEL or compat:BASE_URL#MODEL")
+    cache = None if args.no_cache else open_cache(args.cache_dir)
+    given = {"tokenizer": args.tokenizer, "api_key_env": args.api_key_env, "api": args.api}
+    opts = {k: v for k, v in given.items() if v}
+    target = load_target(args.target, cache=cache, **opts)
+    try:
+        report = {
+            "target": args.target,
+            "api": target.cond.api,
+            "token_id_prompts": target.cond.id_prompts,
+            "tokenizer": target.table.name,
+            "semantics": None if target.sem is None else target.sem.to_json(),
+            "ladder": ladder_summary(target.sem),
+            "evidence": target.probe_evidence,
+            "usage": target.usage(),
+        }
+        if args.json:
+            print(json.dumps(report, indent=2))
+        else:
+            print(f"target     {args.target}  ({report['api']} API, tokenizer {report['tokenizer']})")
+            print("evidence:")
+            for line in report["evidence"]:
+                print(f"  - {line}")
+            if target.sem is not None:
+                print("semantics: " + ", ".join(f"{k}={v}" for k, v in target.sem.to_json().items()))
+            print(f"ladder:    {report['ladder']}")
+            u = report["usage"]
+            print(f"requests:  {u.get('requests_sent', 0)} sent, {u.get('cache_hits', 0)} from cache")
+    finally:
+        target.close()
+        if cache is not None:
+            cache.close()
+    return 0
