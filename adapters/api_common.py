@@ -35,7 +35,7 @@ from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.types import TokenLogprobs
 
 from .base import Capabilities, Target
-from .recovery import SENTINEL_CUTOFF, Answer, LadderConfig, PositionResult, Semantics, recover_many
+from .recovery import SENTINEL_CUTOFF, Answer, LadderConfig, PositionResult, Semantics, _clean, recover_many
 from .tokenizers import TokenTable, reported_bytes
 
 log = logging.getLogger(__name__)
@@ -199,7 +199,7 @@ class ApiOracle:
                 amb.append(tok)
         vals = sorted([*top.values(), *extra], reverse=True)
         floor = vals[self.top_n - 1] if len(vals) > self.top_n >= 1 else None
-        return Answer(emitted, None if elp is None else float(elp), top, tuple(amb), tuple(extra), floor)
+        return Answer(emitted, _clean(elp), top, tuple(amb), tuple(extra), floor)
 
     # ---- echo (completions only)
     async def echo(self, ids: Sequence[int], offset: int) -> list[Answer | None]:
