@@ -188,6 +188,17 @@ def test_4xx_is_not_retried_and_carries_provider_message():
 
 
 @respx.mock
+def test_500_validation_error_is_not_retried():
+    # llama-cpp-python's server answers a malformed request (e.g. a prompt of token ids) with 500
+    msg = "4 validation errors:\n  {'type': 'string_type', 'loc': ('body', 'prompt', 'str')}"
+    route = respx.post(f"{BASE}/completions").mock(return_value=httpx.Response(500, json={"error": {"message": msg}}))
+    e = engine(cache={})
+    with pytest.raises(ProviderError, match="validation errors") as ei:
+        run(e.post_json("/completions", body()))
+    assert ei.value.status == 500 and not isinstance(ei.value, RetriesExhausted) and route.call_count == 1
+
+
+@respx.mock
 def test_retries_exhausted_is_a_clear_error():
     route = respx.post(f"{BASE}/completions").mock(return_value=httpx.Response(500, text="boom"))
     e = engine(cache={}, max_retries=3)

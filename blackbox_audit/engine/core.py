@@ -368,6 +368,10 @@ class RequestEngine:
                     self._count_error("connection")
                     raise _Retryable(f"connection error ({type(exc).__name__}: {exc})") from None
                 status = resp.status_code
+                if status >= 500 and _is_validation_error(self._provider_message(resp)):
+                    actual = 0.0  # llama-cpp-python answers invalid requests with 500: not transient
+                    self._count_error(str(status))
+                    raise ProviderError(status, self._provider_message(resp), _fix_for(400))
                 if status == 429 or status == 408 or status >= 500:
                     actual = 0.0  # providers do not bill rejected requests
                     self._count_error(str(status))
@@ -453,6 +457,12 @@ class RequestEngine:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def _is_validation_error(message: str) -> bool:
+    """llama-cpp-python's server reports request-validation failures (pydantic) as HTTP 500;
+    retrying those only burns time, so they are treated like a 400."""
+    return "validation error" in message.lower()
 
 
 def _fix_for(status: int) -> str:
