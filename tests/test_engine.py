@@ -362,3 +362,26 @@ def test_cache_files_are_user_only(tmp_path):
             assert stat.S_IMODE(os.stat(os.path.join(d, x)).st_mode) == 0o700
         for x in fs:
             assert stat.S_IMODE(os.stat(os.path.join(d, x)).st_mode) == 0o600, x
+
+
+# --- dry-run estimate ----------------------------------------------------------------------
+def test_dry_run_estimate_ranges_follow_the_ladder():
+    from types import SimpleNamespace
+
+    from blackbox_audit.engine import LadderShape, estimate_scoring
+
+    counts = [4, 6]  # 3 + 5 = 8 scored positions; contexts 1+2+3 + 1+..+5 = 21 tokens
+    price = PricingTable.load().get("gpt-3.5-turbo-instruct")
+    echo = estimate_scoring(counts, LadderShape.from_semantics(SimpleNamespace(echo=True)), probe_requests=0)
+    assert echo.requests == (2, 2) and echo.prompt_tokens == (10, 10) and echo.cost_usd is None
+    forced = LadderShape.from_semantics(SimpleNamespace(echo=False, forced_token=True, bias_reflecting=False))
+    est = estimate_scoring(counts, forced, price=price, probe_requests=0)
+    assert est.requests == (8, 16) and est.prompt_tokens == (21, 42)
+    assert est.cost_usd == pytest.approx((price.cost(21, 8), price.cost(42, 16)))
+    argmax = LadderShape.from_semantics(
+        SimpleNamespace(echo=False, forced_token=False, bias_reflecting=False, argmax_moves=True, bias_cap=100.0)
+    )
+    assert estimate_scoring(counts, argmax, probe_requests=0).requests == (8, 8 + 8 * 15)  # ceil(log2(1e4)) + 1
+    shifted = LadderShape.from_semantics(SimpleNamespace(echo=True, echo_offset=1, forced_token=True))
+    assert estimate_scoring(counts, shifted, probe_requests=3).requests == (5, 13)
+    assert "nothing was sent" in est.format() and "$" in est.format()

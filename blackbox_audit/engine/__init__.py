@@ -17,8 +17,9 @@ Contract (API adapters rely on it):
 
 from .budget import Budget, BudgetExceeded
 from .cache import open_request_cache, request_key
-from .cli import add_engine_arguments, engine_from_args
+from .cli import add_engine_arguments, engine_from_args, engine_kwargs_from_args
 from .core import EngineStats, ProviderError, RequestEngine, RetriesExhausted, estimate_body_tokens
+from .estimate import Estimate, LadderShape, estimate_scoring
 from .pricing import ModelPrice, PricingTable
 
 __all__ = [
@@ -35,4 +36,8 @@ __all__ = [
     "estimate_body_tokens",
     "add_engine_arguments",
     "engine_from_args",
+    "engine_kwargs_from_args",
+    "estimate_scoring",
+    "Estimate",
+    "LadderShape",
 ]

@@ -37,6 +37,19 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def engine_kwargs_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``RequestEngine`` keyword arguments for ``args`` (for adapters that build the engine)."""
+    get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+    return {
+        "budget": Budget(get("budget_usd"), get("max_requests")),
+        "pricing": PricingTable.load(get("pricing")),
+        "rpm": get("rpm"),
+        "tpm": get("tpm"),
+        "max_concurrency": get("concurrency", 8),
+        "max_retries": get("max_retries", 6),
+    }
+
+
 def engine_from_args(
     args: argparse.Namespace,
     base_url: str,
@@ -47,18 +60,11 @@ def engine_from_args(
     **kwargs: Any,
 ) -> RequestEngine:
     """The engine for ``args`` (options absent from ``args`` take their defaults)."""
-    get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
     return RequestEngine(
         base_url,
         api_key=api_key,
         cache=cache,
-        budget=Budget(get("budget_usd"), get("max_requests")),
-        pricing=PricingTable.load(get("pricing")),
         free=free,
-        rpm=get("rpm"),
-        tpm=get("tpm"),
-        max_concurrency=get("concurrency", 8),
-        max_retries=get("max_retries", 6),
         progress=kwargs.pop("progress", True),
-        **kwargs,
+        **{**engine_kwargs_from_args(args), **kwargs},
     )

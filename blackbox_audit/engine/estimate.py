@@ -1,0 +1,123 @@
+"""``--dry-run``: requests, tokens and cost of scoring texts through an API, before sending any.
+
+The estimate is computed from the tokenized inputs and the recovery ladder's requests per
+position (SPEC §1, ``adapters/recovery.py``), and stated as a range because the number of
+extra requests depends on answers not yet seen:
+
+- echo endpoints: 1 request per text (prompt = the text); a shifted echo (llama.cpp) only
+  gives top-n lists, so its misses cost extra requests as below;
+- otherwise 1 request per scored position (prompt = its context, so a text of L tokens bills
+  ``L(L-1)/2`` prompt tokens) -- the *low* end assumes every true token is in the top-n;
+- the *high* end adds, per position, what a top-n miss costs: 1 request (bias-reflecting or
+  forced-token endpoints) or a full bisection from the top-n floor to the bias cap,
+  ``ceil(log2(cap / eps)) + 1`` requests (argmax-only), times ``votes`` on non-deterministic
+  endpoints;
+- plus the probe's requests, once per endpoint.
+Chat endpoints add the chat template's tokens to every prompt (``prompt_overhead``). Answers
+already in the cache cost nothing, so a resumed run costs less than estimated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .pricing import ModelPrice
+
+PROBE_REQUESTS = 12  # upper bound of adapters/probe.py's requests per endpoint
+
+
+@dataclass(frozen=True)
+class LadderShape:
+    """What the estimate needs to know about an endpoint (mirrors ``recovery.Semantics``)."""
+
+    echo: bool = False
+    miss_extra_hi: float = 1.0  # extra requests for a token missing the top-n, worst case
+    label: str = "forced-token / bias-reflecting"
+
+    @classmethod
+    def from_semantics(cls, sem: Any, eps: float = 0.01, votes: int = 3) -> LadderShape:
+        """From an ``adapters.recovery.Semantics`` (duck-typed: no adapter import here).
+
+        A shifted echo (llama.cpp, ``echo_offset`` != 0) still costs one request per text, but
+        only gives top-n lists, so missed tokens need the ladder's extra requests.
+        """
+        echo = bool(getattr(sem, "echo", False))
+        if echo and not getattr(sem, "echo_offset", 0):
+            return cls(echo=True, miss_extra_hi=0, label="echo")
+        if getattr(sem, "bias_reflecting", False) or getattr(sem, "forced_token", False):
+            extra, label = 1.0, "forced-token" if sem.forced_token else "bias-reflecting"
+        elif getattr(sem, "argmax_moves", False):
+            extra = float(math.ceil(math.log2(float(getattr(sem, "bias_cap", 100.0)) / eps)) + 1)
+            if not getattr(sem, "deterministic", True):
+                extra *= votes
+            label = "argmax-only (bisection)"
+        else:
+            extra, label = 0.0, "top-n only (bounded)"
+        return cls(echo=echo, miss_extra_hi=extra, label=("shifted echo + " if echo else "") + label)
+
+
+UNKNOWN = LadderShape(miss_extra_hi=math.ceil(math.log2(100 / 0.01)) + 1, label="not probed yet")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    label: str
+    texts: int
+    positions: int
+    requests: tuple[int, int]
+    prompt_tokens: tuple[int, int]
+    completion_tokens: tuple[int, int]
+    cost_usd: tuple[float, float] | None  # None: no price known for the model
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+    def format(self) -> str:
+        def rng(a: float, b: float, f: str = "{:,}") -> str:
+            return f.format(a) if a == b else f"{f.format(a)} – {f.format(b)}"
+
+        cost = "unknown (no price for this model; pass --pricing FILE)"
+        if self.cost_usd is not None:
+            cost = rng(*self.cost_usd, f="${:,.4f}")
+        return (
+            f"dry run ({self.label}): {self.texts} texts, {self.positions} scored positions\n"
+            f"  requests:          {rng(*self.requests)}\n"
+            f"  prompt tokens:     {rng(*self.prompt_tokens)}\n"
+            f"  completion tokens: {rng(*self.completion_tokens)}\n"
+            f"  cost:              {cost}\n"
+            "  (before cache hits; nothing was sent)"
+        )
+
+
+def estimate_scoring(
+    token_counts: Sequence[int],
+    shape: LadderShape = UNKNOWN,
+    *,
+    price: ModelPrice | None = None,
+    prompt_overhead: int = 0,
+    probe_requests: int = PROBE_REQUESTS,
+    max_tokens: int = 1,
+) -> Estimate:
+    """Estimate for texts of ``token_counts`` tokens (first token unscored, see ``types``)."""
+    positions = sum(max(0, n - 1) for n in token_counts)
+    ctx_tokens = sum(n * (n - 1) // 2 + (n - 1) * prompt_overhead for n in token_counts)
+    avg_ctx = ctx_tokens / positions if positions else 0.0
+    if shape.echo:  # one request per text carries every position
+        base_req = sum(1 for n in token_counts if n > 1)
+        base_prompt = sum(n + prompt_overhead for n in token_counts if n > 1)
+    else:  # one request per position, prompt = its context
+        base_req, base_prompt = positions, ctx_tokens
+    extra = math.ceil(positions * shape.miss_extra_hi)  # every token missing the top-n
+    req = (base_req, base_req + extra)
+    prompt = (base_prompt, base_prompt + math.ceil(extra * avg_ctx))  # extra requests repeat the context
+    probe_prompt = probe_requests * (8 + prompt_overhead)
+    req = (req[0] + probe_requests, req[1] + probe_requests)
+    prompt = (prompt[0] + probe_prompt, prompt[1] + probe_prompt)
+    completion = (req[0] * max_tokens, req[1] * max_tokens)
+    cost = None
+    if price is not None:
+        cost = (price.cost(prompt[0], completion[0]), price.cost(prompt[1], completion[1]))
+    return Estimate(shape.label, len(token_counts), positions, req, prompt, completion, cost)
