@@ -132,7 +132,10 @@ class ApiOracle:
             return boosted[0]  # the bias identifies a colliding token
         if not ids:  # a lossy rendering (llama.cpp drops partial UTF-8, others use U+FFFD)
             cands = [t for t, b in bias.items() if b > 0 and raw in self._renderings(t)]
-            if len(cands) == 1:
+            # Accept only if no other token renders the same way, or if the bias is at the cap
+            # (then another token wins only when lp(t) < lp(r) - 100: negligible, and the
+            # forced-token check lp < lp_n still applies downstream).
+            if len(cands) == 1 and (bias[cands[0]] >= 100 or self.table.rendering_unique(raw)):
                 return cands[0]
         return None
 
@@ -256,6 +259,7 @@ class ApiTarget(Target):
         self._positions: Counter[str] = Counter()
         self._strategy_requests: Counter[str] = Counter()
         self._echo_requests = 0
+        self._echo_hits = [0, 0]  # top-n hits among echoed positions, echoed positions
         self.capabilities = Capabilities(
             full_distribution=False,
             conditional=True,
@@ -350,18 +354,38 @@ class ApiTarget(Target):
             jobs = [(full[: len(ctx) + j], full[len(ctx) + j]) for j in range(len(ids))]
             bases: list[Answer | None] = [None] * len(jobs)
             sem = self._require_logprobs()
-            if sem.echo and self.cond.api == "completions" and jobs:
+            if self._echo_worth(sem, len(jobs)):
                 echoed = await self.oracle.echo(full, sem.echo_offset)
                 self._echo_requests += 1
                 bases = echoed[len(ctx) - 1 :]
+                self._echo_hits[0] += sum(b is not None and t in b.top for b, (_, t) in zip(bases, jobs, strict=True))
+                self._echo_hits[1] += len(jobs)
             res = await recover_many(self.oracle, sem, jobs, self.ladder, bases=bases)
             bar.update(1)
             return self._record(text, ctx, ids, res, full)
 
         try:
-            return list(await asyncio.gather(*(one(*it) for it in items)))
+            sem = self._require_logprobs()
+            out: list[TokenLogprobs] = []
+            if items and self._echo_adaptive(sem) and self._echo_hits[1] == 0:
+                out.append(await one(*items[0]))  # learn the echo hit rate on one text first
+                items = items[1:]
+            return out + list(await asyncio.gather(*(one(*it) for it in items)))
         finally:
             bar.close()
+
+    def _echo_adaptive(self, sem: Semantics) -> bool:
+        """Shifted echo only yields top-n hits; on endpoints where each position costs exactly one
+        biased request anyway (forced token, bias-reflecting) it pays only if hits are common."""
+        return sem.echo and sem.echo_offset != 0 and (sem.forced_token or sem.bias_reflecting)
+
+    def _echo_worth(self, sem: Semantics, n_positions: int) -> bool:
+        if not (sem.echo and self.cond.api == "completions" and n_positions):
+            return False
+        if not self._echo_adaptive(sem):
+            return True
+        hits, seen = self._echo_hits
+        return (hits + 1) / (seen + 2) > 1 / n_positions  # expected saving beats the echo request
 
     def _record(
         self, text: str, ctx: list[int], ids: list[int], res: list[PositionResult], full: list[int]

@@ -145,6 +145,20 @@ class TokenTable:
         """Every id whose bytes are exactly ``data`` (several = an ambiguous token)."""
         return list(self._by_bytes.get(data, []))
 
+    @cached_property
+    def _renders(self) -> dict[bytes, int]:
+        out: dict[bytes, int] = {}
+        for b in self._by_bytes:
+            n = len(self._by_bytes[b])
+            for r in {b.decode("utf-8", errors=e).encode() for e in ("ignore", "replace")} | {b}:
+                out[r] = out.get(r, 0) + n
+        return out
+
+    def rendering_unique(self, raw: bytes) -> bool:
+        """True when exactly one id has bytes, or a lossy UTF-8 rendering, equal to ``raw``
+        (False when the vocabulary is unknown)."""
+        return self.vocab_size > 0 and self._renders.get(raw, 0) == 1
+
     def collisions(self) -> dict[bytes, list[int]]:
         """Byte strings shared by more than one id."""
         return {b: ids for b, ids in self._by_bytes.items() if len(ids) > 1}
