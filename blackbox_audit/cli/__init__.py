@@ -25,6 +25,7 @@ COMMANDS: list[str] = [
     "score",
     "emulate",
     "probe",
+    "em_mia",
 ]
 
 

@@ -10,7 +10,7 @@ conversions of membership scores happen in this package (see ``builtin``).
 Add a score: subclass ``Score`` and ``register_score(MyScore())``.
 """
 
-from . import builtin  # noqa: F401 - registers the built-in scores
+from . import builtin, pac, recall  # noqa: F401 - register the built-in scores, pac, recall, conrecall
 from .builtin import k_count, min_k_pp_tokens, modified_entropy_tokens, polarized_distance
 from .compute import (
     FetchCall,

@@ -1,0 +1,322 @@
+"""EM-MIA (SPEC §3; Kim et al., "Detecting training data of LLMs via expectation maximization").
+
+Label-free: the algorithm never sees labels; they are used only by ``iteration_metrics`` to
+report AUC per iteration. Every membership score here is oriented higher = member.
+
+1. ``recall_matrix``: ``R[p, x] = ReCaLL_p(x) = LL(x | p) / LL(x)`` for every prefix ``p`` of a
+   pool (a seeded subset of the test texts, default all) and every text ``x``; each prefix is a
+   single test text (paper §3). Computed once, through the target (and its cache); the
+   iterations reuse it without new model calls. Self-pairs ``(p, p)`` are not scored (the model
+   would copy ``p`` from its context) and stay NaN; every statistic below skips NaN.
+2. ``em_mia``: from an initial score ``f0`` iterate (default 10 rounds)
+   - prefix score ``r(p) = AUC({R[p, x]}_x, labels 1[f(x) > median f])`` (paper §4, S = AUC);
+   - membership update ``neg-prefix``: ``f(x) = -r(x)`` (paper default; a non-member makes a
+     discriminative prefix, so a high prefix score means non-member — this minus is the sign
+     conversion, in this one place). It needs every text in the pool.
+     ``topk-recall``: ``f(x) = mean over the top-k prefixes by r of R[p, x]`` — the paper
+     concatenates the top-k texts into one prefix, which would need new model calls every
+     iteration; we use the ensemble average of single-prefix ReCaLL (the paper's footnote 1)
+     so the matrix is reused. It works with a pool smaller than the data (App. C's subset).
+3. Label-free baselines (paper §6.2.1): ``Avg(x) = mean_p R[p, x]`` (higher = member as is);
+   ``AvgP(p) = mean_x R[p, x]`` is a *prefix* statistic — high for non-member prefixes by the
+   same argument as ``r`` — so as a membership score it is negated: ``avgp(x) = -AvgP(x)`` (NaN
+   for texts outside the pool); ``Rand``: ReCaLL with a prefix of ``shots`` random test texts
+   (``rand_scores``; a text in that prefix gets a prefix of the other texts).
+
+Cost: ``|pool| x (|D| - 1)`` conditional scorings (``plan_calls`` lists them without a target,
+for dry-runs). White-box, ``HFTarget.conditional_logprobs`` encodes each prefix once and scores
+all texts against its key/value cache in batches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from scipy.stats import rankdata
+
+from blackbox_audit.errors import UserError
+from blackbox_audit.scores.builtin import mean_logprob
+from blackbox_audit.scores.compute import FetchCall
+from blackbox_audit.scores.recall import DEFAULT_SHOTS, build_prefix, conditional_ll
+
+log = logging.getLogger(__name__)
+
+Update = Literal["auto", "neg-prefix", "topk-recall"]
+UPDATES = ("auto", "neg-prefix", "topk-recall")
+DEFAULT_TOPK = DEFAULT_SHOTS
+
+
+@dataclass(frozen=True)
+class RecallMatrix:
+    """``values[i, x] = ReCaLL_{texts[pool[i]]}(texts[x])``; NaN where ``pool[i] == x``."""
+
+    values: np.ndarray  # float64 [P, D]
+    pool: np.ndarray  # int64 [P], indices into the texts
+    ll: np.ndarray  # float64 [D], unconditional LL(x) (mean logprob over u_2..u_L)
+
+    @property
+    def full_pool(self) -> bool:
+        return len(self.pool) == self.values.shape[1]
+
+
+def pool_indices(n_texts: int, pool_size: int | None = None, *, seed: int = 0) -> np.ndarray:
+    """A seeded random subset of ``pool_size`` text indices (sorted); all texts when ``None``."""
+    if n_texts < 2:
+        raise UserError(f"EM-MIA needs at least 2 texts, got {n_texts}", "score a larger data set")
+    if pool_size is None or pool_size >= n_texts:
+        return np.arange(n_texts, dtype=np.int64)
+    if pool_size < 1:
+        raise UserError(f"prefix pool size must be >= 1, got {pool_size}", "pass --prefix-pool N with N >= 1")
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(n_texts, size=pool_size, replace=False)).astype(np.int64)
+
+
+def plan_calls(texts: Sequence[str], pool: Sequence[int]) -> list[FetchCall]:
+    """The batched calls ``recall_matrix`` makes: one plain call, one conditional call per prefix."""
+    calls = [FetchCall("plain", tuple(texts))]
+    for p in pool:
+        others = tuple(t for j, t in enumerate(texts) if j != int(p))
+        calls.append(FetchCall("conditional", others, prefix=build_prefix([texts[int(p)]])))
+    return calls
+
+
+def recall_matrix(target: Any, texts: Sequence[str], pool: Sequence[int], *, progress: bool = True) -> RecallMatrix:
+    """``R[p, x]`` over the pool (see module doc); one batched conditional call per prefix."""
+    from tqdm.auto import tqdm
+
+    texts = list(texts)
+    pool = np.asarray(pool, dtype=np.int64)
+    plain = target.token_logprobs(texts, progress=progress)
+    ll = np.array([mean_logprob(r) for r in plain], dtype=np.float64)
+    values = np.full((len(pool), len(texts)), np.nan, dtype=np.float64)
+    for i, p in enumerate(tqdm(pool, desc="ReCaLL matrix", unit="prefix", disable=not progress)):
+        cols = [j for j in range(len(texts)) if j != p]
+        recs = target.conditional_logprobs(build_prefix([texts[p]]), [texts[j] for j in cols], progress=False)
+        values[i, cols] = [conditional_ll(r) for r in recs]
+    values /= ll[None, :]
+    return RecallMatrix(values=values, pool=pool, ll=ll)
+
+
+def _row_auc(row: np.ndarray, labels: np.ndarray) -> float:
+    """AUC of one prefix's ReCaLL values against 0/1 labels (NaN entries skipped; 0.5 if undefined)."""
+    ok = ~np.isnan(row)
+    y = labels[ok]
+    n1 = int(y.sum())
+    n0 = len(y) - n1
+    if n1 == 0 or n0 == 0:
+        return 0.5
+    ranks = rankdata(row[ok])  # average ranks for ties, as roc_auc_score
+    return float((ranks[y == 1].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
+def prefix_scores(matrix: RecallMatrix, f: np.ndarray) -> np.ndarray:
+    """``r(p) = AUC(R[p, :], 1[f > median f])`` for every prefix of the pool."""
+    f = np.asarray(f, dtype=np.float64)
+    ok = ~np.isnan(f)
+    labels = np.zeros(len(f), dtype=np.int64)
+    labels[ok] = f[ok] > np.median(f[ok])
+    vals = np.where(ok[None, :], matrix.values, np.nan)
+    return np.array([_row_auc(row, labels) for row in vals], dtype=np.float64)
+
+
+def topk_recall(matrix: RecallMatrix, r: np.ndarray, k: int) -> np.ndarray:
+    """Mean ReCaLL over the ``k`` best prefixes by ``r`` (self-pairs skipped)."""
+    k = max(1, min(int(k), len(r)))
+    best = np.argsort(-r, kind="stable")[:k]
+    with np.errstate(invalid="ignore"):
+        return np.nanmean(matrix.values[best], axis=0)
+
+
+@dataclass
+class EMResult:
+    """``scores[t]``: membership scores after iteration t (``scores[0]`` = the initial score);
+    ``prefix[t]``: the prefix scores computed in iteration t+1. ``final`` = ``scores[-1]``."""
+
+    scores: list[np.ndarray]
+    prefix: list[np.ndarray]
+    update: str
+    topk: int
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def final(self) -> np.ndarray:
+        return self.scores[-1]
+
+
+def resolve_update(update: str, matrix: RecallMatrix) -> str:
+    """``auto`` = ``neg-prefix`` on a full pool, ``topk-recall`` on a subset."""
+    if update not in UPDATES:
+        raise UserError(f"unknown EM-MIA update '{update}'", f"use one of {', '.join(UPDATES)}")
+    if update == "auto":
+        return "neg-prefix" if matrix.full_pool else "topk-recall"
+    if update == "neg-prefix" and not matrix.full_pool:
+        raise UserError(
+            f"the neg-prefix update scores only texts in the prefix pool ({len(matrix.pool)} of "
+            f"{matrix.values.shape[1]})",
+            "use --update topk-recall (or auto) with a pool smaller than the data, or drop --prefix-pool",
+        )
+    return update
+
+
+def em_mia(
+    matrix: RecallMatrix,
+    init: np.ndarray,
+    *,
+    iterations: int = 10,
+    update: str = "auto",
+    topk: int = DEFAULT_TOPK,
+) -> EMResult:
+    """Run EM-MIA on a precomputed ReCaLL matrix from the initial scores ``init`` (higher = member).
+
+    Defaults follow the paper (§6.3): 10 iterations, AUC prefix scores against the median split,
+    ``neg-prefix`` update (``auto`` picks ``topk-recall`` when the pool is a subset). No labels.
+    """
+    init = np.asarray(init, dtype=np.float64)
+    if init.shape != (matrix.values.shape[1],):
+        raise ValueError(f"init has shape {init.shape}, expected ({matrix.values.shape[1]},)")
+    if np.isnan(init).all():
+        raise UserError("the initial EM-MIA score is NaN for every text", "pick another --init score")
+    if iterations < 1:
+        raise UserError(f"iterations must be >= 1, got {iterations}", "pass --iterations 10")
+    rule = resolve_update(update, matrix)
+    scores, prefix = [init], []
+    f = init
+    for _ in range(iterations):
+        r = prefix_scores(matrix, f)
+        if rule == "neg-prefix":
+            f = np.full(matrix.values.shape[1], np.nan)
+            f[matrix.pool] = -r
+        else:
+            f = topk_recall(matrix, r, topk)
+        prefix.append(r)
+        scores.append(f)
+    return EMResult(scores=scores, prefix=prefix, update=rule, topk=topk, params={"iterations": iterations})
+
+
+# ---- label-free baselines (paper §6.2.1)
+
+
+def avg_scores(matrix: RecallMatrix) -> np.ndarray:
+    """``Avg(x) = mean_p ReCaLL_p(x)`` (higher = member, no conversion)."""
+    with np.errstate(invalid="ignore"):
+        return np.nanmean(matrix.values, axis=0)
+
+
+def avgp_scores(matrix: RecallMatrix) -> np.ndarray:
+    """``-AvgP(x)`` for texts in the pool (NaN elsewhere): high AvgP marks a non-member prefix."""
+    out = np.full(matrix.values.shape[1], np.nan)
+    out[matrix.pool] = -np.nanmean(matrix.values, axis=1)
+    return out
+
+
+def rand_prefix_texts(texts: Sequence[str], pool: Sequence[int], shots: int, seed: int) -> list[int]:
+    """Indices of the ``shots`` pool texts (seeded) that make the Rand prefix."""
+    rng = np.random.default_rng(seed)
+    pool = np.asarray(pool)
+    return [int(i) for i in rng.choice(pool, size=min(shots + 1, len(pool)), replace=False)]
+
+
+def _rand_groups(texts: Sequence[str], pool: Sequence[int], shots: int, seed: int) -> dict[str, list[int]]:
+    """Rand prefix -> indices of the texts scored with it. Texts outside the prefix share it; a
+    text inside it gets a prefix without itself (the spare ``shots+1``-th draw replaces it)."""
+    chosen = rand_prefix_texts(texts, pool, shots, seed)
+    main = chosen[:shots]
+    groups: dict[str, list[int]] = {}
+    for j in range(len(texts)):
+        shots_j = main if j not in main else [c for c in chosen if c != j][:shots]
+        groups.setdefault(build_prefix([texts[c] for c in shots_j]), []).append(j)
+    return groups
+
+
+def rand_calls(
+    texts: Sequence[str], pool: Sequence[int], *, shots: int = DEFAULT_SHOTS, seed: int = 0
+) -> list[FetchCall]:
+    """The conditional calls of the Rand baseline (for dry-runs)."""
+    groups = _rand_groups(texts, pool, shots, seed)
+    return [FetchCall("conditional", tuple(texts[j] for j in js), prefix=p) for p, js in groups.items()]
+
+
+def rand_scores(
+    target: Any,
+    texts: Sequence[str],
+    pool: Sequence[int],
+    ll: np.ndarray,
+    *,
+    shots: int = DEFAULT_SHOTS,
+    seed: int = 0,
+    progress: bool = False,
+) -> np.ndarray:
+    """``Rand``: ReCaLL with one prefix of ``shots`` random pool texts (higher = member)."""
+    out = np.full(len(texts), np.nan)
+    for prefix, js in _rand_groups(texts, pool, shots, seed).items():
+        recs = target.conditional_logprobs(prefix, [texts[j] for j in js], progress=progress)
+        out[js] = [conditional_ll(r) for r in recs]
+    return out / ll
+
+
+def iteration_metrics(result: EMResult, labels: Sequence[int]) -> list[dict[str, Any]]:
+    """AUC/TPR of the membership scores after each iteration (reporting only; NaN texts dropped)."""
+    from blackbox_audit.metrics import membership_metrics
+
+    y = np.asarray(labels)
+    rows = []
+    for t, f in enumerate(result.scores):
+        ok = ~np.isnan(f)
+        m: dict[str, Any] = {"iteration": t, **membership_metrics(f[ok], y[ok])}
+        if not ok.all():
+            m["n_nan_dropped"] = int((~ok).sum())
+        rows.append(m)
+    return rows
+
+
+# ---- cost (dry-run)
+
+
+@dataclass(frozen=True)
+class CallCost:
+    """What a list of fetch calls costs, counted from token ids only (nothing is sent).
+
+    ``scorings``: (prefix?, text) records; ``positions``: token positions to score (each needs
+    at least one request on a chat API without echo; the recovery ladder adds requests for
+    tokens outside the top-n); ``prompt_tokens``: the sum over positions of the context sent
+    with it (prefix + text so far), i.e. the prompt tokens of one request per position;
+    ``echo_requests``: requests on an echo (legacy completions) endpoint, one per record.
+    """
+
+    scorings: int
+    positions: int
+    prompt_tokens: int
+
+    @property
+    def echo_requests(self) -> int:
+        return self.scorings
+
+    def usd(self, price: Any | None) -> float | None:
+        """Lower-bound USD at one request (one completion token) per position, or None without a price."""
+        return None if price is None else float(price.cost(self.prompt_tokens, self.positions))
+
+
+def call_cost(calls: Sequence[FetchCall], tokenize: Any) -> CallCost:
+    """Count scorings, positions and prompt tokens of ``calls`` with the target's tokenizer."""
+    lengths: dict[str, int] = {}
+
+    def n_tokens(text: str) -> int:
+        if text not in lengths:
+            lengths[text] = len(tokenize(text))
+        return lengths[text]
+
+    scorings = positions = prompt = 0
+    for call in calls:
+        ctx = n_tokens(call.prefix) if call.prefix is not None else 0
+        for text in call.texts:
+            n = n_tokens(text)
+            scored = n if call.kind == "conditional" else max(n - 1, 0)
+            first = 0 if call.kind == "conditional" else 1  # tokens of the text already in context
+            scorings += 1
+            positions += scored
+            prompt += scored * ctx + sum(range(first, first + scored))
+    return CallCost(scorings=scorings, positions=positions, prompt_tokens=prompt)
