@@ -14,6 +14,12 @@ Numbers: the forward pass runs in the model dtype (``float32`` by default everyw
 audit numbers must be reproducible to 1e-4 across batch sizes; ``bfloat16`` is allowed on
 request and is ~13x slower than fp32 on CPU), ``log_softmax`` always in fp32.
 
+Batching: texts are sorted by length (longest first) and padded to the right by default
+(``padding_side="left"`` also works: position ids come from the attention mask, so results do
+not depend on padding or batch size beyond fp32 noise, ~1e-6). ``conditional_logprobs`` runs the
+prefix once and reuses a copy of its KV cache for every batch of texts (texts right-padded after
+it); ``conditional_logprobs_naive`` concatenates and runs, as the reference.
+
 GGUF files are dequantized by transformers (20-40 s for SmolLM2); the result is saved once as
 HF safetensors under ``<cache>/models/<sha256 of the gguf>`` (written to a temp dir, then
 renamed, so concurrent loaders never see half a model) and loaded from there afterwards.
@@ -396,6 +402,8 @@ class HFTarget(Target):
         """
         torch = self._torch
         texts = list(texts)
+        if not texts:
+            return []
         p_ids, t_ids = self._prepare_conditional(prefix, texts)
         m = len(p_ids)
         with torch.inference_mode():
@@ -431,6 +439,8 @@ class HFTarget(Target):
     ) -> list[TokenLogprobs]:
         """Same records as ``conditional_logprobs`` by running prefix+text for each text (reference path)."""
         texts = list(texts)
+        if not texts:
+            return []
         p_ids, t_ids = self._prepare_conditional(prefix, texts)
         seqs = [p_ids + ids for ids in t_ids]
         scored = self._score_sequences(
