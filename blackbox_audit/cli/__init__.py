@@ -25,6 +25,8 @@ COMMANDS: list[str] = [
     "score",
     "emulate",
     "probe",
+    "canary",
+    "demo",
     "em_mia",
 ]
 
