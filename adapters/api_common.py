@@ -248,6 +248,7 @@ class ApiTarget(Target):
         probe_evidence: list[str] | None = None,
         loop: LoopThread | None = None,
         extra_engines: Sequence[RequestEngine] = (),
+        prior: Any = None,
     ) -> None:
         self.name, self.kind, self.engine, self.model = name, kind, engine, model
         self.table, self.cond, self.sem = table, cond, sem
@@ -260,6 +261,7 @@ class ApiTarget(Target):
         self._strategy_requests: Counter[str] = Counter()
         self._echo_requests = 0
         self._echo_hits = [0, 0]  # top-n hits among echoed positions, echoed positions
+        self.prior = prior  # white-box proxy with the same tokenizer (``logprob_matrix``), or None
         self.capabilities = Capabilities(
             full_distribution=False,
             conditional=True,
@@ -335,21 +337,38 @@ class ApiTarget(Target):
         for text in texts:
             ids = self.table.encode(text)
             items.append((text, ids[:1], ids[1:]))
-        return self._loop.run(self._score(items, progress))
+        return self._loop.run(self._score(self._with_priors(items), progress))
+
+    def _with_priors(self, items: list[tuple[str, list[int], list[int]]]) -> list[tuple[Any, ...]]:
+        """Attach the proxy model's logprobs of each position (a search prior, never a result).
+
+        The proxy must share the tokenizer: texts whose ids differ under it get no prior.
+        """
+        proxy = self.prior
+        out: list[tuple[Any, ...]] = []
+        for text, ctx, ids in items:
+            pri: list[float | None] | None = None
+            full = ctx + ids
+            if proxy is not None and len(full) >= 2 and list(proxy.tokenize(self.table.decode(full))) == full:
+                mat = proxy.logprob_matrix(full)
+                pri = [float(mat[len(ctx) + j - 1][full[len(ctx) + j]]) for j in range(len(ids))]
+            out.append((text, ctx, ids, pri))
+        return out
 
     def conditional_logprobs(self, prefix: str, texts: Sequence[str], *, progress: bool = True) -> list[TokenLogprobs]:
         self._require_logprobs()
         pre = self.table.encode(prefix)
         if not pre:
             raise UserError("the prefix is empty", "give a non-empty prefix (APIs need some context)")
-        return self._loop.run(self._score([(t, pre, self.table.encode(t)) for t in texts], progress))
+        items = [(t, pre, self.table.encode(t)) for t in texts]
+        return self._loop.run(self._score(self._with_priors(items), progress))
 
-    async def _score(self, items: list[tuple[str, list[int], list[int]]], progress: bool) -> list[TokenLogprobs]:
+    async def _score(self, items: list[tuple[Any, ...]], progress: bool) -> list[TokenLogprobs]:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(items), desc=f"{self.name} logprobs", unit="text", disable=not progress)
 
-        async def one(text: str, ctx: list[int], ids: list[int]) -> TokenLogprobs:
+        async def one(text: str, ctx: list[int], ids: list[int], pri: list[float | None] | None) -> TokenLogprobs:
             full = ctx + ids
             jobs = [(full[: len(ctx) + j], full[len(ctx) + j]) for j in range(len(ids))]
             bases: list[Answer | None] = [None] * len(jobs)
@@ -360,7 +379,7 @@ class ApiTarget(Target):
                 bases = echoed[len(ctx) - 1 :]
                 self._echo_hits[0] += sum(b is not None and t in b.top for b, (_, t) in zip(bases, jobs, strict=True))
                 self._echo_hits[1] += len(jobs)
-            res = await recover_many(self.oracle, sem, jobs, self.ladder, bases=bases)
+            res = await recover_many(self.oracle, sem, jobs, self.ladder, priors=pri, bases=bases)
             bar.update(1)
             return self._record(text, ctx, ids, res, full)
 
@@ -478,7 +497,8 @@ def build_api_target(
 ) -> ApiTarget:
     """Engine + probe + target. Options: ``cache`` (diskcache-like), ``api`` (auto, chat,
     completions), ``system``, ``user_template``, ``eps``, ``max_concurrency``, ``semantics``
-    (a ``Semantics`` to skip the probe, for tests). White-box options (device, batch_size)
+    (a ``Semantics`` to skip the probe, for tests), ``prior`` (a white-box target or spec with
+    the same tokenizer: its logprobs centre the bisection). White-box options (device, batch_size)
     are ignored."""
     from .probe import probe_endpoint
 
@@ -501,6 +521,13 @@ def build_api_target(
     sem = options.get("semantics") or report.semantics
     cond = Conditioning(api=report.api, system=system, user_template=template, id_prompts=report.id_prompts)
     eps = float(options.get("eps", LadderConfig().eps))
+    prior = options.get("prior")
+    if isinstance(prior, str):
+        from . import load_target
+
+        prior = load_target(prior, **{k: v for k, v in options.items() if k in ("device", "batch_size")})
+    if prior is not None and not hasattr(prior, "logprob_matrix"):
+        raise UserError("the prior model must be a white-box target", "pass prior=hf:PATH, gguf:PATH or smollm2")
     return ApiTarget(
         name=name,
         kind=kind,
@@ -513,4 +540,5 @@ def build_api_target(
         probe_evidence=report.evidence,
         loop=loop,
         extra_engines=extra_engines,
+        prior=prior,
     )

@@ -149,6 +149,48 @@ def _reflect_bound(biased_floor: float, bias: float) -> float:
     return reflect_formula(0.0, min(biased_floor, -1e-12), None, bias)
 
 
+REFLECT_STEP = 12.0  # raise the bias by this much while t stays out of the biased top-n
+REFLECT_MAX_LP = -1e-4  # biased lp'(t) closer to 0 loses 1 - p'(t) to rounding: lower the bias
+
+
+async def _reflect(
+    ask: _Counter, sem: Semantics, target: int, prior: float | None, guess: LpGuess | None
+) -> PositionResult | None:
+    """Strategy 3, single-token form, aiming at p'(t) ≈ 1/2 (B ≈ -lp(t)) as SPEC §1 advises.
+
+    A bias far above -lp(t) rounds 1 - p'(t) away (B = 100 gives p'(t) = 1.0 exactly in
+    float64 for most tokens, and a silently wrong 0), so the bias starts at the proxy's or
+    the running estimate, rises by ``REFLECT_STEP`` while t is absent (it cannot overshoot
+    by more than that step), and drops if p'(t) comes back too close to 1.
+    """
+    aim = prior if prior is not None else (guess.value if guess is not None else -8.0)
+    b = min(sem.bias_cap, max(1.0, -aim + 2.0))
+    tried: set[float] = set()
+    for _ in range(12):
+        b = float(math.ceil(b)) if sem.integer_bias else b
+        if b in tried:
+            break
+        tried.add(b)
+        ans = await ask({target: b})
+        if target in ans.top:
+            lpb = ans.top[target]
+            if lpb > REFLECT_MAX_LP and b > 1.0:
+                b = max(1.0, b - REFLECT_STEP)
+                continue
+            lp = reflect_formula(0.0, lpb, None, b)
+            if guess is not None:
+                guess.update(lp)
+            return PositionResult(lp, Status.EXACT, Strategy.BIAS_REFLECTING, 1e-4, ask.n)
+        if b >= sem.bias_cap:
+            vals = list(ans.top.values()) + list(ans.extra_values)
+            if vals:
+                ub = _reflect_bound(ans.floor if ans.floor is not None else min(vals), b)
+                return PositionResult(ub, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, ["absent at the cap"])
+            return None
+        b = min(sem.bias_cap, b + REFLECT_STEP)
+    return None
+
+
 async def recover_position(
     oracle: Oracle,
     sem: Semantics,
@@ -174,18 +216,9 @@ async def recover_position(
     upper = math.inf
 
     if sem.bias_reflecting:
-        aim = prior if prior is not None else (guess.value if guess is not None else -8.0)
-        b = min(sem.bias_cap, max(1.0, -aim))
-        for bias in dict.fromkeys([float(math.ceil(b)) if sem.integer_bias else b, float(sem.bias_cap)]):
-            ans = await ask({target: bias})
-            if target in ans.top:
-                lp = reflect_formula(0.0, ans.top[target], None, bias)
-                if guess is not None:
-                    guess.update(lp)
-                return PositionResult(lp, Status.EXACT, Strategy.BIAS_REFLECTING, 1e-4, ask.n)
-            vals = list(ans.top.values()) + list(ans.extra_values)
-            if vals:
-                upper = min(upper, _reflect_bound(ans.floor if ans.floor is not None else min(vals), bias))
+        res = await _reflect(ask, sem, target, prior, guess)
+        if res is not None:
+            return res
         notes.append("not in the biased top-n even at the cap")
 
     if sem.forced_token:
@@ -225,8 +258,19 @@ class GapModel:
     always keeps a uniform component over the whole bracket). Correctness never depends on it.
     """
 
-    def __init__(self, mean: float = 1.0) -> None:
+    def __init__(self, mean: float = 1.0, prior_sigma: float = 1.0) -> None:
         self.total, self.count, self.default = 0.0, 0, mean
+        self.res_sq, self.res_n, self.sigma0 = 0.0, 0, prior_sigma
+
+    @property
+    def prior_sigma(self) -> float:
+        """RMS error of the proxy prior seen so far (shrunk towards the configured default)."""
+        return max(0.005, math.sqrt((self.res_sq + self.sigma0**2) / (self.res_n + 1)))
+
+    def update_prior(self, residual: float) -> None:
+        if math.isfinite(residual):
+            self.res_sq += residual * residual
+            self.res_n += 1
 
     @property
     def mean(self) -> float:
@@ -292,7 +336,7 @@ async def _bisect(
     """
     notes: list[str] = []
     disputed: list[float] = []  # biases whose repeated answers disagreed
-    gaps = gaps if gaps is not None else GapModel(cfg.initial_step)
+    gaps = gaps if gaps is not None else GapModel(cfg.initial_step, cfg.prior_halfwidth)
 
     async def flip_once(b: float) -> bool:
         emitted = (await ask({target: b})).emitted
@@ -313,6 +357,38 @@ async def _bisect(
     except _Unidentified as exc:
         note = f"emitted token not identifiable at bias {exc.args[0]:.3f}: only the top-n bound is known"
         return PositionResult(lp_n, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, notes + [note])
+
+
+async def _bracket_prior(
+    flips: Any, sem: Semantics, cfg: LadderConfig, c: float, lo: float, hi: float
+) -> tuple[float, float, bool]:
+    """Bracket B* around a proxy's estimate ``c``: test c ± w/2 with w = 2·eps, growing w
+    fourfold on each miss. A good prior costs ~2 requests for a 2·eps bracket; a bad one
+    costs ~log4 of its error extra. Returns (lo, hi, hi_seen)."""
+    quant = (lambda b: float(math.ceil(b))) if sem.integer_bias else (lambda b: b)
+    hi_seen = False
+    w = 2 * cfg.eps
+    while True:  # upper end: smallest tested bias that flips
+        q = quant(min(c + w / 2, hi))
+        if not lo < q <= hi or (q == hi and hi_seen):
+            break
+        if await flips(q):
+            hi, hi_seen = q, True
+            break
+        lo, w = q, w * 4
+        if q >= hi:
+            break
+    w = 2 * cfg.eps
+    while hi_seen:  # lower end: largest tested bias that does not flip
+        q = float(math.floor(c - w / 2)) if sem.integer_bias else c - w / 2
+        if not lo < q < hi:
+            break
+        if await flips(q):
+            hi, w = q, w * 4
+        else:
+            lo = q
+            break
+    return lo, hi, hi_seen
 
 
 class _Unidentified(Exception):
@@ -336,8 +412,9 @@ async def _bisect_core(
     cap = sem.bias_cap
     lo0 = lp_r - lp_n  # flips(lo0) is False: t is not in the top-n
     lo, hi, hi_seen = lo0, cap, False
-    center = (lp_r - prior) if prior is not None else None
-    cdf = _prior_cdf(lo0, cap, gaps.mean, center, cfg.prior_halfwidth)
+    if prior is not None and lo0 < lp_r - prior < cap:
+        lo, hi, hi_seen = await _bracket_prior(flips, sem, cfg, lp_r - prior, lo, hi)
+    cdf = _prior_cdf(lo0, cap, gaps.mean, None, gaps.prior_sigma)
     while hi - lo > cfg.eps:
         q = _mass_median(cdf, lo, hi)
         if sem.integer_bias:
@@ -356,6 +433,8 @@ async def _bisect_core(
             ub = min(lp_n, lp_r - cap)
             return PositionResult(ub, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, ["no flip at the bias cap"])
     gaps.update((lo + hi) / 2 - lo0)
+    if prior is not None:
+        gaps.update_prior((lp_r - (lo + hi) / 2) - prior)
     # bracket on lp(t): [lp_r - hi, lp_r - lo)
     lp_lo, lp_hi = lp_r - hi, min(lp_r - lo, lp_n)
     if sem.integer_bias and lp_hi - lp_lo > cfg.eps:
@@ -422,7 +501,7 @@ async def recover_many(
     """All positions concurrently; the oracle's engine bounds how many requests are in flight."""
     pri = priors if priors is not None else [None] * len(jobs)
     bases = list(bases) if bases is not None else [None] * len(jobs)
-    gaps, guess = GapModel(cfg.initial_step), LpGuess()
+    gaps, guess = GapModel(cfg.initial_step, cfg.prior_halfwidth), LpGuess()
     return list(
         await asyncio.gather(
             *(

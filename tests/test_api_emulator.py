@@ -155,3 +155,18 @@ def test_conditional_logprobs(tiny_target, load):
         ex = emu.exact_sequence(ids)[len(rec.context_ids) - 1 :]
         assert len(rec) == len(t.tokenize("The people pay."))
         np.testing.assert_allclose(rec.logprobs, ex, atol=1e-4)
+
+
+def test_proxy_prior_saves_requests_and_stays_correct(tiny_target, load):
+    with run_emulator(tiny_target, "argmax-only", strict_bias=False) as emu:
+        plain = load(emu)
+        emu.reset()
+        recs = plain.token_logprobs(TEXTS[:1], progress=False)
+        n_plain = emu.stats()["requests"]
+        with_prior = load(emu, prior=tiny_target)
+        emu.reset()
+        recs_p = with_prior.token_logprobs(TEXTS[:1], progress=False)
+        n_prior = emu.stats()["requests"]
+        check_records(emu, tiny_target, with_prior, recs_p)
+        check_records(emu, tiny_target, plain, recs)
+        assert n_prior < n_plain

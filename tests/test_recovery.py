@@ -150,3 +150,18 @@ def test_noisy_endpoint_widens_bound_instead_of_lying():
     # disputed position reports a bound wider than the deterministic eps/2
     assert np.mean(errs <= bounds) >= 0.8
     assert all(r.error_bound > 0.01 for r in res if "non-deterministic" in " ".join(r.notes))
+
+
+def test_bias_reflecting_never_rounds_to_a_wrong_zero():
+    """B = 100 makes p'(t) round to exactly 1.0 and the single-token form return 0: the
+    ladder must aim the bias near -lp(t) instead (SPEC §1)."""
+
+    def spread(ctx):
+        lp = np.linspace(0, -60, V)
+        return lp - np.logaddexp.reduce(lp)
+
+    js = [([1, k], t) for k, t in enumerate([30, 150, 250, 399])]
+    res = run(SimulatedOracle(spread, mode="reflect", top_n=5), Semantics(top_n=5, bias_reflecting=True), js)
+    got = np.array([r.logprob for r in res])
+    np.testing.assert_allclose(got, [spread([])[t] for _, t in js], atol=1e-6)
+    assert all(r.status == Status.EXACT for r in res)
