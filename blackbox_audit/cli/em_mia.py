@@ -83,26 +83,37 @@ def _init_spec(init: str, target: Any) -> str:
     return init
 
 
+def _is_api(target: Any) -> bool:
+    return isinstance(getattr(target, "model", None), str)  # API targets name their model; HFTarget holds a module
+
+
 def _price(target: Any, pricing: str | None) -> Any:
-    model = getattr(target, "model", None)
-    if not isinstance(model, str):
+    if not _is_api(target):
         return None
     from blackbox_audit.engine import PricingTable
 
-    return PricingTable.load(pricing).get(model)
+    return PricingTable.load(pricing).get(target.model)
 
 
 def cost_table(
     target: Any, texts: list[str], pool_size: int | None, *, init: str, baselines: list[str], args: Any
 ) -> list[dict[str, Any]]:
-    """Cost rows for the chosen pool and a few smaller ones (halving), chosen first."""
+    """Cost rows for the chosen pool and a few smaller ones (halving), chosen first.
+
+    API targets get the engine's estimate (``blackbox_audit.engine.estimate``: requests, prompt
+    tokens and USD as a range, from the probed ladder); white-box targets only token positions.
+    """
+    from blackbox_audit.engine import LadderShape
     from blackbox_audit.methods.em_mia import call_cost, plan_calls, pool_indices, rand_calls
     from blackbox_audit.scores import plan_requests
 
     n = len(texts)
     chosen = pool_size if pool_size is not None and pool_size < n else n
     sizes = [chosen] + [s for s in (n // 2, n // 4, n // 8, n // 16) if 4 <= s < chosen]
+    api = _is_api(target)
     price = _price(target, getattr(args, "pricing", None))
+    sem = getattr(target, "sem", None) if api else None
+    shape = LadderShape.from_semantics(sem) if sem is not None else None
     init_calls = [] if init in BASELINES else list(plan_requests(texts, init).calls)
     rows = []
     for size in dict.fromkeys(sizes):
@@ -111,35 +122,39 @@ def cost_table(
         if "rand" in baselines or init == "rand":
             calls += rand_calls(texts, pool, shots=args.rand_shots, seed=args.pool_seed)
         cost = call_cost(calls, target.tokenize)
-        rows.append(
-            {
-                "pool": size,
-                "conditional_scorings": sum(len(c.texts) for c in calls if c.kind == "conditional"),
-                "scorings": cost.scorings,
-                "positions": cost.positions,
-                "prompt_tokens": cost.prompt_tokens,
-                "usd_lower_bound": cost.usd(price),
-            }
-        )
+        row: dict[str, Any] = {
+            "pool": size,
+            "conditional_scorings": sum(len(c.texts) for c in calls if c.kind == "conditional"),
+            "scorings": cost.scorings,
+            "positions": cost.positions,
+        }
+        if api:
+            row["estimate"] = cost.estimate(shape, price=price).to_json()
+        rows.append(row)
     return rows
 
 
 def print_cost(rows: list[dict[str, Any]], target: Any) -> None:
-    api = isinstance(getattr(target, "model", None), str)  # API targets name their model; HFTarget holds a module
-    print(f"EM-MIA cost on {target.name} (cache hits not subtracted):", file=sys.stderr)
-    head = f"  {'pool':>5}  {'cond.scorings':>13}  {'positions':>10}  {'prompt tok':>11}  {'USD >=':>8}"
+    def rng(v: list[float], f: str = "{:,.0f}") -> str:
+        return f.format(v[0]) if v[0] == v[1] else f"{f.format(v[0])}-{f.format(v[1])}"
+
+    print(f"EM-MIA cost on {target.name} (before cache hits; nothing sent yet):", file=sys.stderr)
+    head = f"  {'pool':>5}  {'cond.scorings':>13}  {'positions':>10}"
+    if _is_api(target):
+        head += f"  {'requests':>21}  {'prompt tokens':>27}  {'USD':>15}"
     print(head, file=sys.stderr)
     for r in rows:
-        usd = "n/a" if r["usd_lower_bound"] is None else f"{r['usd_lower_bound']:.4f}"
+        line = f"  {r['pool']:>5}  {r['conditional_scorings']:>13,}  {r['positions']:>10,}"
+        if "estimate" in r:
+            e = r["estimate"]
+            usd = "no price" if e["cost_usd"] is None else rng(e["cost_usd"], "{:,.2f}")
+            line += f"  {rng(e['requests']):>21}  {rng(e['prompt_tokens']):>27}  {usd:>15}"
+        print(line, file=sys.stderr)
+    if _is_api(target):
+        label = rows[0]["estimate"]["label"]
         print(
-            f"  {r['pool']:>5}  {r['conditional_scorings']:>13}  {r['positions']:>10}  {r['prompt_tokens']:>11}  "
-            f"{usd:>8}",
-            file=sys.stderr,
-        )
-    if api:
-        print(
-            "  API: at least one request per position (one per scoring on echo endpoints); the recovery "
-            "ladder adds requests for tokens outside the top-n. Pick --prefix-pool to fit the budget.",
+            f"  endpoint: {label}. Low end: every true token in the top-n; high end: every position pays the "
+            "ladder's extra requests. Pick --prefix-pool to fit the budget (cost ~ pool x texts).",
             file=sys.stderr,
         )
 
@@ -213,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
             "pool_size": len(pool),
             "pool_seed": args.pool_seed,
             "baselines": baselines,
-            "cost": rows_cost[0],
+            "cost": rows_cost[0],  # the chosen pool
         }
         metrics = None
         labels = ds.labels

@@ -31,6 +31,8 @@ all texts against its key/value cache in batches.
 from __future__ import annotations
 
 import logging
+import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -101,6 +103,13 @@ def recall_matrix(target: Any, texts: Sequence[str], pool: Sequence[int], *, pro
     return RecallMatrix(values=values, pool=pool, ll=ll)
 
 
+def _nanmean(values: np.ndarray, axis: int) -> np.ndarray:
+    """``np.nanmean`` where an all-NaN slice (a text scored by no prefix) is NaN without a warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(values, axis=axis)
+
+
 def _row_auc(row: np.ndarray, labels: np.ndarray) -> float:
     """AUC of one prefix's ReCaLL values against 0/1 labels (NaN entries skipped; 0.5 if undefined)."""
     ok = ~np.isnan(row)
@@ -127,8 +136,7 @@ def topk_recall(matrix: RecallMatrix, r: np.ndarray, k: int) -> np.ndarray:
     """Mean ReCaLL over the ``k`` best prefixes by ``r`` (self-pairs skipped)."""
     k = max(1, min(int(k), len(r)))
     best = np.argsort(-r, kind="stable")[:k]
-    with np.errstate(invalid="ignore"):
-        return np.nanmean(matrix.values[best], axis=0)
+    return _nanmean(matrix.values[best], axis=0)
 
 
 @dataclass
@@ -202,14 +210,13 @@ def em_mia(
 
 def avg_scores(matrix: RecallMatrix) -> np.ndarray:
     """``Avg(x) = mean_p ReCaLL_p(x)`` (higher = member, no conversion)."""
-    with np.errstate(invalid="ignore"):
-        return np.nanmean(matrix.values, axis=0)
+    return _nanmean(matrix.values, axis=0)
 
 
 def avgp_scores(matrix: RecallMatrix) -> np.ndarray:
     """``-AvgP(x)`` for texts in the pool (NaN elsewhere): high AvgP marks a non-member prefix."""
     out = np.full(matrix.values.shape[1], np.nan)
-    out[matrix.pool] = -np.nanmean(matrix.values, axis=1)
+    out[matrix.pool] = -_nanmean(matrix.values, axis=1)
     return out
 
 
@@ -278,30 +285,47 @@ def iteration_metrics(result: EMResult, labels: Sequence[int]) -> list[dict[str,
 
 @dataclass(frozen=True)
 class CallCost:
-    """What a list of fetch calls costs, counted from token ids only (nothing is sent).
+    """Token counts of a list of fetch calls (nothing is sent).
 
-    ``scorings``: (prefix?, text) records; ``positions``: token positions to score (each needs
-    at least one request on a chat API without echo; the recovery ladder adds requests for
-    tokens outside the top-n); ``prompt_tokens``: the sum over positions of the context sent
-    with it (prefix + text so far), i.e. the prompt tokens of one request per position;
-    ``echo_requests``: requests on an echo (legacy completions) endpoint, one per record.
+    ``scorings``: (prefix?, text) records; ``positions``: token positions to score (a plain
+    record scores ``u_2..u_L``, a conditional one every token of the text); ``context_tokens``:
+    the sum over positions of the context sent with it (prefix + text so far), i.e. the prompt
+    of one request per position; ``echo_prompt_tokens``: the prompts of one echo request per
+    record (prefix + text).
     """
 
     scorings: int
     positions: int
-    prompt_tokens: int
+    context_tokens: int
+    echo_prompt_tokens: int
 
-    @property
-    def echo_requests(self) -> int:
-        return self.scorings
+    def estimate(self, shape: Any = None, *, price: Any = None, prompt_overhead: int = 0, probe: bool = True) -> Any:
+        """The engine's ``Estimate`` (requests/tokens/USD as a range) for an endpoint ``shape``.
 
-    def usd(self, price: Any | None) -> float | None:
-        """Lower-bound USD at one request (one completion token) per position, or None without a price."""
-        return None if price is None else float(price.cost(self.prompt_tokens, self.positions))
+        Same rules as ``blackbox_audit.engine.estimate.estimate_scoring`` (low end: the true
+        token is always in the top-n; high end: every position pays the ladder's extra
+        requests), applied to conditional records, whose context includes the prefix.
+        """
+        from blackbox_audit.engine.estimate import PROBE_REQUESTS, UNKNOWN, Estimate
+
+        shape = shape or UNKNOWN
+        ctx = self.context_tokens + self.positions * prompt_overhead
+        if shape.echo:
+            base_req, base_prompt = self.scorings, self.echo_prompt_tokens + self.scorings * prompt_overhead
+        else:
+            base_req, base_prompt = self.positions, ctx
+        extra = math.ceil(self.positions * shape.miss_extra_hi)
+        avg_ctx = ctx / self.positions if self.positions else 0.0
+        probe_req = PROBE_REQUESTS if probe else 0
+        probe_prompt = probe_req * (8 + prompt_overhead)
+        req = (base_req + probe_req, base_req + extra + probe_req)
+        prompt = (base_prompt + probe_prompt, base_prompt + math.ceil(extra * avg_ctx) + probe_prompt)
+        cost = None if price is None else (price.cost(prompt[0], req[0]), price.cost(prompt[1], req[1]))
+        return Estimate(shape.label, self.scorings, self.positions, req, prompt, req, cost)
 
 
 def call_cost(calls: Sequence[FetchCall], tokenize: Any) -> CallCost:
-    """Count scorings, positions and prompt tokens of ``calls`` with the target's tokenizer."""
+    """Count scorings, positions and context tokens of ``calls`` with the target's tokenizer."""
     lengths: dict[str, int] = {}
 
     def n_tokens(text: str) -> int:
@@ -309,14 +333,15 @@ def call_cost(calls: Sequence[FetchCall], tokenize: Any) -> CallCost:
             lengths[text] = len(tokenize(text))
         return lengths[text]
 
-    scorings = positions = prompt = 0
+    scorings = positions = context = echo = 0
     for call in calls:
-        ctx = n_tokens(call.prefix) if call.prefix is not None else 0
+        pre = n_tokens(call.prefix) if call.prefix is not None else 0
         for text in call.texts:
             n = n_tokens(text)
-            scored = n if call.kind == "conditional" else max(n - 1, 0)
-            first = 0 if call.kind == "conditional" else 1  # tokens of the text already in context
+            first = 0 if call.kind == "conditional" else 1  # text tokens already in the context
+            scored = max(n - first, 0)
             scorings += 1
             positions += scored
-            prompt += scored * ctx + sum(range(first, first + scored))
-    return CallCost(scorings=scorings, positions=positions, prompt_tokens=prompt)
+            context += scored * pre + sum(range(first, first + scored))
+            echo += pre + n
+    return CallCost(scorings=scorings, positions=positions, context_tokens=context, echo_prompt_tokens=echo)

@@ -1,0 +1,228 @@
+"""EM-MIA: prefix-score AUC, planted structure, baselines, cost counting, CLI (white-box and API), canary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from blackbox_audit.cli import main
+from blackbox_audit.errors import UserError
+from blackbox_audit.methods import em_mia as em
+from blackbox_audit.scores.compute import FetchCall
+
+
+def planted(n: int = 60, *, signal: float = 0.3, noise: float = 0.05, seed: int = 0):
+    """A ReCaLL matrix where non-member prefixes lift members' ReCaLL (the structure EM-MIA relies on)."""
+    rng = np.random.default_rng(seed)
+    y = rng.permutation(np.arange(n) % 2)
+    values = 1.0 + signal * np.outer(1 - y, y) + rng.normal(0, noise, (n, n))
+    np.fill_diagonal(values, np.nan)
+    matrix = em.RecallMatrix(values=values, pool=np.arange(n), ll=-np.ones(n))
+    init = y + rng.normal(0, 1.5, n)  # a weak initial score
+    return matrix, y, init
+
+
+def auc(scores, y) -> float:
+    ok = ~np.isnan(scores)
+    return float(roc_auc_score(np.asarray(y)[ok], np.asarray(scores)[ok]))
+
+
+def test_prefix_score_auc_matches_sklearn_with_ties_and_nan() -> None:
+    rng = np.random.default_rng(1)
+    values = rng.integers(0, 4, (5, 30)).astype(float)  # many ties
+    values[np.arange(5), np.arange(5)] = np.nan
+    matrix = em.RecallMatrix(values=values, pool=np.arange(5), ll=-np.ones(30))
+    f = rng.normal(size=30)
+    labels = (f > np.median(f)).astype(int)
+    r = em.prefix_scores(matrix, f)
+    for i in range(5):
+        ok = ~np.isnan(values[i])
+        assert r[i] == pytest.approx(roc_auc_score(labels[ok], values[i, ok]))
+
+
+def test_recovers_planted_structure_from_a_weak_start() -> None:
+    matrix, y, init = planted()
+    start = auc(init, y)
+    assert 0.6 < start < 0.85
+    res = em.em_mia(matrix, init, iterations=10)
+    assert res.update == "neg-prefix" and len(res.scores) == 11 and len(res.prefix) == 10
+    assert auc(res.final, y) > 0.97 > start
+    assert auc(res.prefix[-1], 1 - y) > 0.97  # non-members make the discriminative prefixes
+    # a subset pool with the top-k ensemble update still recovers it for every text
+    sub = em.RecallMatrix(values=matrix.values[:20], pool=np.arange(20), ll=matrix.ll)
+    res_sub = em.em_mia(sub, init, iterations=10, update="auto", topk=5)
+    assert res_sub.update == "topk-recall"
+    assert not np.isnan(res_sub.final).any() and auc(res_sub.final, y) > 0.95
+
+
+def test_no_signal_stays_near_chance() -> None:
+    """Guard against a procedure that 'recovers' labels from its own initial score alone."""
+    matrix, y, init = planted(signal=0.0)
+    assert abs(auc(em.em_mia(matrix, init).final, y) - 0.5) < 0.2
+
+
+def test_update_rules_and_argument_errors() -> None:
+    matrix, _, init = planted(n=10)
+    sub = em.RecallMatrix(values=matrix.values[:4], pool=np.arange(4), ll=matrix.ll)
+    with pytest.raises(UserError, match="neg-prefix"):
+        em.em_mia(sub, init, update="neg-prefix")
+    with pytest.raises(UserError):
+        em.em_mia(matrix, init, update="bogus")
+    with pytest.raises(UserError):
+        em.em_mia(matrix, np.full(10, np.nan))
+    with pytest.raises(UserError):
+        em.pool_indices(1)
+    pool = em.pool_indices(50, 10, seed=3)
+    assert len(pool) == 10 and len(set(pool)) == 10 and np.array_equal(pool, em.pool_indices(50, 10, seed=3))
+    assert np.array_equal(em.pool_indices(5, 99), np.arange(5))
+
+
+def test_baselines_by_hand() -> None:
+    v = np.array([[np.nan, 2.0, 4.0], [1.0, np.nan, 3.0]])
+    matrix = em.RecallMatrix(values=v, pool=np.array([0, 1]), ll=-np.ones(3))
+    np.testing.assert_allclose(em.avg_scores(matrix), [1.0, 2.0, 3.5])
+    avgp = em.avgp_scores(matrix)
+    np.testing.assert_allclose(avgp[:2], [-3.0, -2.0])
+    assert np.isnan(avgp[2])  # not in the pool
+    top1 = em.topk_recall(matrix, np.array([0.2, 0.9]), 1)  # prefix 1 is best
+    np.testing.assert_allclose(top1, [1.0, np.nan, 3.0])
+
+
+def test_rand_prefix_excludes_the_scored_text() -> None:
+    texts = [f"text number {i}" for i in range(8)]
+    calls = em.rand_calls(texts, np.arange(8), shots=3, seed=0)
+    assert sum(len(c.texts) for c in calls) == 8
+    for c in calls:
+        for t in c.texts:
+            assert t not in c.prefix.split("\n\n")
+    assert max(len(c.texts) for c in calls) == 5  # 5 texts share the main prefix, 3 get their own
+
+
+def test_cost_counting_by_hand() -> None:
+    tok = lambda s: s.split()  # noqa: E731 - one token per word
+    calls = [FetchCall("plain", ("a b c d",)), FetchCall("conditional", ("x y z",), prefix="p q")]
+    cost = em.call_cost(calls, tok)
+    # plain: 3 positions, contexts 1+2+3; conditional: 3 positions, contexts 2+0, 2+1, 2+2
+    assert (cost.scorings, cost.positions, cost.context_tokens, cost.echo_prompt_tokens) == (2, 6, 15, 9)
+    echo = SimpleNamespace(echo=True, echo_offset=0)
+    from blackbox_audit.engine import LadderShape
+
+    est = cost.estimate(LadderShape.from_semantics(echo), probe=False)
+    assert est.requests == (2, 2) and est.prompt_tokens == (9, 9)
+    forced = LadderShape.from_semantics(SimpleNamespace(echo=False, forced_token=True, bias_reflecting=False))
+    est = cost.estimate(forced, probe=False)
+    assert est.requests == (6, 12) and est.prompt_tokens == (15, 30)
+    # the plan: one plain call, one conditional call per prefix, never (p, p)
+    plan = em.plan_calls(["a", "b", "c"], [0, 2])
+    assert [c.kind for c in plan] == ["plain", "conditional", "conditional"]
+    assert plan[1].texts == ("b", "c") and plan[2].texts == ("a", "b")
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _write(path: Path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return str(path)
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_cli_output_does_not_depend_on_labels(tiny_lm_dir, tmp_path: Path, capsys) -> None:
+    from blackbox_audit.fixtures.tiny_models import sample_texts
+
+    texts = [" ".join(t.split()[:10]) for t in sample_texts(6)]
+    labelled = _write(tmp_path / "l.jsonl", [{"id": f"s{i}", "text": t, "label": i % 2} for i, t in enumerate(texts)])
+    bare = _write(tmp_path / "u.jsonl", [{"id": f"s{i}", "text": t} for i, t in enumerate(texts)])
+    common = ["--target", f"hf:{tiny_lm_dir}", "--cache-dir", str(tmp_path / "cache"), "--iterations", "3"]
+    common += ["--rand-shots", "2"]
+    assert main(["em-mia", "--data", labelled, "--out", str(tmp_path / "a"), *common]) == 0
+    assert main(["em-mia", "--data", bare, "--out", str(tmp_path / "b"), *common]) == 0
+    a, b = _rows(tmp_path / "a" / "scores.jsonl"), _rows(tmp_path / "b" / "scores.jsonl")
+    for key in ("em_mia", "min_k_pp", "avg", "avgp", "rand"):
+        assert [r[key] for r in a] == [r[key] for r in b]
+    assert all(r["em_mia"] is not None for r in a)
+    metrics = json.loads((tmp_path / "a" / "metrics.json").read_text())
+    assert [m["iteration"] for m in metrics["per_iteration"]] == [0, 1, 2, 3]
+    assert not (tmp_path / "b" / "metrics.json").exists()
+    assert len(_rows(tmp_path / "a" / "prefix_scores.jsonl")) == 6
+    run = json.loads((tmp_path / "a" / "run.json").read_text())
+    assert run["update"] == "neg-prefix" and run["pool_size"] == 6
+    err = capsys.readouterr().err
+    assert "EM-MIA cost" in err
+
+
+def test_cli_dry_run_and_errors(tiny_lm_dir, tmp_path: Path, capsys) -> None:
+    data = _write(tmp_path / "d.jsonl", [{"text": f"a small text number {i} here"} for i in range(20)])
+    args = ["em-mia", "--target", f"hf:{tiny_lm_dir}", "--data", data, "--out", str(tmp_path / "o"), "--no-cache"]
+    assert main([*args, "--dry-run", "--prefix-pool", "10"]) == 0
+    err = capsys.readouterr().err
+    assert "pool" in err and not (tmp_path / "o" / "scores.jsonl").exists()
+    lines = [ln.split() for ln in err.splitlines() if ln.strip()[:2].strip().isdigit()]
+    assert [int(ln[0]) for ln in lines] == [10, 5]  # chosen pool first, then smaller ones
+    assert int(lines[0][1].replace(",", "")) == 10 * 19 + 20  # pool x (texts - 1) + the Rand prefix's
+    assert main([*args, "--init", "no_such_score"]) == 2
+    assert main([*args, "--baselines", "avg,bogus"]) == 2
+    assert main([*args, "--update", "neg-prefix", "--prefix-pool", "5", "--baselines", "none"]) == 2
+
+
+def test_api_target_through_the_emulator(tiny_target, tmp_path: Path, capsys) -> None:
+    """The same command on an API target: the dry-run range holds the requests actually sent."""
+    from blackbox_audit.fixtures.emulator import run_emulator
+
+    texts = ["The cat sat on the mat.", "A dog ran in the park.", "Rain fell all night long.", "We ate bread."]
+    data = _write(tmp_path / "d.jsonl", [{"id": f"s{i}", "text": t, "label": i % 2} for i, t in enumerate(texts)])
+    with run_emulator(tiny_target, "openai-chat") as emu:
+        target = f"compat:{emu.base_url}#{emu.model}"
+        args = ["em-mia", "--target", target, "--data", data, "--out", str(tmp_path / "o"), "--no-cache"]
+        args += ["--iterations", "2", "--baselines", "avg"]
+        assert main([*args, "--dry-run"]) == 0
+        dry = capsys.readouterr().err
+        assert "requests" in dry and "endpoint:" in dry
+        assert main(args) == 0
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    est = run["cost"]["estimate"]
+    sent = run["usage"]["requests_sent"]
+    assert est["requests"][0] <= sent <= est["requests"][1]
+    rows = _rows(tmp_path / "o" / "scores.jsonl")
+    assert len(rows) == 4 and all(r["em_mia"] is not None and r["loss"] is not None for r in rows)
+
+
+# ---------------------------------------------------------------- canary
+
+
+@pytest.mark.slow
+def test_em_mia_on_the_canary_matches_or_beats_its_initialiser(tmp_path: Path) -> None:
+    from blackbox_audit.adapters import load_target
+    from blackbox_audit.fixtures.canary import CanaryOptions, TrainConfig, build_canary
+
+    from blackbox_audit.scores import compute_scores
+
+    opts = CanaryOptions(
+        n_members=120,
+        n_nonmembers=120,
+        n_calibration=40,
+        train=TrainConfig(epochs=8, lr=3e-3, batch_size=8, vocab_size=1024, n_embd=64, n_head=2),
+    )
+    canary = build_canary(opts, progress=False)
+    rows = canary.dataset()
+    rng = np.random.default_rng(0)
+    pick = [
+        int(i) for lab in (0, 1) for i in rng.permutation([j for j, r in enumerate(rows) if r["label"] == lab])[:20]
+    ]
+    texts = [rows[i]["text"] for i in pick]
+    y = np.array([rows[i]["label"] for i in pick])
+    target = load_target(canary.target_spec, device="cpu", batch_size=32, progress=False)
+    init = compute_scores(target, texts, "loss", progress=False)["loss"]
+    matrix = em.recall_matrix(target, texts, em.pool_indices(len(texts)), progress=False)
+    res = em.em_mia(matrix, init)
+    start, final = auc(init, y), auc(res.final, y)
+    assert final >= start - 0.02  # matches or improves on loss
+    assert final >= 0.7  # a sign error or a broken update lands near or below 0.5
