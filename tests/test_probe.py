@@ -1,0 +1,47 @@
+"""``blackbox-audit probe`` against the emulator: identifies each profile, prints evidence.
+
+Profiles serving both endpoints are probed on legacy completions (raw-text conditioning is
+preferred over a chat template), hence their top-5 cap.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from blackbox_audit.fixtures.emulator import run_emulator
+
+from blackbox_audit.cli import main
+
+EXPECT = {
+    "openai-chat": dict(top_n=20, integer_bias=True, forced_token=False, bias_reflecting=False, echo=False),
+    "openai-legacy-echo": dict(top_n=5, integer_bias=True, forced_token=True, echo=True, echo_offset=0),
+    "bias-reflecting": dict(top_n=5, bias_reflecting=True, forced_token=False, echo=False),
+    "argmax-only": dict(top_n=5, argmax_moves=True, forced_token=False, bias_reflecting=False, echo=False),
+    "forced-token": dict(top_n=5, integer_bias=False, forced_token=True, echo=True, echo_offset=1),
+}
+
+
+@pytest.mark.parametrize("profile", sorted(EXPECT))
+def test_probe_identifies_profile(tiny_target, tiny_lm_dir, capsys, profile):
+    with run_emulator(tiny_target, profile) as emu:
+        rc = main(["probe", "--target", emu.target_spec, "--tokenizer", str(tiny_lm_dir), "--no-cache", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    sem = out["semantics"]
+    for k, v in EXPECT[profile].items():
+        assert sem[k] == v, (profile, k, sem[k], out["evidence"])
+    assert sem["deterministic"] is True
+    assert out["evidence"] and "→" in out["ladder"]
+
+
+def test_probe_reports_403(tiny_target, tiny_lm_dir, capsys):
+    with run_emulator(tiny_target, "no-logprobs-403") as emu:
+        rc = main(["probe", "--target", emu.target_spec, "--tokenizer", str(tiny_lm_dir), "--no-cache"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "403" in out and "no logprobs" in out
+
+
+def test_probe_rejects_white_box_targets(capsys):
+    assert main(["probe", "--target", "smollm2", "--no-cache"]) == 2
+    assert "API target" in capsys.readouterr().err
