@@ -7,6 +7,8 @@ within its reported error bound), on texts whose tokens mostly miss the top-n.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from blackbox_audit.adapters import load_target
@@ -170,3 +172,24 @@ def test_proxy_prior_saves_requests_and_stays_correct(tiny_target, load):
         check_records(emu, tiny_target, with_prior, recs_p)
         check_records(emu, tiny_target, plain, recs)
         assert n_prior < n_plain
+
+
+def test_openai_adapter_against_emulator_key_from_env(tiny_target, tiny_lm_dir, monkeypatch, tmp_path):
+    from blackbox_audit.cache import open_cache
+
+    monkeypatch.setenv("MY_KEY", "sk-emulator-secret-42")
+    with run_emulator(tiny_target, "openai-chat") as emu:
+        cache = open_cache(tmp_path / "c")
+        t = load_target(
+            f"openai:{emu.model}", base_url=emu.base_url, api_key_env="MY_KEY", tokenizer=str(tiny_lm_dir), cache=cache
+        )
+        try:
+            assert t.cond.api == "chat" and t.sem.top_n == 20
+            rec = t.token_logprobs(TEXTS[:1], progress=False)[0]
+            check_records(emu, tiny_target, t, [rec])
+            assert "sk-emulator-secret-42" not in json.dumps(t.describe(), default=str)
+        finally:
+            t.close()
+        blob = b"".join(p.read_bytes() for p in (tmp_path / "c").rglob("*") if p.is_file())
+        assert b"sk-emulator-secret-42" not in blob
+        cache.close()
