@@ -133,10 +133,18 @@ def prefix_scores(matrix: RecallMatrix, f: np.ndarray) -> np.ndarray:
 
 
 def topk_recall(matrix: RecallMatrix, r: np.ndarray, k: int) -> np.ndarray:
-    """Mean ReCaLL over the ``k`` best prefixes by ``r`` (self-pairs skipped)."""
+    """Per text, the mean ReCaLL over the ``k`` best prefixes by ``r`` other than the text itself.
+
+    Skipping the self-pair and taking the next prefix keeps ``k`` terms for every text (a text
+    that is itself a top prefix is not left with ``k - 1`` or, for ``k = 1``, none).
+    """
     k = max(1, min(int(k), len(r)))
-    best = np.argsort(-r, kind="stable")[:k]
-    return _nanmean(matrix.values[best], axis=0)
+    ordered = matrix.values[np.argsort(-np.asarray(r), kind="stable")]
+    valid = ~np.isnan(ordered)
+    take = valid & (np.cumsum(valid, axis=0) <= k)
+    n = take.sum(axis=0)
+    total = np.where(take, ordered, 0.0).sum(axis=0)
+    return np.where(n > 0, total / np.maximum(n, 1), np.nan)
 
 
 @dataclass
