@@ -149,8 +149,12 @@ def _reflect_bound(biased_floor: float, bias: float) -> float:
     return reflect_formula(0.0, min(biased_floor, -1e-12), None, bias)
 
 
+REFLECT_START = 16.0  # first bias: t enters the biased top-n unless lp(t) < ~-20, and p'(t) stays
+# below 1 - 1e-7 for any lp(t) <= 0, well inside float64 resolution
 REFLECT_STEP = 12.0  # raise the bias by this much while t stays out of the biased top-n
-REFLECT_MAX_LP = -1e-4  # biased lp'(t) closer to 0 loses 1 - p'(t) to rounding: lower the bias
+# biased lp'(t) closer to 0 than this loses 1 - p'(t) to rounding: lower the bias. Assumes the
+# endpoint reports logprobs to ~12 significant digits (float64 JSON); raise it for rounding hosts.
+REFLECT_MAX_LP = -1e-8
 
 
 async def _reflect(
@@ -164,7 +168,7 @@ async def _reflect(
     by more than that step), and drops if p'(t) comes back too close to 1.
     """
     aim = prior if prior is not None else (guess.value if guess is not None else -8.0)
-    b = min(sem.bias_cap, max(1.0, -aim + 2.0))
+    b = min(sem.bias_cap, max(REFLECT_START, -aim + 2.0))
     tried: set[float] = set()
     for _ in range(12):
         b = float(math.ceil(b)) if sem.integer_bias else b

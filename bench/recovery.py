@@ -174,6 +174,7 @@ def main(argv=None) -> int:
     ap.add_argument("--texts", type=int, default=6)
     ap.add_argument("--tokens", type=int, default=24, help="tokens per text")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--only", help="comma-separated profile labels' prefixes to run (default: all)")
     args = ap.parse_args(argv)
     backend, tok_dir = build_backend(args.backend, args.device)
     if args.backend == "smollm2":
@@ -191,6 +192,9 @@ def main(argv=None) -> int:
         ("openai-legacy-echo", "openai-legacy-echo", False, {}),
         ("openai-chat", "openai-chat (strict, int bias)", False, {}),
     ]
+    if args.only:
+        keep = tuple(x.strip() for x in args.only.split(","))
+        plan = [p for p in plan if p[1].startswith(keep)]
     rows = []
     for profile, label, pac, over in plan:
         rows.append(bench_profile(backend, tok_dir, texts, profile, label, pac=pac, **over))
