@@ -35,7 +35,17 @@ from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.types import TokenLogprobs
 
 from .base import Capabilities, Target
-from .recovery import SENTINEL_CUTOFF, Answer, LadderConfig, PositionResult, Semantics, _clean, recover_many
+from .recovery import (
+    SENTINEL_CUTOFF,
+    Answer,
+    GapModel,
+    LadderConfig,
+    LpGuess,
+    PositionResult,
+    Semantics,
+    _clean,
+    recover_many,
+)
 from .tokenizers import TokenTable, reported_bytes
 
 log = logging.getLogger(__name__)
@@ -262,6 +272,9 @@ class ApiTarget(Target):
         self._echo_requests = 0
         self._echo_hits = [0, 0]  # top-n hits among echoed positions, echoed positions
         self.prior = prior  # white-box proxy with the same tokenizer (``logprob_matrix``), or None
+        # search statistics shared by every call on this target: later batches search faster
+        self._gaps = GapModel(self.ladder.initial_step, self.ladder.prior_halfwidth)
+        self._guess = LpGuess()
         self.capabilities = Capabilities(
             full_distribution=False,
             conditional=True,
@@ -379,7 +392,9 @@ class ApiTarget(Target):
                 bases = echoed[len(ctx) - 1 :]
                 self._echo_hits[0] += sum(b is not None and t in b.top for b, (_, t) in zip(bases, jobs, strict=True))
                 self._echo_hits[1] += len(jobs)
-            res = await recover_many(self.oracle, sem, jobs, self.ladder, priors=pri, bases=bases)
+            res = await recover_many(
+                self.oracle, sem, jobs, self.ladder, priors=pri, bases=bases, gaps=self._gaps, guess=self._guess
+            )
             bar.update(1)
             return self._record(text, ctx, ids, res, full)
 

@@ -267,6 +267,12 @@ class GapModel:
         self.res_sq, self.res_n, self.sigma0 = 0.0, 0, prior_sigma
 
     @property
+    def uniform_weight(self) -> float:
+        """Trust the learned gap scale only as evidence accumulates: half the mass is uniform
+        (≈ plain bisection, PAC-like cost on any gap) until a few positions are done."""
+        return max(UNIFORM_WEIGHT, 0.5 / (1 + self.count / 4))
+
+    @property
     def prior_sigma(self) -> float:
         """RMS error of the proxy prior seen so far (shrunk towards the configured default)."""
         return max(0.005, math.sqrt((self.res_sq + self.sigma0**2) / (self.res_n + 1)))
@@ -286,9 +292,11 @@ class GapModel:
             self.count += 1
 
 
-def _prior_cdf(lo0: float, cap: float, gap_mean: float, center: float | None, sigma: float):
+def _prior_cdf(
+    lo0: float, cap: float, gap_mean: float, center: float | None, sigma: float, uniform: float = UNIFORM_WEIGHT
+):
     """CDF over B* in [lo0, cap]: exponential gap above lo0 (or a normal around a proxy's
-    estimate), mixed with 10% uniform mass so that no region is ever starved."""
+    estimate), mixed with ``uniform`` mass spread evenly so that no region is ever starved."""
     span = max(cap - lo0, 1e-9)
 
     def cdf(b: float) -> float:
@@ -301,7 +309,7 @@ def _prior_cdf(lo0: float, cap: float, gap_mean: float, center: float | None, si
             z1 = math.erf((cap - center) / (sigma * math.sqrt(2)))
             zx = math.erf((x - center) / (sigma * math.sqrt(2)))
             main = (zx - z0) / (z1 - z0) if z1 > z0 else uni
-        return (1 - UNIFORM_WEIGHT) * main + UNIFORM_WEIGHT * uni
+        return (1 - uniform) * main + uniform * uni
 
     return cdf
 
@@ -418,7 +426,7 @@ async def _bisect_core(
     lo, hi, hi_seen = lo0, cap, False
     if prior is not None and lo0 < lp_r - prior < cap:
         lo, hi, hi_seen = await _bracket_prior(flips, sem, cfg, lp_r - prior, lo, hi)
-    cdf = _prior_cdf(lo0, cap, gaps.mean, None, gaps.prior_sigma)
+    cdf = _prior_cdf(lo0, cap, gaps.mean, None, gaps.prior_sigma, gaps.uniform_weight)
     while hi - lo > cfg.eps:
         q = _mass_median(cdf, lo, hi)
         if sem.integer_bias:
@@ -501,11 +509,14 @@ async def recover_many(
     cfg: LadderConfig = LadderConfig(),  # noqa: B008 - frozen dataclass
     priors: Sequence[float | None] | None = None,
     bases: Sequence[Answer | None] | None = None,
+    gaps: GapModel | None = None,
+    guess: LpGuess | None = None,
 ) -> list[PositionResult]:
     """All positions concurrently; the oracle's engine bounds how many requests are in flight."""
     pri = priors if priors is not None else [None] * len(jobs)
     bases = list(bases) if bases is not None else [None] * len(jobs)
-    gaps, guess = GapModel(cfg.initial_step, cfg.prior_halfwidth), LpGuess()
+    gaps = gaps if gaps is not None else GapModel(cfg.initial_step, cfg.prior_halfwidth)
+    guess = guess if guess is not None else LpGuess()
     return list(
         await asyncio.gather(
             *(
