@@ -78,9 +78,9 @@ def _baselines(value: str) -> list[str]:
 
 
 def _init_spec(init: str, target: Any) -> str:
-    if init == "auto":
-        return "min_k_pp" if target.capabilities.full_distribution else "loss"
-    return init
+    from blackbox_audit.methods.em_mia import default_init
+
+    return default_init(target) if init == "auto" else init
 
 
 def _is_api(target: Any) -> bool:
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     from blackbox_audit.cli.score import metrics_table
     from blackbox_audit.methods import em_mia as em
     from blackbox_audit.reports import write_json, write_jsonl
-    from blackbox_audit.scores import compute_scores, parse_specs
+    from blackbox_audit.scores import parse_specs
 
     baselines = _baselines(args.baselines)
     if args.init not in ("auto", *BASELINES):
@@ -180,29 +180,20 @@ def run(args: argparse.Namespace) -> int:
         if args.dry_run:
             return 0
 
-        pool = em.pool_indices(len(texts), args.prefix_pool, seed=args.pool_seed)
-        init_values = None
-        init_field = init
-        if init not in BASELINES:
-            table = compute_scores(target, texts, init, ids=ds.ids)
-            init_field = next(iter(table))
-            init_values = table[init_field]
-        matrix = em.recall_matrix(target, texts, pool)
-        base: dict[str, np.ndarray] = {}
-        for name in dict.fromkeys([*baselines, *([init] if init in BASELINES else [])]):
-            if name == "avg":
-                base[name] = em.avg_scores(matrix)
-            elif name == "avgp":
-                base[name] = em.avgp_scores(matrix)
-            else:
-                base[name] = em.rand_scores(
-                    target, texts, pool, matrix.ll, shots=args.rand_shots, seed=args.pool_seed, progress=False
-                )
-        if init_values is None:
-            init_values = base[init]
-        result = em.em_mia(matrix, init_values, iterations=args.iterations, update=args.update, topk=args.topk)
-
-        columns = {"em_mia": result.final, init_field: init_values, **base}
+        run_ = em.run_em_mia(
+            target,
+            texts,
+            init=init,
+            iterations=args.iterations,
+            pool_size=args.prefix_pool,
+            pool_seed=args.pool_seed,
+            update=args.update,
+            topk=args.topk,
+            baselines=baselines,
+            rand_shots=args.rand_shots,
+            ids=ds.ids,
+        )
+        result, columns, init_field, pool = run_.result, run_.columns, run_.init_field, run_.matrix.pool
         rows = []
         for i, sid in enumerate(ds.ids):
             row: dict[str, Any] = {"id": sid}

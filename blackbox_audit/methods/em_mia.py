@@ -353,3 +353,78 @@ def call_cost(calls: Sequence[FetchCall], tokenize: Any) -> CallCost:
             context += scored * pre + sum(range(first, first + scored))
             echo += pre + n
     return CallCost(scorings=scorings, positions=positions, context_tokens=context, echo_prompt_tokens=echo)
+
+
+# ---- one call for the whole method (what ``blackbox-audit em-mia`` runs)
+
+BASELINES = ("avg", "avgp", "rand")
+
+
+@dataclass
+class EMRun:
+    """Everything a run produced: ``columns`` maps ``em_mia``, the initial score's field and each
+    baseline to per-text scores (all higher = member); ``result`` has every iteration."""
+
+    result: EMResult
+    matrix: RecallMatrix
+    columns: dict[str, np.ndarray]
+    init_field: str
+
+
+def default_init(target: Any) -> str:
+    """Min-K%++ where the target gives the full distribution (white-box), else loss (SPEC §3)."""
+    return "min_k_pp" if target.capabilities.full_distribution else "loss"
+
+
+def run_em_mia(
+    target: Any,
+    texts: Sequence[str],
+    *,
+    init: str = "auto",
+    iterations: int = 10,
+    pool_size: int | None = None,
+    pool_seed: int = 0,
+    update: str = "auto",
+    topk: int = DEFAULT_TOPK,
+    baselines: Sequence[str] = BASELINES,
+    rand_shots: int = DEFAULT_SHOTS,
+    ids: Sequence[str] | None = None,
+    progress: bool = True,
+) -> EMRun:
+    """EM-MIA end to end on ``target`` (no labels): initial score, ReCaLL matrix, iterations, baselines.
+
+    ``init``: a score spec computed through ``compute_scores`` (``min_k_pp``, ``loss``, ...), a
+    baseline name (``avg``, ``avgp``, ``rand``) or ``auto`` (``default_init``). ``pool_size``: the
+    number of texts used as prefixes (seeded subset by ``pool_seed``; default all). Defaults
+    follow the paper (§6.3): 10 iterations, AUC prefix scores, neg-prefix update on a full pool.
+    """
+    from blackbox_audit.scores import compute_scores
+
+    texts = list(texts)
+    baselines = list(dict.fromkeys(baselines))
+    bad = [b for b in baselines if b not in BASELINES]
+    if bad:
+        raise UserError(f"unknown baseline(s) {', '.join(bad)}", f"use any of {','.join(BASELINES)}")
+    init = default_init(target) if init == "auto" else init
+    pool = pool_indices(len(texts), pool_size, seed=pool_seed)
+    if init == "avgp" and len(pool) < len(texts):
+        raise UserError("init avgp scores only texts in the prefix pool", "use init avg or the full pool")
+    init_field, init_values = init, None
+    if init not in BASELINES:
+        table = compute_scores(target, texts, init, ids=ids, progress=progress)
+        init_field = next(iter(table))
+        init_values = table[init_field]
+    matrix = recall_matrix(target, texts, pool, progress=progress)
+    base: dict[str, np.ndarray] = {}
+    for name in dict.fromkeys([*baselines, *([init] if init in BASELINES else [])]):
+        if name == "avg":
+            base[name] = avg_scores(matrix)
+        elif name == "avgp":
+            base[name] = avgp_scores(matrix)
+        else:
+            base[name] = rand_scores(target, texts, pool, matrix.ll, shots=rand_shots, seed=pool_seed)
+    if init_values is None:
+        init_values = base[init]
+    result = em_mia(matrix, init_values, iterations=iterations, update=update, topk=topk)
+    columns = {"em_mia": result.final, init_field: init_values, **base}
+    return EMRun(result=result, matrix=matrix, columns=columns, init_field=init_field)
