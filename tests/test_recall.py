@@ -165,3 +165,21 @@ def test_recall_from_the_cli_on_the_tiny_model(tiny_lm_dir, tmp_path: Path, caps
     key = f"recall:prefixes={nm}:shots=2"
     assert len(rows) == 6 and all(np.isfinite(r[key]) and np.isfinite(r["pac"]) for r in rows)
     assert json.loads((out / "metrics.json").read_text())[key]["n"] == 6
+
+
+def test_pac_and_recall_from_the_cli_through_the_emulator(tiny_target, tmp_path: Path) -> None:
+    """The same scores on an API target (openai-chat emulator over the tiny model)."""
+    from blackbox_audit.fixtures.emulator import run_emulator
+
+    texts = ["The cat sat on the warm mat.", "A dog ran fast in the park.", "Rain fell on the old town."]
+    data = write_lines(tmp_path / "d.jsonl", [{"id": f"s{i}", "text": t} for i, t in enumerate(texts)])
+    nm = write_lines(tmp_path / "nm.jsonl", [{"text": "Bread is baked in ovens."}])
+    out = tmp_path / "out"
+    spec = f"pac:n=2,recall:prefixes={nm}"
+    with run_emulator(tiny_target, "openai-chat") as emu:
+        rc = main(["score", "--target", f"compat:{emu.base_url}#{emu.model}", "--data", data, "--out", str(out),
+                   "--no-cache", "--scores", spec])  # fmt: skip
+    assert rc == 0
+    rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(np.isfinite(r["pac:n=2"]) for r in rows)
+    assert all(np.isfinite(r[f"recall:prefixes={nm}"]) for r in rows)
