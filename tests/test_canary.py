@@ -132,6 +132,7 @@ def test_build_writes_every_file_and_is_cached(small_canary, tmp_path: Path) -> 
     assert card["sizes"] == {"members": 100, "nonmembers": 100, "calibration": 30}
     assert card["epochs"] == 10 and card["seed"] == 0 and card["base"] == "tiny" and card["corpus"] == "sotu"
     assert card["final_train_loss"] < card["train_loss_per_epoch"][0]
+    assert card["build_id"] == c.path.name
     assert card["wall_time_s"] > 0 and "held-out" in card["tokenizer_trained_on"]
     # a second call reuses the cached folder (no retraining) and copies it to --out
     again = build_canary(SMALL, cache_dir=c.path.parent.parent, out=tmp_path / "copy", progress=False)

@@ -35,7 +35,9 @@ def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
     assert len(rows) == 60 and sum(r["label"] for r in rows) == 30
     run = json.loads((out / "run.json").read_text())
-    assert run["command"] == "demo" and run["canary"]["card"]["sizes"]["members"] == 30
+    card = run["canary"]["card"]
+    assert run["command"] == "demo" and card["sizes"]["members"] == 30
+    assert card["build_id"] == Path(run["canary"]["path"]).name  # survives run.json's redaction
 
 
 def run_notes(out: Path) -> list[str]:

@@ -87,6 +87,6 @@ def run_build(args: argparse.Namespace) -> int:
     canary = build_canary(options_from_args(args), out=args.out, cache_dir=args.cache_dir, rebuild=args.rebuild)
     card = canary.card
     print(json.dumps({k: card[k] for k in ("corpus", "base", "seed", "sizes", "epochs", "final_train_loss")}))
-    print(f"build took {card['wall_time_s']:.0f} s wall, {card['cpu_time_s']:.0f} s CPU (cached: {card['key']})")
+    print(f"build took {card['wall_time_s']:.0f} s wall, {card['cpu_time_s']:.0f} s CPU (build id {card['build_id']})")
     print(f"-> {canary.path}: model/ (target {canary.target_spec}), dataset.jsonl, calibration.jsonl, card.json")
     return 0

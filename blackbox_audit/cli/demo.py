@@ -57,7 +57,7 @@ def _step_canary(run: DemoRun) -> None:
     card = run.canary.card
     run.extra["canary"] = {"path": str(run.canary.path), "card": card}
     print(
-        f"      canary {card['key']}: {card['sizes']['members']} members / {card['sizes']['nonmembers']} "
+        f"      canary {run.canary.path.name}: {card['sizes']['members']} members / {card['sizes']['nonmembers']} "
         f"non-members of '{card['corpus']}', base {card['base']}, {card['epochs']} epochs, "
         f"built in {card['wall_time_s']:.0f} s",
         file=sys.stderr,
