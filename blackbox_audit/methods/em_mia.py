@@ -23,6 +23,13 @@ report AUC per iteration. Every membership score here is oriented higher = membe
    for texts outside the pool); ``Rand``: ReCaLL with a prefix of ``shots`` random test texts
    (``rand_scores``; a text in that prefix gets a prefix of the other texts).
 
+When the premise fails: neg-prefix needs member texts to be *poor* prefixes and non-members
+good ones. On the tiny canary (a 2-layer GPT trained from scratch, 80 texts) both kinds are
+equally discriminative (oracle prefix AUC 0.764 for members, 0.757 for non-members), so
+neg-prefix falls from its initialiser's 0.79 AUC to ~0.59, while topk-recall keeps ~0.80 and
+the plain ``Avg`` baseline reaches 0.855. Check ``avg`` and ``topk-recall`` when neg-prefix
+looks worse than its initialiser.
+
 Cost: ``|pool| x (|D| - 1)`` conditional scorings (``plan_calls`` lists them without a target,
 for dry-runs). White-box, ``HFTarget.conditional_logprobs`` encodes each prefix once and scores
 all texts against its key/value cache in batches.
