@@ -10,12 +10,16 @@ the bundled SmolLM2 GGUF twice (default batch size, then ``n_batch=1``) and prin
    full-vocabulary answers for the same contexts;
 3. transformers (the same GGUF dequantized, ``load_smollm2``) vs the server.
 
-    .venv/bin/python bench/llamacpp_recovery.py
+    .venv/bin/python bench/llamacpp_recovery.py            # 1 text, ~12 positions
+    .venv/bin/python bench/llamacpp_recovery.py --texts 3 --bisect 40
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import signal
+import sys
 import time
 
 import numpy as np
@@ -31,9 +35,9 @@ TEXTS = [
 ]
 
 
-def jobs_of(client: LlamaCppClient) -> list[tuple[list[int], int]]:
+def jobs_of(client: LlamaCppClient, n_texts: int) -> list[tuple[list[int], int]]:
     jobs = []
-    for text in TEXTS:
+    for text in TEXTS[:n_texts]:
         ids = client.tokenize(text)
         jobs += [
             (ids[:i], ids[i])
@@ -51,11 +55,13 @@ def forced(client: LlamaCppClient, ctx: list[int], t: int) -> float:
     return float(asyncio.run(client.query(ctx, {t: 100.0})).emitted_logprob)
 
 
-def measure(n_batch: int | None) -> dict[str, np.ndarray]:
+def measure(n_batch: int | None, n_texts: int, n_bisect: int) -> dict[str, np.ndarray]:
+    label = f"n_batch={n_batch}" if n_batch else "default n_batch (512)"
     out: dict[str, np.ndarray] = {}
     with llamacpp_server(n_batch=n_batch) as base:
         client = LlamaCppClient(RequestEngine(base, cache={}, free=True, max_concurrency=1, timeout_s=300))
-        jobs = jobs_of(client)
+        jobs = jobs_of(client, n_texts)
+        print(f"\n[{label}] {len(jobs)} positions", flush=True)
         unrelated = client.tokenize("Zebra")
         # 1) jitter: three request orders
         fresh(client)
@@ -71,22 +77,26 @@ def measure(n_batch: int | None) -> dict[str, np.ndarray]:
         trio = np.array([inc, cold, rev])
         out["jitter"] = np.max(trio, axis=0) - np.min(trio, axis=0)
         out["inc"] = trio[0]
+        print(f"  jitter across request orders (nats):       {stats(out['jitter'])}", flush=True)
         # 2) ladder vs the server's full-vocabulary answers (asked after the ladder, own order)
         fresh(client)
         truth = np.array([asyncio.run(client.full_distribution(c))[client.piece(t)] for c, t in jobs])
-        for name, sem in (
-            ("forced-token", Semantics(top_n=5, forced_token=True)),
-            ("argmax-only", Semantics(top_n=5, forced_token=False)),
+        for name, sem, n in (
+            ("forced-token", Semantics(top_n=5, forced_token=True), len(jobs)),
+            ("argmax-only", Semantics(top_n=5, forced_token=False), n_bisect),
         ):
             fresh(client)
             t0 = time.monotonic()
             sent0 = client.engine.stats.requests_sent
-            res = asyncio.run(recover_many(client, sem, jobs, LadderConfig(eps=0.01)))
-            out[f"{name}_err"] = np.abs(np.array([r.logprob for r in res]) - truth)
-            out[f"{name}_bound"] = np.array([r.error_bound for r in res])
-            out[f"{name}_requests"] = np.array([client.engine.stats.requests_sent - sent0])
-            out[f"{name}_s"] = np.array([time.monotonic() - t0])
-        out["jobs"] = np.array([len(jobs)])
+            res = asyncio.run(recover_many(client, sem, jobs[:n], LadderConfig(eps=0.01)))
+            err = np.abs(np.array([r.logprob for r in res]) - truth[:n])
+            bound = np.array([r.error_bound for r in res])
+            print(
+                f"  {name:<13} ladder vs server full-vocab ({n} positions, "
+                f"{client.engine.stats.requests_sent - sent0} requests, {time.monotonic() - t0:.0f} s): {stats(err)}; "
+                f"within reported bound {np.mean(err <= bound + 1e-6):.0%}",
+                flush=True,
+            )
         out["jobs_list"] = np.array(jobs, dtype=object)
     return out
 
@@ -96,25 +106,25 @@ def stats(x: np.ndarray) -> str:
 
 
 def main() -> None:
-    runs = {"default n_batch (512)": measure(None), "n_batch=1": measure(1)}
-    n = int(runs["n_batch=1"]["jobs"][0])
-    print(f"SmolLM2-135M-Instruct Q4_1 GGUF, llama-cpp-python server, {n} positions of {len(TEXTS)} texts")
-    for label, r in runs.items():
-        print(f"\n[{label}]")
-        print(f"  jitter across request orders (nats):      {stats(r['jitter'])}")
-        for name in ("forced-token", "argmax-only"):
-            err, bound = r[f"{name}_err"], r[f"{name}_bound"]
-            print(
-                f"  {name:<13} ladder vs server full-vocab: {stats(err)}; within reported bound "
-                f"{np.mean(err <= bound + 1e-6):.0%}; {int(r[f'{name}_requests'][0])} requests"
-            )
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--texts", type=int, default=1, help=f"how many of the {len(TEXTS)} texts (default 1)")
+    ap.add_argument("--bisect", type=int, default=6, help="positions recovered by bisection (default 6)")
+    ap.add_argument("--no-transformers", action="store_true", help="skip the transformers comparison")
+    a = ap.parse_args()
+    # a SIGTERM (e.g. `timeout`) must still run the fixture's cleanup and stop the server
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    print("SmolLM2-135M-Instruct Q4_1 GGUF, llama-cpp-python server", flush=True)
+    measure(None, a.texts, a.bisect)
+    r1 = measure(1, a.texts, a.bisect)
+    if a.no_transformers:
+        return
     # 3) transformers on the same GGUF (dequantized) vs the server (n_batch=1 values)
     from blackbox_audit.adapters.hf import load_smollm2
 
     hf = load_smollm2("", device="cpu", progress=False)
-    jobs = list(runs["n_batch=1"]["jobs_list"])
+    jobs = list(r1["jobs_list"])
     hf_lp = np.array([float(hf.next_token_logprobs([list(c)])[0][t]) for c, t in jobs])
-    d = np.abs(hf_lp - runs["n_batch=1"]["inc"])
+    d = np.abs(hf_lp - r1["inc"])
     print(f"\ntransformers (dequantized GGUF) vs llama.cpp server, same contexts: {stats(d)}")
 
 
