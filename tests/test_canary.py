@@ -201,3 +201,26 @@ def test_cli_canary_build(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert c.card["sizes"]["members"] == 12 and (out / "model" / "config.json").is_file()
     assert main(argv[:2] + ["--members=100000", "--out", str(tmp_path / "o2"), "--cache-dir", str(tmp_path)]) == 2
     assert "samples" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_smollm2_lora_canary_smoke(tmp_path: Path, smollm2_target) -> None:
+    """One LoRA step on SmolLM2 (4 short members): the merged model saves, loads as hf: and differs from the base."""
+    from blackbox_audit.adapters import load_target
+
+    opts = CanaryOptions(
+        base="smollm2",
+        n_members=4,
+        n_nonmembers=4,
+        n_calibration=0,
+        max_tokens=48,
+        train=replace(default_train_config("smollm2"), epochs=1, batch_size=4, lr=1e-2, warmup_steps=1),
+    )
+    canary = build_canary(opts, cache_dir=tmp_path, progress=False)
+    assert canary.card["base"] == "smollm2" and len(canary.card["train_loss_per_epoch"]) == 1
+    text = canary.members[0]["text"]
+    tuned = load_target(canary.target_spec, progress=False)
+    base = smollm2_target
+    assert tuned.tokenize(text) == base.tokenize(text)  # SmolLM2's own tokenizer is kept
+    (a,), (b,) = tuned.token_logprobs([text], progress=False), base.token_logprobs([text], progress=False)
+    assert a.logprobs.mean() > b.logprobs.mean()  # one step of training on this text raised its likelihood
