@@ -26,8 +26,11 @@ from typing import Any
 
 import numpy as np
 
-# option names that may hold credentials ("max_tokens"/"tokenizer" are not credentials)
-_SECRET_NAME = re.compile(r"key|secret|passw|credential|auth|(^|[_-])token($|[_-])", re.IGNORECASE)
+# option names that may hold credentials. "max_tokens", "tokenizer" and counters such as
+# "forced_token" (a ladder strategy) are not credentials; only token names that credentials use are.
+_SECRET_NAME = re.compile(
+    r"key|secret|passw|credential|auth|bearer|^token$|(access|api|session|hf|refresh|id)[_-]?token", re.IGNORECASE
+)
 _SECRET_VALUE = re.compile(r"\b(sk|pk|rk|hf|gsk|xai)[-_][A-Za-z0-9_-]{12,}")
 _URL_PASSWORD = re.compile(r"(://[^/\s:@]+):[^/\s@]+@")
 

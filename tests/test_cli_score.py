@@ -192,3 +192,20 @@ def test_reference_score_with_same_model_is_zero(tiny_lm_dir, labelled_data, tmp
     assert [r["reference"] for r in rows] == pytest.approx([0.0] * 12, abs=1e-6)
     run = json.loads((tmp_path / "r" / "run.json").read_text())
     assert run["reference"]["cache"]["misses"] == 12
+
+
+def test_redaction_keeps_strategy_counters_but_drops_credentials():
+    from blackbox_audit.reports import redact
+
+    record = {
+        "usage": {"positions_by_strategy": {"forced_token": 3, "top_n": 5}, "prompt_tokens": 10},
+        "api_key": "sk-abcdefghijklmnopqrstu",
+        "access_token": "x",
+        "token": "y",
+        "hf_token": "z",
+        "note": "uses sk-abcdefghijklmnopqrstu",
+    }
+    out = redact(record)
+    assert out["usage"] == {"positions_by_strategy": {"forced_token": 3, "top_n": 5}, "prompt_tokens": 10}
+    assert not {"api_key", "access_token", "token", "hf_token"} & out.keys()
+    assert "sk-abc" not in out["note"]
