@@ -412,7 +412,8 @@ class HFTarget(Target):
         prefix_cache = out.past_key_values
         results: list[Any] = [None] * len(texts)
         with self._progress(sum(len(t) for t in t_ids), "conditional", progress) as bar:
-            for batch in self._batches([m + len(t_ids[i]) for i in range(len(texts))]):
+            # logits cover only the texts (the prefix is cached), so batch by text length
+            for batch in self._batches([len(t_ids[i]) for i in range(len(texts))]):
                 seqs = [t_ids[i] for i in batch]
                 ids, mask, _, _ = self._pad(seqs, "right")
                 full_mask = torch.cat([torch.ones((len(batch), m), dtype=mask.dtype, device=mask.device), mask], 1)
