@@ -518,7 +518,11 @@ def build_api_target(
     from .probe import probe_endpoint
 
     engine = RequestEngine(
-        base_url, api_key=api_key, cache=options.get("cache"), max_concurrency=int(options.get("max_concurrency", 8))
+        base_url,
+        api_key=api_key,
+        cache=options.get("cache"),
+        # engine_options: --budget-usd, --max-requests, --rpm, --tpm, --concurrency, --pricing (CLI)
+        **{"max_concurrency": int(options.get("max_concurrency", 8)), **(options.get("engine_options") or {})},
     )
     api = options.get("api") or "auto"
     if api not in ("auto", "chat", "completions"):

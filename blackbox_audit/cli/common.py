@@ -15,6 +15,7 @@ from typing import Any
 
 from blackbox_audit.cache import CachedTarget, default_cache_dir, open_cache
 from blackbox_audit.data import Dataset, load_dataset
+from blackbox_audit.engine.cli import engine_kwargs_from_args
 from blackbox_audit.errors import UserError
 from blackbox_audit.reports import RunRecorder
 
@@ -78,7 +79,12 @@ def load_cached_target(spec: str, args: argparse.Namespace, cache: Any | None) -
     """``load_target(spec)`` with --device/--batch-size, wrapped in ``CachedTarget``."""
     from blackbox_audit.adapters import load_target
 
-    return CachedTarget(load_target(spec, **_target_options(args)), cache)
+    opts = _target_options(args)
+    if spec.split(":", 1)[0] in ("openai", "compat") and hasattr(args, "budget_usd"):
+        opts["engine_options"] = engine_kwargs_from_args(args)
+        if cache is not None:  # request-level write-ahead cache: a stopped run resumes without re-sending
+            opts["cache"] = cache
+    return CachedTarget(load_target(spec, **opts), cache)
 
 
 def prepare_out_dir(out: str) -> Path:

@@ -15,6 +15,7 @@ import numpy as np
 
 from blackbox_audit.blind import blind_summary, blind_warning
 from blackbox_audit.cli.common import add_common_arguments, open_session
+from blackbox_audit.engine.cli import add_engine_arguments
 from blackbox_audit.metrics import membership_metrics
 from blackbox_audit.reports import write_json, write_jsonl
 from blackbox_audit.scores import compute_scores, parse_specs
@@ -30,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "also AUC and TPR at 1%%/5%% FPR.",
     )
     add_common_arguments(p)
+    add_engine_arguments(p, dry_run=False)  # API targets: hard caps, rate limits, pricing
     p.add_argument(
         "--scores",
         default=DEFAULT_SCORES,

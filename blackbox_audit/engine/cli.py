@@ -15,13 +15,16 @@ from .core import RequestEngine
 from .pricing import PricingTable
 
 
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+def add_engine_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = True) -> None:
+    """Add the engine's options; ``dry_run=False`` leaves out ``--dry-run`` for commands that
+    cannot honour it yet (a --dry-run flag that sends requests would be worse than none)."""
     g = parser.add_argument_group("API requests (cost, limits)")
-    g.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the estimated requests, tokens and cost (as a range) and exit without sending anything",
-    )
+    if dry_run:
+        g.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="print the estimated requests, tokens and cost (as a range) and exit without sending anything",
+        )
     g.add_argument("--budget-usd", type=float, default=None, help="hard cap on spend in USD (reserved before sending)")
     g.add_argument("--max-requests", type=int, default=None, help="hard cap on HTTP requests sent (retries included)")
     g.add_argument("--rpm", type=float, default=None, help="client-side requests-per-minute limit")
