@@ -235,3 +235,38 @@ def _client_main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(_client_main(sys.argv[1:]))
+
+
+def test_score_cli_budget_stop_and_resume(emulator, tiny_lm_dir, tmp_path, capsys):
+    """`score --max-requests` on an API target: stops at the cap, exit 2, then resumes."""
+    from blackbox_audit.fixtures.tiny_models import sample_texts
+
+    from blackbox_audit.cli import main
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(
+        "".join(json.dumps({"id": i, "text": t[:120], "label": i % 2}) + "\n" for i, t in enumerate(sample_texts(6)))
+    )
+
+    def completions(emu) -> int:
+        return sum(emu.stats()["by_path"].get("/v1/completions", {}).values())
+
+    def scores(out: Path) -> list:
+        return [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+
+    with emulator() as emu:
+        args = ["score", "--target", emu.target_spec, "--data", str(data), "--scores", "loss"]
+        args += ["--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]
+        assert main(args + ["--max-requests", "40"]) == 2
+        assert "request cap reached" in capsys.readouterr().err
+        assert completions(emu) <= 40
+        assert main(args + ["--max-requests", "100000"]) == 0
+        resumed_total = completions(emu)
+    with emulator() as emu:
+        clean_args = ["score", "--target", emu.target_spec, "--data", str(data), "--scores", "loss"]
+        clean_args += ["--out", str(tmp_path / "clean"), "--cache-dir", str(tmp_path / "c2")]
+        assert main(clean_args) == 0
+        clean_total = completions(emu)
+    assert scores(tmp_path / "o") == scores(tmp_path / "clean")
+    # surplus = requests cancelled on the wire at the stop + uncached 4xx probe requests
+    assert clean_total <= resumed_total <= clean_total + 8 + 4
