@@ -23,10 +23,10 @@ import sys
 import time
 
 import numpy as np
-from blackbox_audit.adapters.recovery import LadderConfig, Semantics, recover_many
-from blackbox_audit.fixtures.llamacpp_server import LlamaCppClient, llamacpp_server
 
+from blackbox_audit.adapters.recovery import LadderConfig, Semantics, recover_many
 from blackbox_audit.engine import RequestEngine
+from blackbox_audit.fixtures.llamacpp_server import LlamaCppClient, llamacpp_server
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog near the river bank.",

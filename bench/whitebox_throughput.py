@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from blackbox_audit.adapters import load_target
 
 REPO = Path(__file__).resolve().parents[1]

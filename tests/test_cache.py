@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from blackbox_audit.adapters.base import Capabilities, Target
 
+from blackbox_audit.adapters.base import Capabilities, Target
 from blackbox_audit.cache import CachedTarget, entry_key, open_cache
 from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.types import FullDistribution, Status, Strategy, TokenLogprobs

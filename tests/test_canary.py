@@ -8,6 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from blackbox_audit.cli import main
+from blackbox_audit.errors import UserError
 from blackbox_audit.fixtures.canary import (
     CanaryOptions,
     TrainConfig,
@@ -18,9 +21,6 @@ from blackbox_audit.fixtures.canary import (
     load_canary,
 )
 from blackbox_audit.fixtures.corpora import corpus_samples, count_units, split_samples
-
-from blackbox_audit.cli import main
-from blackbox_audit.errors import UserError
 
 # Small enough to build in well under a minute on an idle 2-core machine, big enough that the
 # loss score separates members clearly (loss AUC ~0.88 at these settings when this was written).
@@ -156,7 +156,6 @@ def test_canary_model_round_trips_through_the_whitebox_adapter(small_canary) -> 
 def test_loss_separates_members_and_blind_does_not(small_canary) -> None:
     """Bounds a broken pipeline fails: swapped labels or training on non-members give AUC < 0.5."""
     from blackbox_audit.adapters import load_target
-
     from blackbox_audit.blind import blind_baseline
     from blackbox_audit.metrics import membership_metrics
     from blackbox_audit.scores import compute_scores

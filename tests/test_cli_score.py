@@ -6,12 +6,12 @@ import json
 import math
 from pathlib import Path
 
-import blackbox_audit.adapters as adapters
 import numpy as np
 import pytest
-from blackbox_audit.fixtures import data_path
 
+import blackbox_audit.adapters as adapters
 from blackbox_audit.cli import main
+from blackbox_audit.fixtures import data_path
 from blackbox_audit.reports import RunRecorder, redact_argv, write_jsonl
 
 SCORES = "loss,zlib,min_k,min_k_pp"

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from blackbox_audit.fixtures import data_path
 
 from blackbox_audit.cli import main
 from blackbox_audit.data import load_dataset
 from blackbox_audit.errors import UserError
+from blackbox_audit.fixtures import data_path
 
 
 def write_jsonl(path: Path, rows: list[object]) -> Path:

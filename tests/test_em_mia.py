@@ -210,7 +210,6 @@ def test_em_mia_on_the_canary_matches_or_beats_its_initialiser() -> None:
     """
     from blackbox_audit.adapters import load_target
     from blackbox_audit.fixtures.canary import CanaryOptions, TrainConfig, build_canary
-
     from blackbox_audit.scores import compute_scores
 
     opts = CanaryOptions(

@@ -13,6 +13,7 @@ import time
 import httpx
 import numpy as np
 import pytest
+
 from blackbox_audit.fixtures.emulator import (
     SENTINEL_LOGPROB,
     chat_prompt_ids,

@@ -239,9 +239,8 @@ if __name__ == "__main__":
 
 def test_score_cli_budget_stop_and_resume(emulator, tiny_lm_dir, tmp_path, capsys):
     """`score --max-requests` on an API target: stops at the cap, exit 2, then resumes."""
-    from blackbox_audit.fixtures.tiny_models import sample_texts
-
     from blackbox_audit.cli import main
+    from blackbox_audit.fixtures.tiny_models import sample_texts
 
     data = tmp_path / "d.jsonl"
     data.write_text(

@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from blackbox_audit.adapters.recovery import LadderConfig, Semantics, recover_many
-from blackbox_audit.fixtures.llamacpp_server import LlamaCppClient, llamacpp_server, missing_requirements
 
+from blackbox_audit.adapters.recovery import LadderConfig, Semantics, recover_many
 from blackbox_audit.engine import RequestEngine
+from blackbox_audit.fixtures.llamacpp_server import LlamaCppClient, llamacpp_server, missing_requirements
 from blackbox_audit.types import Status, Strategy
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.timeout(900)]

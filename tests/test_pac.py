@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from blackbox_audit.adapters.base import Capabilities, Target
 
+from blackbox_audit.adapters.base import Capabilities, Target
 from blackbox_audit.augment import n_swaps, random_swap, random_swaps, split_words
 from blackbox_audit.cache import CachedTarget, open_cache
 from blackbox_audit.errors import UserError

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from blackbox_audit.fixtures.emulator import run_emulator
 
 from blackbox_audit.cli import main
+from blackbox_audit.fixtures.emulator import run_emulator
 
 EXPECT = {
     "openai-chat": dict(top_n=20, integer_bias=True, forced_token=False, bias_reflecting=False, echo=False),

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from blackbox_audit.adapters.base import Capabilities, Target
 
+from blackbox_audit.adapters.base import Capabilities, Target
 from blackbox_audit.cli import main
 from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.scores import compute_scores, plan_requests

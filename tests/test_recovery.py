@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+
 from blackbox_audit.adapters.recovery import (
     LadderConfig,
     Semantics,
@@ -15,7 +16,6 @@ from blackbox_audit.adapters.recovery import (
     recover_position,
     reflect_formula,
 )
-
 from blackbox_audit.types import Status, Strategy
 
 V = 400

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from blackbox_audit.adapters.base import Capabilities, Target
 
+from blackbox_audit.adapters.base import Capabilities, Target
 from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.scores import (
     REQUIRED,

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from blackbox_audit.adapters.base import Target
 
+from blackbox_audit.adapters.base import Target
 from blackbox_audit.scores import compute_scores
 from blackbox_audit.types import FullDistribution, TokenLogprobs
 

@@ -6,6 +6,7 @@ import hashlib
 import socket
 
 import pytest
+
 from blackbox_audit.adapters.tokenizers import (
     TIKTOKEN_FILES,
     HFTable,
@@ -14,7 +15,6 @@ from blackbox_audit.adapters.tokenizers import (
     prepare_tiktoken,
     reported_bytes,
 )
-
 from blackbox_audit.errors import UserError
 
 
