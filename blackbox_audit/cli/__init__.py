@@ -18,6 +18,17 @@ from blackbox_audit import __version__
 from blackbox_audit.errors import UserError
 
 COMMANDS: list[str] = [
+    # in the order `--help` lists them: start here, then the core, then methods, then API tools
+    "demo",
+    "score",
+    "logprobs",
+    "canary",
+    "em_mia",
+    "ptdi",
+    "ptdi_eval",
+    "probe",
+    "emulate",
+] = [
     # one module name per line; each helper adds its own
     "ptdi",
     "ptdi_eval",
