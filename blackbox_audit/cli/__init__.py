@@ -28,17 +28,6 @@ COMMANDS: list[str] = [
     "ptdi_eval",
     "probe",
     "emulate",
-] = [
-    # one module name per line; each helper adds its own
-    "ptdi",
-    "ptdi_eval",
-    "logprobs",
-    "score",
-    "emulate",
-    "probe",
-    "canary",
-    "demo",
-    "em_mia",
 ]
 
 
