@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from blackbox_audit.cli.common import add_common_arguments, open_session, positive_int
+from blackbox_audit.engine.cli import add_engine_arguments
 from blackbox_audit.errors import UserError
 
 BASELINES = ("avg", "avgp", "rand")
@@ -62,8 +63,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="label-free baselines to add as columns: any of avg,avgp,rand, or 'none' (default: all)",
     )
     g.add_argument("--rand-shots", type=positive_int, default=DEFAULT_TOPK, help="texts in the Rand prefix (12)")
-    g.add_argument("--dry-run", action="store_true", help="print the cost of the run and exit without scoring")
-    g.add_argument("--pricing", metavar="FILE", help="pricing JSON overriding the bundled table (USD estimate)")
+    g.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the cost per pool size and exit without scoring (an API target is still probed on load: "
+        "<= 12 small requests, plus /tokenize calls when it has no local tokenizer)",
+    )
+    add_engine_arguments(p, dry_run=False)  # API targets: --budget-usd/--max-requests caps, limits, --pricing
     p.set_defaults(func=run)
 
 
