@@ -15,7 +15,7 @@ import hashlib
 import importlib.util
 import os
 from collections.abc import Sequence
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from blackbox_audit.errors import UserError
@@ -99,7 +99,8 @@ def encoding_for_model(model: str) -> str:
         ) from exc
 
 
-def _gpt2_byte_decoder() -> dict[str, int]:
+@lru_cache(maxsize=1)
+def gpt2_byte_decoder() -> dict[str, int]:
     """GPT-2's printable-unicode → byte map (inverse of its ``bytes_to_unicode``)."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
@@ -220,7 +221,7 @@ class HFTable(TokenTable):
 
     @cached_property
     def _byte_decoder(self) -> dict[str, int]:
-        return _gpt2_byte_decoder()
+        return gpt2_byte_decoder()
 
     def token_bytes(self, token_id: int) -> bytes:
         piece = self.tok.convert_ids_to_tokens(int(token_id))
