@@ -150,11 +150,18 @@ def _step_blind(run: DemoRun) -> None:
 
 
 def _step_ptdi(run: DemoRun) -> None:
-    """PTDI (FDR-controlled set selection) on the loss score, calibrated on the canary's extra non-members."""
+    """PTDI (FDR-controlled set selection), calibrated on the canary's extra non-members.
+
+    The score is chosen before looking at any result (``--ptdi-score``, default Min-K%, one of
+    the two scores of the PTDI paper's experiments); picking the best AUC would peek at labels.
+    """
     from blackbox_audit.methods.ptdi import ptdi_report
     from blackbox_audit.scores import compute_scores
 
-    score = "loss" if "loss" in run.score_table else next(iter(run.score_table))
+    wanted = run.args.ptdi_score
+    score = wanted if wanted in run.score_table else next(iter(run.score_table))
+    if score != wanted:
+        run.notes.append(f"PTDI uses {score}: --ptdi-score {wanted} was not among the computed scores")
     calibration = [r["text"] for r in run.canary.calibration]
     if len(calibration) < 10:
         run.notes.append(f"PTDI skipped: needs calibration non-members, the canary has {len(calibration)}")
@@ -195,6 +202,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="runs/demo", help="results folder (default: runs/demo)")
     p.add_argument("--scores", help="comma-separated score specs (default: every applicable score)")
     p.add_argument("--alpha", type=float, default=0.1, help="PTDI target FDR (default: 0.1)")
+    p.add_argument("--ptdi-score", default="min_k", help="score PTDI selects on (default: min_k)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the logprob cache")
     p.set_defaults(func=run_demo)
 
