@@ -5,8 +5,10 @@ the HTTP oracle the recovery ladder talks to, and the ``ApiTarget`` that turns t
 What the numbers are conditioned on (it is part of the fingerprint, so the cache never mixes
 conditions):
 - ``completions``: raw text continuation; position ``i`` sends ``u_<i`` as token ids when the
-  probe found the server accepts them, else as the decoded string (and records positions
-  whose prefix does not re-tokenize to the same ids in ``meta["non_roundtrip_positions"]``).
+  probe found the server accepts them, else as the decoded string. A position whose decoded
+  prefix does not re-tokenize to the same ids cannot be asked exactly (the server would see
+  another context): it is not sent, it is reported BOUNDED (``lp <= 0``, error bound inf) and
+  listed in ``meta["non_roundtrip_positions"]`` -- never a value for the wrong context.
 - ``chat``: a chat model cannot continue raw text and (on OpenAI) cannot be prefilled, so
   ``lp_i`` is the logprob of ``u_i`` as the *first token of the assistant's reply* to
   ``[system?] + user(user_template.format(prefix=decode(u_<i)))``. Change it with
@@ -32,7 +34,7 @@ import numpy as np
 
 from blackbox_audit.engine import RequestEngine
 from blackbox_audit.errors import CapabilityError, UserError
-from blackbox_audit.types import TokenLogprobs
+from blackbox_audit.types import Status, Strategy, TokenLogprobs
 
 from .base import Capabilities, Target
 from .recovery import (
@@ -44,7 +46,7 @@ from .recovery import (
     PositionResult,
     Semantics,
     _clean,
-    recover_many,
+    recover_position,
 )
 from .tokenizers import TokenTable, reported_bytes
 
@@ -61,13 +63,19 @@ class Conditioning:
     system: str | None = None
     user_template: str = "{prefix}"
     id_prompts: bool = False  # completions: send token ids instead of text
+    # sampling-neutral fields sent with every request (compat: repeat_penalty=1.0), sorted pairs
+    sampling: tuple[tuple[str, Any], ...] = ()
 
     def messages(self, prefix: str) -> list[dict[str, str]]:
         msgs = [{"role": "system", "content": self.system}] if self.system else []
         return msgs + [{"role": "user", "content": self.user_template.format(prefix=prefix)}]
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["sampling"] = dict(self.sampling)
+        if not self.sampling:
+            del out["sampling"]  # keep fingerprints of targets without sampling fields unchanged
+        return out
 
 
 class LoopThread:
@@ -118,6 +126,7 @@ class ApiOracle:
             body = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0}
             if n > 0:
                 body["logprobs"] = n
+        body.update(self.cond.sampling)
         if bias:
             body["logit_bias"] = _bias_json(bias)
         body.update(extra)
@@ -222,7 +231,8 @@ class ApiOracle:
         list is position j's distribution (llama-cpp-python without BOS); its own logprob is
         then of token j-1 under that same distribution, so it is kept only as a top entry.
         """
-        body = self.body(ids, {}, echo=True, max_tokens=0)
+        # max_tokens=1, not 0: llama-cpp-python reads max_tokens <= 0 as "until the context is full"
+        body = self.body(ids, {}, echo=True, max_tokens=1)
         data = await self.engine.post_json("/completions", body)
         lp_obj = ((data.get("choices") or [{}])[0]).get("logprobs") or {}
         toks = lp_obj.get("tokens") or []
@@ -386,17 +396,29 @@ class ApiTarget(Target):
             jobs = [(full[: len(ctx) + j], full[len(ctx) + j]) for j in range(len(ids))]
             bases: list[Answer | None] = [None] * len(jobs)
             sem = self._require_logprobs()
+            bad = set(self._non_roundtrip(ctx, ids))
             if self._echo_worth(sem, len(jobs)):
                 echoed = await self.oracle.echo(full, sem.echo_offset)
                 self._echo_requests += 1
                 bases = echoed[len(ctx) - 1 :]
                 self._echo_hits[0] += sum(b is not None and t in b.top for b, (_, t) in zip(bases, jobs, strict=True))
                 self._echo_hits[1] += len(jobs)
-            res = await recover_many(
-                self.oracle, sem, jobs, self.ladder, priors=pri, bases=bases, gaps=self._gaps, guess=self._guess
+            pri = pri if pri is not None else [None] * len(jobs)
+            ask = [j for j in range(len(jobs)) if j not in bad]
+            # engine.gather: a budget stop lets the requests in flight finish (and be cached)
+            got = await self.engine.gather(
+                recover_position(self.oracle, sem, *jobs[j], self.ladder, pri[j], self._gaps, bases[j], self._guess)
+                for j in ask
             )
+            # not asked (prefix does not round-trip): only lp <= 0 is known
+            res = [
+                PositionResult(0.0, Status.BOUNDED, Strategy.BOUNDED, float("inf"), 0, ["prefix does not round-trip"])
+                for _ in jobs
+            ]
+            for j, r in zip(ask, got, strict=True):
+                res[j] = r
             bar.update(1)
-            return self._record(text, ctx, ids, res, full)
+            return self._record(text, ctx, ids, res, sorted(bad))
 
         try:
             sem = self._require_logprobs()
@@ -404,7 +426,7 @@ class ApiTarget(Target):
             if items and self._echo_adaptive(sem) and self._echo_hits[1] == 0:
                 out.append(await one(*items[0]))  # learn the echo hit rate on one text first
                 items = items[1:]
-            return out + list(await asyncio.gather(*(one(*it) for it in items)))
+            return out + list(await self.engine.gather(one(*it) for it in items))
         finally:
             bar.close()
 
@@ -421,21 +443,26 @@ class ApiTarget(Target):
         hits, seen = self._echo_hits
         return (hits + 1) / (seen + 2) > 1 / n_positions  # expected saving beats the echo request
 
+    def _non_roundtrip(self, ctx: list[int], ids: list[int]) -> list[int]:
+        """Positions whose prefix, sent as text, would reach the server as other ids."""
+        if self.cond.api != "completions" or self.cond.id_prompts:
+            return []
+        full = ctx + ids
+        return [
+            j
+            for j in range(len(ids))
+            if self.table.encode(self.table.decode(full[: len(ctx) + j])) != full[: len(ctx) + j]
+        ]
+
     def _record(
-        self, text: str, ctx: list[int], ids: list[int], res: list[PositionResult], full: list[int]
+        self, text: str, ctx: list[int], ids: list[int], res: list[PositionResult], bad: list[int]
     ) -> TokenLogprobs:
         for r in res:
             self._positions[r.strategy.value] += 1
             self._strategy_requests[r.strategy.value] += r.requests
         meta: dict[str, Any] = {"conditioning": self.cond.api}
-        if self.cond.api == "completions" and not self.cond.id_prompts:
-            bad = [
-                j
-                for j in range(len(ids))
-                if self.table.encode(self.table.decode(full[: len(ctx) + j])) != full[: len(ctx) + j]
-            ]
-            if bad:
-                meta["non_roundtrip_positions"] = bad
+        if bad:
+            meta["non_roundtrip_positions"] = bad
         notes = {j: r.notes for j, r in enumerate(res) if r.notes}
         if notes:
             meta["notes"] = {str(j): n for j, n in notes.items()}
@@ -461,6 +488,7 @@ class ApiTarget(Target):
                 body: dict[str, Any] = {"model": self.model, "messages": self.cond.messages(p)}
             else:
                 body = {"model": self.model, "prompt": p}
+            body.update(self.cond.sampling)
             body.update(max_tokens=max_new_tokens, temperature=temperature)
             if seed is not None:
                 body["seed"] = seed
@@ -469,7 +497,7 @@ class ApiTarget(Target):
             return (choice.get("message") or {}).get("content") or choice.get("text") or ""
 
         async def all_() -> list[str]:
-            return list(await asyncio.gather(*(one(p) for p in prompts)))
+            return list(await self.engine.gather(one(p) for p in prompts))
 
         return self._loop.run(all_())
 
@@ -515,7 +543,7 @@ def build_api_target(
     (a ``Semantics`` to skip the probe, for tests), ``prior`` (a white-box target or spec with
     the same tokenizer: its logprobs centre the bisection). White-box options (device, batch_size)
     are ignored."""
-    from .probe import probe_endpoint
+    from .probe import probe_cache_key, probe_endpoint, report_from_json
 
     engine = RequestEngine(
         base_url,
@@ -528,17 +556,33 @@ def build_api_target(
     if api not in ("auto", "chat", "completions"):
         raise UserError(f"unknown api '{api}'", "use auto, chat or completions")
     system = options.get("system")
+    sampling = tuple(sorted((options.get("sampling") or {}).items()))
     template = options.get("user_template") or "{prefix}"
     if "{prefix}" not in template:
         raise UserError("user_template lacks '{prefix}'", "include {prefix} where the text so far goes")
+    cache = options.get("cache")
+    key = probe_cache_key(base_url, model, table, api, system, template, sampling)
     try:
-        report = loop.run(probe_endpoint(engine, model, table, api=api, system=system, user_template=template))
+        # a stored probe report: a resumed run (or a --dry-run) re-sends none of the probe's
+        # requests, not even the refused ones (4xx answers are never in the request cache)
+        hit = cache.get(key) if cache is not None else None
+        if hit is not None:
+            report = report_from_json(hit)
+            report.evidence = [*report.evidence, "(probe report from the cache)"]
+        else:
+            report = loop.run(
+                probe_endpoint(engine, model, table, api=api, system=system, user_template=template, sampling=sampling)
+            )
+            if cache is not None:
+                cache[key] = report.to_json()
     except BaseException:
         loop.run(engine.aclose())
         loop.close()
         raise
     sem = options.get("semantics") or report.semantics
-    cond = Conditioning(api=report.api, system=system, user_template=template, id_prompts=report.id_prompts)
+    cond = Conditioning(
+        api=report.api, system=system, user_template=template, id_prompts=report.id_prompts, sampling=sampling
+    )
     eps = float(options.get("eps", LadderConfig().eps))
     prior = options.get("prior")
     if isinstance(prior, str):

@@ -1,10 +1,19 @@
 """``compat:BASE_URL#MODEL``: any OpenAI-compatible server (vLLM, llama.cpp, the emulator).
 
 The tokenizer is the named local one (``tokenizer=`` option: ``tiktoken:NAME``, an HF folder or
-a ``.gguf``) or, without one, the server's own ``/tokenize`` + ``/detokenize`` endpoints
-(llama.cpp/vLLM style). With the server tokenizer, token bytes come from detokenizing single
-ids, so partial-UTF-8 pieces and ids sharing a string cannot be told apart: give a local
-tokenizer for exact by-bytes matching. The API key is read only from the environment variable
+a ``.gguf``) or, without one, the server's own tokenizer endpoints: ``/tokenize`` +
+``/detokenize`` (llama.cpp's C++ server, vLLM) or ``/extras/tokenize`` + ``/extras/detokenize``
+(llama-cpp-python), both at the root of the host, never under ``/v1``. Which pair exists is
+found by asking (``ServerTable.detect``), never guessed from the URL or model name.
+
+Every request carries ``sampling=`` (default ``COMPAT_SAMPLING``: ``repeat_penalty=1.0``):
+llama-cpp-python's server applies a 1.1 repeat penalty by default, which moves the argmax
+that the ladder reads; the field is ignored by servers that do not know it (vLLM, the
+emulator). ``openai:`` never sends it (OpenAI rejects unknown fields).
+
+With the server tokenizer, token bytes come from detokenizing single ids, so partial-UTF-8
+pieces and ids sharing a string cannot be told apart: give a local tokenizer for exact by-bytes
+matching. The API key is read only from the environment variable
 named by ``api_key_env`` (never ``OPENAI_API_KEY`` by default: a compat server is not OpenAI)
 or an explicit ``api_key``; it is never written anywhere.
 """
@@ -22,9 +31,18 @@ from blackbox_audit.errors import UserError
 from .api_common import ApiTarget, LoopThread, build_api_target
 from .tokenizers import TokenTable, load_token_table
 
+# Sampling-neutral fields sent with every compat request (module docstring).
+COMPAT_SAMPLING: dict[str, Any] = {"repeat_penalty": 1.0}
+
+# (tokenize path, detokenize path, request text field, answer text field), in the order tried
+TOKENIZER_ENDPOINTS = (
+    ("/tokenize", "/detokenize", "content", "content"),  # llama.cpp server, vLLM ("prompt")
+    ("/extras/tokenize", "/extras/detokenize", "input", "text"),  # llama-cpp-python
+)
+
 
 class ServerTable(TokenTable):
-    """The server's tokenizer through ``POST /tokenize`` and ``/detokenize`` (root of the host)."""
+    """The server's tokenizer through its tokenize/detokenize endpoints (root of the host)."""
 
     def __init__(self, engine: RequestEngine, model: str) -> None:
         # its own loop thread: the ladder calls the table from inside the adapter's loop, and
@@ -32,6 +50,33 @@ class ServerTable(TokenTable):
         self.engine, self.loop, self.model = engine, LoopThread(), model
         self.name = f"server:{engine.base_url}"
         self._memo: dict[str, list[int]] = {}
+        self.endpoints = TOKENIZER_ENDPOINTS[0]
+        self.detect()
+
+    def detect(self) -> None:
+        """Use the first endpoint pair that tokenizes a test string; a clear error if none does."""
+        from blackbox_audit.engine import ProviderError
+
+        tried = []
+        for ep in TOKENIZER_ENDPOINTS:
+            body = {ep[2]: "Hello world", "model": self.model}
+            if ep[2] == "content":
+                body["add_special"] = False
+            try:
+                out = self._post(ep[0], body)
+            except ProviderError as exc:
+                tried.append(f"{ep[0]}: HTTP {exc.status}")
+                continue
+            if isinstance(out.get("tokens"), list) and out["tokens"]:
+                self.endpoints = ep
+                self.name = f"server:{self.engine.base_url}{ep[0]}"
+                return
+            tried.append(f"{ep[0]}: no 'tokens' in the answer")
+        self.close()
+        raise UserError(
+            f"the server at {self.engine.base_url} has no tokenizer endpoint ({'; '.join(tried)})",
+            "pass a local tokenizer: --tokenizer tiktoken:NAME, an HF folder or a .gguf file",
+        )
 
     def close(self) -> None:
         self.loop.run(self.engine.aclose())
@@ -44,15 +89,20 @@ class ServerTable(TokenTable):
         if not text:
             return []
         if text not in self._memo:
-            out = self._post("/tokenize", {"content": text, "add_special": False, "model": self.model})
+            path, _, field, _ = self.endpoints
+            body: dict[str, Any] = {field: text, "model": self.model}
+            if field == "content":
+                body["add_special"] = False
+            out = self._post(path, body)
             self._memo[text] = [int(t) for t in out.get("tokens", [])]
         return list(self._memo[text])
 
     def decode(self, ids: Sequence[int]) -> str:
         if not ids:
             return ""
-        out = self._post("/detokenize", {"tokens": [int(i) for i in ids], "model": self.model})
-        return str(out.get("content", out.get("prompt", "")))
+        _, path, _, field = self.endpoints
+        out = self._post(path, {"tokens": [int(i) for i in ids], "model": self.model})
+        return str(out.get(field, out.get("content", out.get("prompt", ""))))
 
     @lru_cache(maxsize=65536)  # noqa: B019 - one table per target
     def token_bytes(self, token_id: int) -> bytes:
@@ -95,7 +145,11 @@ def load_compat(rest: str, **options: Any) -> ApiTarget:
     else:
         root = url.rstrip("/")
         root = root[: -len("/v1")] if root.endswith("/v1") else root
-        table = ServerTable(RequestEngine(root, api_key=api_key, cache=options.get("cache")), model)
+        # no request cache here: a tokenizer probe answered 404 must be asked again next time,
+        # and answers are memoized in memory anyway
+        table = ServerTable(RequestEngine(root, api_key=api_key, cache=None, free=True), model)
+    sampling = options.get("sampling")
+    options = {**options, "sampling": dict(COMPAT_SAMPLING if sampling is None else sampling)}
     return build_api_target(
         kind="compat",
         name=f"compat:{url}#{model}",

@@ -15,6 +15,7 @@ determinism (the same request twice, made distinct by the ``user`` field).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,25 @@ class ProbeReport:
         }
 
 
+PROBE_VERSION = "probe-2"
+
+
+def probe_cache_key(
+    base_url: str, model: str, table: TokenTable, api: str, system: str | None, template: str, sampling: Any
+) -> str:
+    """Cache key of a probe report: everything the probe's answers depend on (never a key)."""
+    import hashlib
+    import json
+
+    parts = [PROBE_VERSION, base_url, model, table.fingerprint(), api, system, template, dict(sampling)]
+    return "probe:" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def report_from_json(obj: dict[str, Any]) -> ProbeReport:
+    sem = obj.get("semantics")
+    return ProbeReport(obj["api"], bool(obj["id_prompts"]), None if sem is None else Semantics(**sem), obj["evidence"])
+
+
 async def _try(engine: RequestEngine, path: str, body: dict[str, Any]) -> tuple[dict[str, Any] | None, int | None]:
     try:
         return await engine.post_json(path, body), None
@@ -67,27 +87,32 @@ async def probe_endpoint(
     system: str | None = None,
     user_template: str = "{prefix}",
     bias_cap: float = 100.0,
+    sampling: tuple[tuple[str, Any], ...] | Mapping[str, Any] = (),
 ) -> ProbeReport:
-    """Run the checks of the module docstring; returns the report (evidence included)."""
+    """Run the checks of the module docstring; returns the report (evidence included).
+
+    ``sampling``: sampling-neutral fields sent with every request (compat: repeat_penalty=1.0),
+    so the probe sees the endpoint exactly as the ladder will."""
+    samp = tuple(sorted(dict(sampling).items()))
+    extra = dict(samp)
     ev: list[str] = []
     ids = table.encode(PROBE_TEXT)
     ctx = ids[:4]
     # 1) which API
     if api == "auto":
-        data, status = await _try(
-            engine, "/completions", {"model": model, "prompt": table.decode(ctx), "max_tokens": 1, "temperature": 0}
-        )
+        body = {"model": model, "prompt": table.decode(ctx), "max_tokens": 1, "temperature": 0, **extra}
+        data, status = await _try(engine, "/completions", body)
         api = "completions" if data is not None else "chat"
         ev.append(f"/completions answered {'200' if data is not None else status}: using the {api} API")
     # 2) token-id prompts
     id_prompts = False
     if api == "completions":
         data, status = await _try(
-            engine, "/completions", {"model": model, "prompt": list(ctx), "max_tokens": 1, "temperature": 0}
+            engine, "/completions", {"model": model, "prompt": list(ctx), "max_tokens": 1, "temperature": 0, **extra}
         )
         id_prompts = data is not None
         ev.append(f"token-id prompt: {'accepted' if id_prompts else f'refused (HTTP {status})'}")
-    cond = Conditioning(api=api, system=system, user_template=user_template, id_prompts=id_prompts)
+    cond = Conditioning(api=api, system=system, user_template=user_template, id_prompts=id_prompts, sampling=samp)
     path = "/chat/completions" if api == "chat" else "/completions"
     # 3) logprobs allowed? top-n cap
     top_n = 0
@@ -139,11 +164,11 @@ async def probe_endpoint(
             f"+{cap} on a token outside the top-{top_n}: emitted {'it' if argmax_moves else 'another token'}, "
             f"reported logprob {shown} (lp_n = {lp_n:.4f})" + ("; forced-token endpoint" if forced_token else "")
         )
-    # 7) echo and its offset
+    # 7) echo and its offset (max_tokens=1: llama-cpp-python reads 0 as "generate until n_ctx")
     echo, offset = False, 0
     if api == "completions":
         text_ids = ids[:6]
-        data, status = await _try(engine, path, oracle.body(text_ids, {}, echo=True, max_tokens=0))
+        data, status = await _try(engine, path, oracle.body(text_ids, {}, echo=True, max_tokens=1))
         if data is None:
             ev.append(f"echo with logprobs: refused (HTTP {status})")
         else:

@@ -254,6 +254,7 @@ def test_score_cli_budget_stop_and_resume(emulator, tiny_lm_dir, tmp_path, capsy
         return [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
 
     with emulator() as emu:
+        counter = BodyCounter(emu)
         args = ["score", "--target", emu.target_spec, "--data", str(data), "--scores", "loss"]
         args += ["--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]
         assert main(args + ["--max-requests", "40"]) == 2
@@ -261,11 +262,17 @@ def test_score_cli_budget_stop_and_resume(emulator, tiny_lm_dir, tmp_path, capsy
         assert completions(emu) <= 40
         assert main(args + ["--max-requests", "100000"]) == 0
         resumed_total = completions(emu)
+        # lossless: nothing answered before the stop is sent again (in-flight requests finish and
+        # are cached via engine.gather; the probe report is cached, so no probe request repeats)
+        assert counter.duplicates() == 0, counter.duplicates()
     with emulator() as emu:
         clean_args = ["score", "--target", emu.target_spec, "--data", str(data), "--scores", "loss"]
         clean_args += ["--out", str(tmp_path / "clean"), "--cache-dir", str(tmp_path / "c2")]
         assert main(clean_args) == 0
         clean_total = completions(emu)
     assert scores(tmp_path / "o") == scores(tmp_path / "clean")
-    # surplus = requests cancelled on the wire at the stop + uncached 4xx probe requests
-    assert clean_total <= resumed_total <= clean_total + 8 + 4
+    # The ladder's shared search state (echo hit rate, gap model) depends on the order answers
+    # arrive, so a resumed run may choose a different rung for a position or two: measured 202
+    # vs 201, the extra body being one the clean run never sent (not a re-send).
+    print(f"budget stop + resume: {resumed_total} completions requests vs {clean_total} clean")
+    assert clean_total - 2 <= resumed_total <= clean_total + 2

@@ -31,12 +31,30 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def client():
+def server():
     why = missing_requirements()
     if why:
         pytest.fail(why)
     with llamacpp_server(n_batch=1) as base:
-        yield LlamaCppClient(RequestEngine(base, cache={}, free=True, max_concurrency=1, timeout_s=120))
+        yield base
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return LlamaCppClient(RequestEngine(server, cache={}, free=True, max_concurrency=1, timeout_s=120))
+
+
+@pytest.fixture(scope="module")
+def compat(server):
+    """The product's ``compat:`` adapter on the server, with the server's own tokenizer."""
+    import httpx
+
+    from blackbox_audit.adapters import load_target
+
+    model = httpx.get(server + "/models", timeout=10).json()["data"][0]["id"]
+    target = load_target(f"compat:{server}#{model}", cache={}, max_concurrency=1)
+    yield target
+    target.close()
 
 
 def jobs_of(client: LlamaCppClient) -> list[tuple[list[int], int]]:
@@ -131,3 +149,49 @@ def test_ladder_agrees_with_full_vocabulary_answers(client, name, sem, strategie
     else:
         assert max(errors) <= 0.01 + 1e-5
     print(f"{name}: {len(jobs)} positions, max |recovered - server full-vocab| = {max(errors):.2e} nats")
+
+
+def test_probe_through_compat_adapter_identifies_llamacpp_semantics(compat):
+    assert compat.table.endpoints[0] == "/extras/tokenize"  # found by asking: /tokenize is a 404 here
+    assert compat.cond.api == "completions" and not compat.cond.id_prompts  # string prompts only
+    assert dict(compat.cond.sampling) == {"repeat_penalty": 1.0}
+    sem = compat.sem
+    assert sem is not None, compat.probe_evidence
+    assert (sem.echo, sem.echo_offset) == (True, 1), compat.probe_evidence
+    assert sem.forced_token and sem.argmax_moves and not sem.bias_reflecting, compat.probe_evidence
+    assert sem.deterministic and not sem.integer_bias and sem.top_n == 20, compat.probe_evidence
+
+
+def test_compat_token_logprobs_agree_with_server_full_vocabulary(compat, client):
+    """``token_logprobs`` through ``compat:`` vs the server's own full-vocabulary answer."""
+    records = compat.token_logprobs(TEXTS, progress=False)
+    errors, checked, bounded = [], 0, 0
+    for text, rec in zip(TEXTS, records, strict=True):
+        ids = client.tokenize(text)
+        assert list(rec.context_ids) + [int(t) for t in rec.token_ids] == ids  # server and GGUF agree
+        bad = set(rec.meta.get("non_roundtrip_positions", []))
+        for j, (t, lp, st, eb) in enumerate(zip(rec.token_ids, rec.logprobs, rec.status, rec.error_bound, strict=True)):
+            ctx = ids[: j + 1]
+            if j in bad:  # the server would see other ids: never a value for the wrong context
+                assert st == Status.BOUNDED and lp == 0.0 and eb == float("inf")
+                assert not client.round_trips(ctx)
+                bounded += 1
+                continue
+            assert client.round_trips(ctx)
+            assert st != Status.BOUNDED, (j, rec.strategy[j])
+            pieces = client.by_piece[client.piece(int(t))]
+            if len(pieces) != 1:
+                continue  # the server keys answers by string: no unique ground truth
+            truth = run(client.full_distribution(ctx))[client.piece(int(t))]
+            err = abs(float(lp) - truth)
+            assert err <= float(eb) + 1e-5, (j, lp, truth, eb, rec.strategy[j])
+            errors.append(err)
+            checked += 1
+    assert checked >= 20
+    usage = compat.usage()
+    print(
+        f"compat: {checked} positions checked, {bounded} non-round-trip (bounded), "
+        f"max |compat - server full-vocab| = {max(errors):.2e} nats; requests {usage['requests_sent']}, "
+        f"by strategy {usage['requests_by_strategy']}"
+    )
+    assert max(errors) <= 1e-5
