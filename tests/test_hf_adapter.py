@@ -140,6 +140,47 @@ def test_conditional_does_not_mutate_prefix_cache(tiny_target):
     assert_records_close(first, again, tol=0)
 
 
+def test_shared_prefix_cache_reads_the_prefix_without_writing_it(tiny_target):
+    """The per-batch cache uses stride-0 views of the prefix keys/values; the forward leaves them intact."""
+    t = tiny_target
+    p_ids = t.tokenize("Fellow citizens of the Senate")
+    with torch.inference_mode():
+        prefix_cache = t.model(input_ids=torch.tensor([p_ids]), use_cache=True).past_key_values
+    before = [(layer.keys.clone(), layer.values.clone()) for layer in prefix_cache.layers]
+    cache = hf_mod._shared_prefix_cache(prefix_cache, 3)
+    assert all(v.keys.shape[0] == 3 and v.keys.stride(0) == 0 for v in cache.layers)
+    seqs = [t.tokenize(x)[:6] for x in TEXTS[:3]]
+    ids = torch.tensor(seqs)
+    mask = torch.ones((3, len(p_ids) + ids.shape[1]), dtype=torch.long)
+    pos = (len(p_ids) + torch.arange(ids.shape[1]))[None].expand(3, -1)
+    with torch.inference_mode():
+        t.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+    assert cache.layers[0].keys.shape[-2] == len(p_ids) + ids.shape[1]  # the new cache grew ...
+    for layer, (k, v) in zip(prefix_cache.layers, before, strict=True):  # ... the prefix cache did not
+        assert torch.equal(layer.keys, k) and torch.equal(layer.values, v)
+
+
+def test_single_text_goes_the_naive_way_multi_text_reuses_the_prefix(tiny_target):
+    """Cost model: one text = one forward of prefix + text; several = one prefix forward + text batches."""
+    t = variant(tiny_target, batch_size=8)
+    calls = []
+    hook = t.model.register_forward_hook(
+        lambda mod, args, kwargs, out: calls.append(kwargs["input_ids"].shape), with_kwargs=True
+    )
+    try:
+        one = t.conditional_logprobs("Gentlemen:", TEXTS[:1])
+        n_one, calls[:] = len(calls), []
+        many = t.conditional_logprobs("Gentlemen:", TEXTS[:3])
+        shapes = list(calls)
+    finally:
+        hook.remove()
+    assert n_one == 1
+    p_len = len(t.tokenize("Gentlemen:"))
+    assert len(shapes) == 2 and shapes[0] == (1, p_len) and shapes[1][0] == 3
+    assert_records_close(one, t.conditional_logprobs_naive("Gentlemen:", TEXTS[:1]))
+    assert_records_close(one, many[:1])
+
+
 def test_long_prefix_is_truncated_with_warning(tiny_target):
     long_prefix = " ".join(sample_texts(60))
     assert len(tiny_target.tokenize(long_prefix)) > tiny_target.max_context
