@@ -327,11 +327,12 @@ class ApiTarget(Target):
 
     # ---- accounting
     def usage(self) -> dict[str, Any]:
-        """Requests sent, cache hits, billed tokens, per-strategy positions and requests."""
-        stats = self.engine.stats.to_json()
+        """The engine's ledger (requests, cache hits, billed tokens, spend, caps, why it stopped)
+        plus per-strategy positions and requests: what run.json records as ``usage``."""
+        ledger = self.engine.ledger()
         return {
-            **{k: v for k, v in stats.items() if k != "by_path"},
-            "by_path": dict(stats.get("by_path", {})),
+            **{k: v for k, v in ledger.items() if k != "by_path"},
+            "by_path": dict(ledger.get("by_path", {})),
             "ladder_requests": self.oracle.requests,
             "echo_requests": self._echo_requests,
             "positions_by_strategy": dict(self._positions),

@@ -276,3 +276,65 @@ def test_score_cli_budget_stop_and_resume(emulator, tiny_lm_dir, tmp_path, capsy
     # vs 201, the extra body being one the clean run never sent (not a re-send).
     print(f"budget stop + resume: {resumed_total} completions requests vs {clean_total} clean")
     assert clean_total - 2 <= resumed_total <= clean_total + 2
+
+
+def _requests_range(out: str) -> tuple[int, int]:
+    import re
+
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("requests:"))
+    nums = [int(x.replace(",", "")) for x in re.findall(r"[\d,]+", line)]
+    return nums[0], nums[-1]
+
+
+def test_score_dry_run_sends_nothing_and_brackets_the_real_run(emulator, tiny_lm_dir, tmp_path, capsys):
+    """`score --dry-run`: 0 requests (emulator stats), and the real run's count lies in the range;
+    the real run's run.json carries the engine ledger (requests, tokens, spend, caps)."""
+    from blackbox_audit.cli import main
+    from blackbox_audit.fixtures.tiny_models import sample_texts
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(
+        "".join(json.dumps({"id": i, "text": t[:120], "label": i % 2}) + "\n" for i, t in enumerate(sample_texts(6)))
+    )
+
+    def sent(emu) -> int:
+        return sum(sum(v.values()) for v in emu.stats()["by_path"].values())
+
+    with emulator() as emu:
+        args = ["score", "--target", emu.target_spec, "--data", str(data), "--scores", "loss"]
+        args += ["--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c"), "--tokenizer", str(tiny_lm_dir)]
+        assert main(args + ["--dry-run"]) == 0
+        out = capsys.readouterr().out
+        assert sent(emu) == 0, emu.stats()
+        assert "not probed yet" in out and not (tmp_path / "o" / "scores.jsonl").exists()
+        lo, hi = _requests_range(out)
+        assert main(args + ["--max-requests", "5000"]) == 0
+        capsys.readouterr()
+        actual = sum(emu.stats()["by_path"].get("/v1/completions", {}).values())
+        assert lo <= actual <= hi, (lo, actual, hi)
+        run = json.loads((tmp_path / "o" / "run.json").read_text())
+        usage = run["usage"]
+        assert usage["requests_sent"] == actual and usage["budget"]["max_requests"] == 5000
+        assert usage["budget"]["requests_reserved"] == actual and usage["stopped"] is None
+        assert usage["prompt_tokens"] > 0 and "spent_usd" in usage["budget"]
+        # a second dry run uses the probe report the real run cached, and still sends nothing
+        before = sent(emu)
+        assert main(args + ["--dry-run"]) == 0
+        out2 = capsys.readouterr().out
+        assert sent(emu) == before and "cached probe" in out2 and "forced-token" in out2
+        lo2, hi2 = _requests_range(out2)
+        print(f"dry run: {lo}-{hi} unprobed, {lo2}-{hi2} with the cached probe; actual {actual}")
+        assert lo2 <= hi2 < hi
+
+
+def test_dry_run_on_compat_needs_a_local_tokenizer(emulator, tmp_path, capsys):
+    from blackbox_audit.cli import main
+
+    data = tmp_path / "d.txt"
+    data.write_text("one text\nanother text\n")
+    with emulator() as emu:
+        args = ["score", "--target", emu.target_spec, "--data", str(data), "--out", str(tmp_path / "o"), "--dry-run"]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "--tokenizer" in err
+        assert sum(sum(v.values()) for v in emu.stats()["by_path"].values()) == 0

@@ -45,6 +45,16 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--no-cache", action="store_true", help="neither read nor write the logprob cache")
     c.add_argument("--batch-size", type=positive_int, help="texts per forward pass for local models")
     c.add_argument("--device", help="torch device for local models: cpu, cuda, mps (default: best available)")
+    a = parser.add_argument_group("API targets (openai:, compat:)")
+    a.add_argument(
+        "--tokenizer",
+        help="local tokenizer of an API target: tiktoken:NAME, an HF folder or a .gguf (default: openai: tiktoken's "
+        "table for the model; compat: the server's tokenize endpoint)",
+    )
+    a.add_argument("--api-key-env", help="environment variable holding the API key (never pass the key itself)")
+    a.add_argument(
+        "--api", choices=("auto", "chat", "completions"), help="which endpoint to use (default: auto, probed)"
+    )
 
 
 @dataclass
@@ -66,12 +76,20 @@ class Session:
             self.cache.close()
 
 
-def _target_options(args: argparse.Namespace) -> dict[str, Any]:
+API_SCHEMES = ("openai", "compat")
+
+
+def is_api_spec(spec: str) -> bool:
+    return spec.split(":", 1)[0] in API_SCHEMES
+
+
+def _target_options(args: argparse.Namespace, spec: str = "") -> dict[str, Any]:
+    """White-box options for local targets; --tokenizer/--api-key-env/--api for API targets."""
     opts: dict[str, Any] = {}
-    if getattr(args, "device", None):
-        opts["device"] = args.device
-    if getattr(args, "batch_size", None):
-        opts["batch_size"] = args.batch_size
+    names = ("tokenizer", "api_key_env", "api") if is_api_spec(spec) else ("device", "batch_size")
+    for name in names:
+        if getattr(args, name, None):
+            opts[name] = getattr(args, name)
     return opts
 
 
@@ -79,8 +97,8 @@ def load_cached_target(spec: str, args: argparse.Namespace, cache: Any | None) -
     """``load_target(spec)`` with --device/--batch-size, wrapped in ``CachedTarget``."""
     from blackbox_audit.adapters import load_target
 
-    opts = _target_options(args)
-    if spec.split(":", 1)[0] in ("openai", "compat") and hasattr(args, "budget_usd"):
+    opts = _target_options(args, spec)
+    if is_api_spec(spec) and hasattr(args, "budget_usd"):
         opts["engine_options"] = engine_kwargs_from_args(args)
         if cache is not None:  # request-level write-ahead cache: a stopped run resumes without re-sending
             opts["cache"] = cache
@@ -114,3 +132,65 @@ def open_session(args: argparse.Namespace, command: str, *, reference: str | Non
             cache.close()
         raise
     return Session(dataset=dataset, target=target, recorder=recorder, out_dir=out_dir, cache=cache, reference=ref)
+
+
+def dry_run_estimate(args: argparse.Namespace) -> int:
+    """``--dry-run``: print the estimate for --target on --data and return 0, sending nothing.
+
+    The target is not loaded (loading an API target probes it): the texts are tokenized with a
+    local tokenizer (openai: tiktoken; compat: --tokenizer) and the ladder's shape comes from a
+    probe report already in the cache for that target, else the unprobed (widest) range.
+    """
+    from blackbox_audit.adapters.compat import COMPAT_SAMPLING
+    from blackbox_audit.adapters.openai_api import DEFAULT_BASE_URL
+    from blackbox_audit.adapters.probe import probe_cache_key
+    from blackbox_audit.adapters.tokenizers import load_token_table
+    from blackbox_audit.engine import LadderShape, PricingTable, estimate_scoring
+    from blackbox_audit.engine.estimate import UNKNOWN
+
+    spec = args.target
+    if not is_api_spec(spec):
+        raise UserError(
+            f"--dry-run estimates API requests, and {spec} is a local model (it sends none)",
+            "drop --dry-run, or use it with an openai: or compat: target",
+        )
+    dataset = load_dataset(
+        args.data, text_field=args.text_field, label_field=args.label_field, id_field=args.id_field, limit=args.limit
+    )
+    scheme, _, rest = spec.partition(":")
+    if scheme == "openai":
+        import os
+
+        model, sampling = rest, {}
+        base_url = os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        table = load_token_table(args.tokenizer, model=model)
+    else:
+        base_url, _, model = rest.partition("#")
+        sampling = dict(COMPAT_SAMPLING)
+        if not args.tokenizer:
+            raise UserError(
+                "--dry-run on a compat: target needs a local tokenizer (asking the server's would send requests)",
+                "add --tokenizer tiktoken:NAME, an HF folder or a .gguf matching the served model",
+            )
+        table = load_token_table(args.tokenizer)
+    counts = [len(table.encode(t)) for t in dataset.texts]
+    shape, probe_requests, source = UNKNOWN, None, "not probed yet: widest range"
+    cache = None if args.no_cache else open_cache(args.cache_dir)
+    try:
+        if cache is not None:
+            key = probe_cache_key(base_url, model, table, args.api or "auto", None, "{prefix}", sampling)
+            hit = cache.get(key)
+            if hit is not None and hit.get("semantics") is not None:
+                from blackbox_audit.adapters.probe import report_from_json
+
+                shape = LadderShape.from_semantics(report_from_json(hit).semantics)
+                probe_requests, source = 0, "from the cached probe of this target"
+    finally:
+        if cache is not None:
+            cache.close()
+    price = PricingTable.load(getattr(args, "pricing", None)).get(model)
+    kw = {} if probe_requests is None else {"probe_requests": probe_requests}
+    est = estimate_scoring(counts, shape, price=price, **kw)
+    print(est.format())
+    print(f"  ladder shape {source}; tokenizer {table.name}; estimate covers one pass of per-token logprobs")
+    return 0

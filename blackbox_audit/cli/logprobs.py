@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from blackbox_audit.cli.common import add_common_arguments, open_session
+from blackbox_audit.cli.common import add_common_arguments, dry_run_estimate, open_session
+from blackbox_audit.engine.cli import add_engine_arguments
 from blackbox_audit.reports import write_jsonl
 
 
@@ -21,10 +22,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Write per-token logprobs (with status, strategy and error bound) for each sample.",
     )
     add_common_arguments(p)
+    add_engine_arguments(p)  # API targets: --dry-run, hard caps, rate limits, pricing
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.dry_run:  # before the target is loaded: loading an API target probes it
+        return dry_run_estimate(args)
     session = open_session(args, "logprobs")
     try:
         ds = session.dataset

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from blackbox_audit.blind import blind_summary, blind_warning
-from blackbox_audit.cli.common import add_common_arguments, open_session
+from blackbox_audit.cli.common import add_common_arguments, dry_run_estimate, open_session
 from blackbox_audit.engine.cli import add_engine_arguments
 from blackbox_audit.metrics import membership_metrics
 from blackbox_audit.reports import write_json, write_jsonl
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "also AUC and TPR at 1%%/5%% FPR.",
     )
     add_common_arguments(p)
-    add_engine_arguments(p, dry_run=False)  # API targets: hard caps, rate limits, pricing
+    add_engine_arguments(p)  # API targets: --dry-run, hard caps, rate limits, pricing
     p.add_argument(
         "--scores",
         default=DEFAULT_SCORES,
@@ -84,6 +84,8 @@ def print_summary(table: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     specs = parse_specs(args.scores)  # fail on an unknown score before loading anything
+    if args.dry_run:  # before the target is loaded: loading an API target probes it
+        return dry_run_estimate(args)
     session = open_session(args, "score", reference=args.reference)
     try:
         ds = session.dataset
