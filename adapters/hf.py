@@ -175,6 +175,12 @@ def _shared_prefix_cache(prefix_cache: Any, batch: int) -> Any:
     return cache
 
 
+# Overhead of the prefix KV-reuse path in token passes: fixed + per text (fitted on the canary
+# GPT-2, see HFTarget.conditional_logprobs); reuse runs when (texts - 1) * prefix tokens exceeds it.
+KV_FIXED = 128
+KV_PER_TEXT = 16
+
+
 # --------------------------------------------------------------------------- target
 class HFTarget(Target):
     """A transformers causal LM under audit (exact logprobs, full distribution, generation)."""
@@ -220,6 +226,7 @@ class HFTarget(Target):
             full_distribution=True, conditional=True, generation=True, max_context=self.max_context
         )
         self._fingerprint: str | None = None
+        self.conditional_path = "auto"  # "auto" (cost model), "kv" or "naive"; see conditional_logprobs
         self._torch = torch
 
     # ---- identity
@@ -281,6 +288,13 @@ class HFTarget(Target):
             )
 
     # ---- core batched forward
+    @property
+    def _last_logit(self) -> dict[str, Any]:
+        """``logits_to_keep=1`` where the model takes it: the prefix forward needs only its last row."""
+        import inspect
+
+        return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(self.model.forward).parameters else {}
+
     def _batches(self, lengths: Sequence[int]) -> Iterator[list[int]]:
         """Indices grouped longest-first into batches of <= batch_size and bounded logits size."""
         order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
@@ -423,28 +437,45 @@ class HFTarget(Target):
         Texts are right-padded after the cached prefix, so no padding sits between prefix and text.
         Each batch reads the prefix keys/values through stride-0 views (``_shared_prefix_cache``).
 
-        Cost model for choosing the path: per text the fast path runs only the text's tokens
-        while naive re-runs prefix + text, and the one extra prefix forward is shared by all
-        texts. With a single text both do the same token work, and naive saves a forward call
-        and the cache concatenation, so one text goes the naive way (same records to 1e-4).
+        Cost model (``conditional_path="auto"``): per text the fast path runs only the text's
+        tokens while naive re-runs prefix + text, so reuse saves ``(k - 1) * m`` token passes for
+        k texts and an m-token prefix; it costs one extra forward call plus, per text, a cache
+        concatenation, a wider mask and bookkeeping. Measured on the canary GPT-2 (1 thread,
+        process time) that overhead is about ``KV_FIXED + KV_PER_TEXT * k`` token passes, so the
+        fast path runs only when the saving exceeds it (so one text always goes naive). On larger
+        models the overhead is smaller relative to a token pass, so the rule errs towards naive
+        only where the saving is small anyway. ``conditional_path="kv"``/``"naive"`` forces a path.
         """
         torch = self._torch
         texts = list(texts)
         if not texts:
             return []
-        if len(texts) == 1:
+        if self.conditional_path not in ("auto", "kv", "naive"):
+            raise UserError(
+                f"conditional_path must be 'auto', 'kv' or 'naive', got {self.conditional_path!r}", "use 'auto'"
+            )
+        k = len(texts)
+        if self.conditional_path == "naive" or (self.conditional_path == "auto" and k == 1):
             return self.conditional_logprobs_naive(prefix, texts, progress=progress)
+        if self.conditional_path == "auto":
+            m = min(len(self.tokenize(prefix)), self.max_context)
+            if (k - 1) * m < KV_FIXED + KV_PER_TEXT * k:
+                return self.conditional_logprobs_naive(prefix, texts, progress=progress)
         p_ids, t_ids = self._prepare_conditional(prefix, texts)
         m = len(p_ids)
         with torch.inference_mode():
-            out = self.model(input_ids=torch.tensor([p_ids], device=self.device), use_cache=True)
+            out = self.model(input_ids=torch.tensor([p_ids], device=self.device), use_cache=True, **self._last_logit)
         first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # predicts each text's 1st token
         prefix_cache = out.past_key_values
-        results: list[Any] = [None] * len(texts)
+        results: list[Any] = [first[s[0]].reshape(1).double().cpu().numpy() for s in t_ids]
+        # A text's last token predicts nothing, so only s[:-1] is fed (one-token texts need no forward).
+        todo = [i for i, s in enumerate(t_ids) if len(s) > 1]
         with self._progress(sum(len(t) for t in t_ids), "conditional", progress) as bar:
+            bar.update(len(t_ids) - len(todo))
             # logits cover only the texts (the prefix is cached), so batch by text length
-            for batch in self._batches([len(t_ids[i]) for i in range(len(texts))]):
-                seqs = [t_ids[i] for i in batch]
+            for group in self._batches([len(t_ids[i]) - 1 for i in todo]):
+                batch = [todo[g] for g in group]
+                seqs = [t_ids[i][:-1] for i in batch]
                 ids, mask, _, _ = self._pad(seqs, "right")
                 full_mask = torch.cat([torch.ones((len(batch), m), dtype=mask.dtype, device=mask.device), mask], 1)
                 pos = (m + torch.arange(ids.shape[1], device=ids.device))[None].expand(len(batch), -1)
@@ -456,10 +487,9 @@ class HFTarget(Target):
                 logp = torch.log_softmax(logits.float(), dim=-1)
                 for row, i in enumerate(batch):
                     s = t_ids[i]
-                    tgt = torch.tensor(s, device=logp.device)
-                    lp_first = first[tgt[0]].reshape(1)
-                    lp_rest = logp[row, : len(s) - 1].gather(-1, tgt[1:, None])[:, 0]
-                    results[i] = torch.cat([lp_first, lp_rest]).double().cpu().numpy()
+                    tgt = torch.tensor(s[1:], device=logp.device)
+                    lp_rest = logp[row, : len(s) - 1].gather(-1, tgt[:, None])[:, 0].double().cpu().numpy()
+                    results[i] = np.concatenate([results[i], lp_rest])
                 bar.update(sum(len(t_ids[i]) for i in batch))
         meta = {"prefix_tokens": m}
         return [self._record(t, ids, lps, p_ids, meta=meta) for t, ids, lps in zip(texts, t_ids, results, strict=True)]

@@ -120,7 +120,7 @@ def test_full_moments_stable_for_peaked_distribution():
 @pytest.mark.parametrize("batch_size", [1, 2, 5])
 @pytest.mark.parametrize("prefix", ["Gentlemen:", " ".join(sample_texts(3))[:400]])
 def test_conditional_fast_path_equals_naive(tiny_target, batch_size, prefix):
-    t = variant(tiny_target, batch_size=batch_size)
+    t = variant(tiny_target, batch_size=batch_size, conditional_path="kv")
     fast = t.conditional_logprobs(prefix, TEXTS)
     naive = t.conditional_logprobs_naive(prefix, TEXTS)
     assert_records_close(fast, naive)
@@ -134,7 +134,7 @@ def test_conditional_fast_path_equals_naive(tiny_target, batch_size, prefix):
 
 
 def test_conditional_does_not_mutate_prefix_cache(tiny_target):
-    t = variant(tiny_target, batch_size=2)
+    t = variant(tiny_target, batch_size=2, conditional_path="kv")
     first = t.conditional_logprobs("Fellow citizens", TEXTS[:5])
     again = t.conditional_logprobs("Fellow citizens", TEXTS[:5])
     assert_records_close(first, again, tol=0)
@@ -160,25 +160,52 @@ def test_shared_prefix_cache_reads_the_prefix_without_writing_it(tiny_target):
         assert torch.equal(layer.keys, k) and torch.equal(layer.values, v)
 
 
-def test_single_text_goes_the_naive_way_multi_text_reuses_the_prefix(tiny_target):
-    """Cost model: one text = one forward of prefix + text; several = one prefix forward + text batches."""
-    t = variant(tiny_target, batch_size=8)
-    calls = []
+def forward_shapes(t: HFTarget, fn) -> list[tuple[int, ...]]:
+    """input_ids shapes of every model forward while ``fn()`` runs."""
+    shapes: list[tuple[int, ...]] = []
     hook = t.model.register_forward_hook(
-        lambda mod, args, kwargs, out: calls.append(kwargs["input_ids"].shape), with_kwargs=True
+        lambda mod, args, kwargs, out: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
     )
     try:
-        one = t.conditional_logprobs("Gentlemen:", TEXTS[:1])
-        n_one, calls[:] = len(calls), []
-        many = t.conditional_logprobs("Gentlemen:", TEXTS[:3])
-        shapes = list(calls)
+        fn()
     finally:
         hook.remove()
-    assert n_one == 1
-    p_len = len(t.tokenize("Gentlemen:"))
-    assert len(shapes) == 2 and shapes[0] == (1, p_len) and shapes[1][0] == 3
-    assert_records_close(one, t.conditional_logprobs_naive("Gentlemen:", TEXTS[:1]))
-    assert_records_close(one, many[:1])
+    return shapes
+
+
+def test_cost_model_picks_the_path_by_token_counts(tiny_target):
+    """auto: one text or a short prefix -> naive (one forward per batch of prefix + text); a long
+    prefix over many texts -> one prefix forward, then text-only batches. Same records either way."""
+    t = variant(tiny_target, batch_size=8)
+    short, long_ = "Gentlemen:", " ".join(sample_texts(3))[:400]
+    m = len(t.tokenize(long_))
+    assert (len(TEXTS) - 1) * m >= hf_mod.KV_FIXED + hf_mod.KV_PER_TEXT * len(TEXTS)  # the case is what we think
+    assert (3 - 1) * len(t.tokenize(short)) < hf_mod.KV_FIXED + hf_mod.KV_PER_TEXT * 3
+    cases = {  # (prefix, texts) -> first forward's width: prefix alone (kv) or prefix + text (naive)
+        (long_, tuple(TEXTS)): m,
+        (long_, tuple(TEXTS[:1])): m + len(t.tokenize(TEXTS[0])) - 1,
+        (short, tuple(TEXTS[:3])): len(t.tokenize(short)) + max(len(t.tokenize(x)) for x in TEXTS[:3]) - 1,
+    }
+    for (prefix, texts), width in cases.items():
+        recs: list = []
+        shapes = forward_shapes(t, lambda p=prefix, x=texts, r=recs: r.extend(t.conditional_logprobs(p, list(x))))
+        assert shapes[0][1] == width
+        assert_records_close(recs, t.conditional_logprobs_naive(prefix, list(texts)))
+    forced = variant(t, conditional_path="kv")
+    shapes = forward_shapes(forced, lambda: forced.conditional_logprobs(short, TEXTS[:3]))
+    assert shapes[0] == (1, len(t.tokenize(short))) and len(shapes) == 2
+    with pytest.raises(UserError, match="conditional_path"):
+        variant(t, conditional_path="fast").conditional_logprobs(short, TEXTS[:3])
+
+
+def test_conditional_fast_path_with_one_token_texts(tiny_target):
+    """Texts of one token are scored from the prefix forward alone; mixed with longer ones in a batch."""
+    t = variant(tiny_target, batch_size=2, conditional_path="kv")
+    one = next(x for x in (t.decode([i]) for i in range(100, 400)) if len(t.tokenize(x)) == 1)
+    for texts in ([one, TEXTS[0], one, TEXTS[1]], [one, one]):
+        fast = t.conditional_logprobs("Fellow citizens", texts)
+        assert_records_close(fast, t.conditional_logprobs_naive("Fellow citizens", texts))
+        assert [len(r) for r in fast] == [len(t.tokenize(x)) for x in texts]
 
 
 def test_long_prefix_is_truncated_with_warning(tiny_target):
@@ -282,7 +309,7 @@ def test_smollm2_alias_logprobs_equal_plain_forward(smollm2_target):
 
 @pytest.mark.slow
 def test_smollm2_conditional_fast_equals_naive(smollm2_target):
-    t = variant(smollm2_target, batch_size=2)
+    t = variant(smollm2_target, batch_size=2, conditional_path="kv")
     prefix = " ".join(WIKI_LIKE[1:3])
     assert_records_close(t.conditional_logprobs(prefix, WIKI_LIKE), t.conditional_logprobs_naive(prefix, WIKI_LIKE))
 

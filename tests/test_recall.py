@@ -125,8 +125,12 @@ def test_positions_align_on_a_real_model(tiny_target) -> None:
 
 
 def test_kv_fast_path_equals_naive_concatenation(tiny_target) -> None:
+    import copy
+
     from blackbox_audit.fixtures.tiny_models import sample_texts
 
+    tiny_target = copy.copy(tiny_target)
+    tiny_target.conditional_path = "kv"  # the short prefix would go naive under the cost model
     texts = [" ".join(t.split()[: 12 + 3 * i]) for i, t in enumerate(sample_texts(6))]
     prefixes = [build_prefix(sample_texts(9)[6:8]), build_prefix(["A short prefix."])]
     plain = tiny_target.token_logprobs(texts, progress=False)
