@@ -9,6 +9,11 @@ the default batch size the same context can differ by ~0.2 nats depending on the
 request (measured by ``bench/llamacpp_recovery.py``). The server here runs with ``n_batch=1``,
 which makes every answer independent of request order (checked below), so recovered values can
 be compared with the server's own full-vocabulary answers to float precision.
+
+The product path is tested too: the ``compat:`` adapter (server tokenizer found at
+``/extras/tokenize``, ``repeat_penalty=1.0`` on every request) probes the server and recovers
+logprobs that must equal the full-vocabulary answers; ``LlamaCppClient`` only supplies that
+ground truth (and the lower-level semantics checks).
 """
 
 from __future__ import annotations
