@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "score",
         help="membership scores per sample (+ AUC/TPR if labelled) -> OUT/scores.jsonl, metrics.json",
         description="Compute membership scores (higher = more member-like) for each sample; with 0/1 labels "
-        "also AUC and TPR at 1%%/5%% FPR.",
+        "also AUC and TPR at 1% and 5% FPR.",
     )
     add_common_arguments(p)
     add_engine_arguments(p)  # API targets: --dry-run, hard caps, rate limits, pricing
