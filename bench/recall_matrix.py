@@ -12,11 +12,15 @@ before attention costs; multi-shot ReCaLL prefixes allow much more.
 
     .venv/bin/python bench/recall_matrix.py --target canary --prefixes 64 --texts 256   # realistic
     .venv/bin/python bench/recall_matrix.py --target smollm2 --shots 12 --prefixes 4 --texts 32
+
+On a shared box, ``--threads 1`` gives the steadiest ratio (two threads stall whenever another
+process holds a core); the per-prefix median wall ratio is robust to load spikes either way.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 
 import numpy as np
@@ -82,6 +86,7 @@ def main() -> None:
     import warnings
 
     warnings.filterwarnings("ignore", message="prefix of")  # truncation is expected and identical for both
+    logging.getLogger("blackbox_audit").setLevel(logging.ERROR)  # ... and logged once per call too
     methods = {"kv-reuse": target.conditional_logprobs, "naive": target.conditional_logprobs_naive}
     for fn in methods.values():  # warm-up: the first forward pays one-off costs (threads, allocator)
         fn(prefixes[0], texts[:2], progress=False)
