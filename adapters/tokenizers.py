@@ -240,12 +240,16 @@ class HFTable(TokenTable):
 
 
 def load_token_table(spec: str | None, *, model: str | None = None) -> TokenTable:
-    """``tiktoken:NAME`` | HF folder | ``.gguf`` file | None (OpenAI model name → tiktoken)."""
+    """``tiktoken:NAME`` | HF folder | ``.gguf`` file | ``smollm2`` | None (OpenAI model name → tiktoken)."""
     if spec:
         if spec.startswith("tiktoken:"):
             return TiktokenTable(spec.split(":", 1)[1])
         if spec in TIKTOKEN_FILES:
             return TiktokenTable(spec)
+        if spec == "smollm2":  # the same alias as the white-box target
+            from .hf import smollm2_gguf_path
+
+            spec = str(smollm2_gguf_path())
         return HFTable.from_path(spec.removeprefix("hf:").removeprefix("gguf:"))
     if model is None:
         raise UserError("no tokenizer for this target", "pass --tokenizer (tiktoken:NAME, an HF folder or a .gguf)")

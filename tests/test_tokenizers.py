@@ -12,6 +12,7 @@ from blackbox_audit.adapters.tokenizers import (
     HFTable,
     TiktokenTable,
     encoding_for_model,
+    load_token_table,
     prepare_tiktoken,
     reported_bytes,
 )
@@ -77,3 +78,10 @@ def test_hf_table_bytes_and_collisions(tiny_lm_dir):
     # every single-byte piece maps back to exactly one id (byte-level BPE has no collisions)
     assert all(t.ids_for_bytes(bytes([b])) for b in range(256))
     assert isinstance(t.collisions(), dict)
+
+
+@pytest.mark.slow
+def test_smollm2_alias_is_the_white_box_tokenizer(smollm2_target):
+    table = load_token_table("smollm2")
+    text = "The State of the Union, 1790."
+    assert table.encode(text) == smollm2_target.tokenize(text)

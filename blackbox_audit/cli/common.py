@@ -48,8 +48,8 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument_group("API targets (openai:, compat:)")
     a.add_argument(
         "--tokenizer",
-        help="local tokenizer of an API target: tiktoken:NAME, an HF folder or a .gguf (default: openai: tiktoken's "
-        "table for the model; compat: the server's tokenize endpoint)",
+        help="local tokenizer of an API target: tiktoken:NAME, an HF folder, a .gguf or smollm2 "
+        "(default: openai: tiktoken's table for the model; compat: the server's tokenize endpoint)",
     )
     a.add_argument("--api-key-env", help="environment variable holding the API key (never pass the key itself)")
     a.add_argument(
