@@ -14,24 +14,11 @@ from blackbox_audit.adapters.base import Capabilities, Target
 from blackbox_audit.augment import n_swaps, random_swap, random_swaps, split_words
 from blackbox_audit.cache import CachedTarget, open_cache
 from blackbox_audit.errors import UserError
+from blackbox_audit.fixtures.records import hand_record as record
 from blackbox_audit.scores import compute_scores, plan_requests
 from blackbox_audit.scores.pac import pac_from_logprobs
-from blackbox_audit.types import Status, Strategy, TokenLogprobs
 
 TEXT = "alpha bravo charlie delta echo foxtrot golf hotel india juliet"  # 10 distinct words
-
-
-def record(text: str, lps: Sequence[float]) -> TokenLogprobs:
-    n = len(lps)
-    return TokenLogprobs(
-        text=text,
-        token_ids=np.arange(n, dtype=np.int64),
-        tokens=[f"t{i}" for i in range(n)],
-        logprobs=np.asarray(lps, dtype=np.float64),
-        status=[Status.EXACT] * n,
-        error_bound=np.zeros(n),
-        strategy=[Strategy.WHITEBOX] * n,
-    )
 
 
 class TableTarget(Target):

@@ -13,23 +13,9 @@ import pytest
 from blackbox_audit.adapters.base import Capabilities, Target
 from blackbox_audit.cli import main
 from blackbox_audit.errors import CapabilityError, UserError
+from blackbox_audit.fixtures.records import hand_record as record
 from blackbox_audit.scores import compute_scores, plan_requests
 from blackbox_audit.scores.recall import PREFIX_SEP, build_prefix, conditional_ll, recall_ratio
-from blackbox_audit.types import Status, Strategy, TokenLogprobs
-
-
-def record(text: str, lps: Sequence[float], context: Sequence[int] = ()) -> TokenLogprobs:
-    n = len(lps)
-    return TokenLogprobs(
-        text=text,
-        token_ids=np.arange(n, dtype=np.int64),
-        tokens=[f"t{i}" for i in range(n)],
-        logprobs=np.asarray(lps, dtype=np.float64),
-        status=[Status.EXACT] * n,
-        error_bound=np.zeros(n),
-        strategy=[Strategy.WHITEBOX] * n,
-        context_ids=tuple(context),
-    )
 
 
 class PrefixTarget(Target):

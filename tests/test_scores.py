@@ -12,6 +12,7 @@ import pytest
 
 from blackbox_audit.adapters.base import Capabilities, Target
 from blackbox_audit.errors import CapabilityError, UserError
+from blackbox_audit.fixtures.records import hand_record as make_record
 from blackbox_audit.scores import (
     REQUIRED,
     SCORES,
@@ -26,28 +27,7 @@ from blackbox_audit.scores import (
     parse_spec,
     plan_requests,
 )
-from blackbox_audit.types import FullDistribution, Status, Strategy, TokenLogprobs
-
-
-def make_record(
-    text: str,
-    logprobs: Sequence[float],
-    *,
-    full: FullDistribution | None = None,
-    bounded: Sequence[int] = (),
-) -> TokenLogprobs:
-    n = len(logprobs)
-    status = [Status.BOUNDED if i in bounded else Status.EXACT for i in range(n)]
-    return TokenLogprobs(
-        text=text,
-        token_ids=np.arange(n, dtype=np.int64),
-        tokens=[f"t{i}" for i in range(n)],
-        logprobs=np.asarray(logprobs, dtype=np.float64),
-        status=status,
-        error_bound=np.array([math.inf if s == Status.BOUNDED else 0.0 for s in status]),
-        strategy=[Strategy.WHITEBOX] * n,
-        full=full,
-    )
+from blackbox_audit.types import FullDistribution, TokenLogprobs
 
 
 def default_logprobs(text: str) -> list[float]:
