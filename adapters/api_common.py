@@ -1,6 +1,6 @@
-"""Shared machinery of the API adapters (``openai:``, ``compat:``): wire format ⇄ ``Answer``,
-the HTTP oracle the recovery ladder talks to, and the ``ApiTarget`` that turns texts into
-``TokenLogprobs`` exactly like a white-box target.
+"""Shared machinery of the API adapters (``openai:``, ``compat:``): the ``ApiTarget`` that turns
+texts into ``TokenLogprobs`` exactly like a white-box target, and ``build_api_target`` (engine +
+probe + target). The wire format (request bodies, answer parsing) is in ``adapters/wire.py``.
 
 What the numbers are conditioned on (it is part of the fingerprint, so the cache never mixes
 conditions):
@@ -26,8 +26,7 @@ import json
 import logging
 import threading
 from collections import Counter
-from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -37,45 +36,22 @@ from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.types import Status, Strategy, TokenLogprobs
 
 from .base import Capabilities, Target
+from .probe import probe_cache_key, probe_endpoint, report_from_json
 from .recovery import (
-    SENTINEL_CUTOFF,
     Answer,
     GapModel,
     LadderConfig,
     LpGuess,
     PositionResult,
     Semantics,
-    _clean,
     recover_position,
 )
-from .tokenizers import TokenTable, reported_bytes
+from .tokenizers import TokenTable
+from .wire import ApiOracle, Conditioning
 
 log = logging.getLogger(__name__)
 ADAPTER_VERSION = "api-1"
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Conditioning:
-    """Which endpoint, and for chat what each position is conditioned on (module docstring)."""
-
-    api: str  # "completions" | "chat"
-    system: str | None = None
-    user_template: str = "{prefix}"
-    id_prompts: bool = False  # completions: send token ids instead of text
-    # sampling-neutral fields sent with every request (compat: repeat_penalty=1.0), sorted pairs
-    sampling: tuple[tuple[str, Any], ...] = ()
-
-    def messages(self, prefix: str) -> list[dict[str, str]]:
-        msgs = [{"role": "system", "content": self.system}] if self.system else []
-        return msgs + [{"role": "user", "content": self.user_template.format(prefix=prefix)}]
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["sampling"] = dict(self.sampling)
-        if not self.sampling:
-            del out["sampling"]  # keep fingerprints of targets without sampling fields unchanged
-        return out
 
 
 class LoopThread:
@@ -95,160 +71,6 @@ class LoopThread:
             self._thread.join(timeout=5)
         if not self.loop.is_running():
             self.loop.close()
-
-
-def _bias_json(bias: Mapping[int, float]) -> dict[str, int | float]:
-    """OpenAI wants string keys; integral values go as JSON integers (strict endpoints reject 3.0)."""
-    return {str(int(k)): (int(v) if float(v).is_integer() else float(v)) for k, v in bias.items()}
-
-
-class ApiOracle:
-    """One ladder request = one ``max_tokens=1``, ``temperature=0`` call through the engine."""
-
-    def __init__(self, engine: RequestEngine, model: str, table: TokenTable, cond: Conditioning, top_n: int) -> None:
-        self.engine, self.model, self.table, self.cond, self.top_n = engine, model, table, cond, top_n
-        self.requests = 0
-
-    # ---- request bodies
-    def body(self, context: Sequence[int], bias: Mapping[int, float], *, top_n: int | None = None, **extra: Any):
-        n = self.top_n if top_n is None else top_n
-        if self.cond.api == "chat":
-            body: dict[str, Any] = {
-                "model": self.model,
-                "messages": self.cond.messages(self.table.decode(list(context))),
-                "max_tokens": 1,
-                "temperature": 0,
-            }
-            if n > 0:
-                body.update(logprobs=True, top_logprobs=n)
-        else:
-            prompt: Any = [int(t) for t in context] if self.cond.id_prompts else self.table.decode(list(context))
-            body = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0}
-            if n > 0:
-                body["logprobs"] = n
-        body.update(self.cond.sampling)
-        if bias:
-            body["logit_bias"] = _bias_json(bias)
-        body.update(extra)
-        return body
-
-    async def post(self, body: dict[str, Any]) -> dict[str, Any]:
-        self.requests += 1
-        path = "/chat/completions" if self.cond.api == "chat" else "/completions"
-        return await self.engine.post_json(path, body)
-
-    async def query(self, context: Sequence[int], bias: Mapping[int, float]) -> Answer:
-        data = await self.post(self.body(context, bias))
-        return self.parse(data, bias)
-
-    # ---- response parsing
-    def _match(self, raw: bytes, bias: Mapping[int, float]) -> int | None:
-        ids = self.table.ids_for_bytes(raw)
-        if len(ids) == 1:
-            return ids[0]
-        boosted = [t for t in ids if bias.get(t, 0) > 0]
-        if len(boosted) == 1:
-            return boosted[0]  # the bias identifies a colliding token
-        if not ids:  # a lossy rendering (llama.cpp drops partial UTF-8, others use U+FFFD)
-            cands = [t for t, b in bias.items() if b > 0 and raw in self._renderings(t)]
-            # Accept only if no other token renders the same way, or if the bias is at the cap
-            # (then another token wins only when lp(t) < lp(r) - 100: negligible, and the
-            # forced-token check lp < lp_n still applies downstream).
-            if len(cands) == 1 and (bias[cands[0]] >= 100 or self.table.rendering_unique(raw)):
-                return cands[0]
-        return None
-
-    def _renderings(self, t: int) -> set[bytes]:
-        tb = self.table.token_bytes(t)
-        return {tb, *(tb.decode("utf-8", errors=e).encode() for e in ("ignore", "replace"))}
-
-    def _from_text(self, text: str, bias: Mapping[int, float]) -> int | None:
-        hit = self._match(text.encode("utf-8"), bias)
-        if hit is not None:
-            return hit
-        boosted = [t for t, b in bias.items() if b > 0]
-        if len(boosted) == 1 and text and self.table.decode([boosted[0]]) == text:
-            return boosted[0]  # partial UTF-8 token: its lossy text matches the boosted one
-        return None
-
-    def flipped(self, ans: Answer, target: int) -> bool | None:
-        """Whether the answer emitted ``target``; None when the emitted token is unknown."""
-        return None if ans.emitted is None else ans.emitted == target
-
-    def parse(self, data: dict[str, Any], bias: Mapping[int, float]) -> Answer:
-        choice = (data.get("choices") or [{}])[0]
-        lp_obj = choice.get("logprobs")
-        entries: list[tuple[str, bytes, float]] = []
-        emitted: int | None = None
-        elp: float | None = None
-        if self.cond.api == "chat":
-            content = (lp_obj or {}).get("content") or []
-            if content:
-                first = content[0]
-                emitted = self._match(reported_bytes(first["token"], first.get("bytes")), bias)
-                elp = first.get("logprob")
-                for e in first.get("top_logprobs") or []:
-                    entries.append((e["token"], reported_bytes(e["token"], e.get("bytes")), float(e["logprob"])))
-            else:
-                emitted = self._from_text(((choice.get("message") or {}).get("content")) or "", bias)
-        else:
-            toks = (lp_obj or {}).get("tokens") or []
-            if toks:
-                emitted = self._match(reported_bytes(toks[0]), bias)
-                if emitted is None:
-                    emitted = self._from_text(choice.get("text") or "", bias)
-                elp = ((lp_obj or {}).get("token_logprobs") or [None])[0]
-                top0 = ((lp_obj or {}).get("top_logprobs") or [None])[0] or {}
-                entries = [(k, reported_bytes(k), float(v)) for k, v in top0.items()]
-            else:
-                emitted = self._from_text(choice.get("text") or "", bias)
-        return self.answer(emitted, elp, entries, bias)
-
-    def answer(
-        self, emitted: int | None, elp: float | None, entries: list[tuple[str, bytes, float]], bias: Mapping[int, float]
-    ) -> Answer:
-        top: dict[int, float] = {}
-        extra: list[float] = []
-        amb: list[str] = []
-        for tok, raw, lp in entries:
-            if lp <= SENTINEL_CUTOFF:
-                continue
-            ids = self.table.ids_for_bytes(raw)
-            if len(ids) == 1 and ids[0] not in top:
-                top[ids[0]] = lp
-            else:
-                extra.append(lp)
-                amb.append(tok)
-        vals = sorted([*top.values(), *extra], reverse=True)
-        floor = vals[self.top_n - 1] if len(vals) > self.top_n >= 1 else None
-        return Answer(emitted, _clean(elp), top, tuple(amb), tuple(extra), floor)
-
-    # ---- echo (completions only)
-    async def echo(self, ids: Sequence[int], offset: int) -> list[Answer | None]:
-        """Unbiased answers for positions 1..L-1 of ``ids`` from one echo request.
-
-        ``offset`` 0: entry j holds position j (OpenAI legacy). ``offset`` 1: entry j-1's top
-        list is position j's distribution (llama-cpp-python without BOS); its own logprob is
-        then of token j-1 under that same distribution, so it is kept only as a top entry.
-        """
-        # max_tokens=1, not 0: llama-cpp-python reads max_tokens <= 0 as "until the context is full"
-        body = self.body(ids, {}, echo=True, max_tokens=1)
-        data = await self.engine.post_json("/completions", body)
-        lp_obj = ((data.get("choices") or [{}])[0]).get("logprobs") or {}
-        toks = lp_obj.get("tokens") or []
-        tops = lp_obj.get("top_logprobs") or []
-        tlps = lp_obj.get("token_logprobs") or []
-        out: list[Answer | None] = []
-        for j in range(1, len(ids)):
-            k = j - offset
-            if not 0 <= k < len(tops) or tops[k] is None:
-                out.append(None)
-                continue
-            entries = [(s, reported_bytes(s), float(v)) for s, v in tops[k].items()]
-            if offset == 0 and k < len(tlps) and tlps[k] is not None and k < len(toks):
-                entries.append((toks[k], reported_bytes(toks[k]), float(tlps[k])))
-            out.append(self.answer(None, None, entries, {}))
-        return out
 
 
 class ApiTarget(Target):
@@ -544,8 +366,6 @@ def build_api_target(
     (a ``Semantics`` to skip the probe, for tests), ``prior`` (a white-box target or spec with
     the same tokenizer: its logprobs centre the bisection). White-box options (device, batch_size)
     are ignored."""
-    from .probe import probe_cache_key, probe_endpoint, report_from_json
-
     engine = RequestEngine(
         base_url,
         api_key=api_key,

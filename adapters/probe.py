@@ -21,9 +21,9 @@ from typing import Any
 
 from blackbox_audit.engine import ProviderError, RequestEngine
 
-from .api_common import ApiOracle, Conditioning
 from .recovery import Answer, Semantics, _clean
 from .tokenizers import TokenTable
+from .wire import ApiOracle, Conditioning
 
 PROBE_TEXT = (
     "The committee met on Tuesday to review the annual budget, and after a long discussion "

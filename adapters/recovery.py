@@ -3,7 +3,8 @@
 Everything here talks to an ``Oracle``: one call = one paid request "next token after
 ``context`` with ``logit_bias``" answering the emitted (greedy) token, its reported logprob,
 and the reported top-n list, all as token ids. Adapters wrap HTTP in an oracle; tests and
-``bench/recovery.py`` use in-memory oracles, so the ladder's maths is tested without a server.
+``bench/recovery.py`` use the emulator or in-memory oracles (``tests/simulated_oracle.py``), so
+the ladder's maths is tested without a server.
 
 Per position the ladder tries, cheapest first, what the probed ``Semantics`` allow:
 top-n hit (exact) → bias-reflecting (exact, 1 extra request) → forced token (exact, 1 extra
@@ -533,58 +534,3 @@ def floor_requests(n_positions: int, n_missed: int, sem: Semantics) -> int:
     if sem.echo:
         return 1
     return n_positions + (n_missed if (sem.bias_reflecting or sem.forced_token or sem.argmax_moves) else 0)
-
-
-class SimulatedOracle:
-    """An in-memory endpoint over known next-token distributions, for tests and benchmarks.
-
-    ``lp_fn(context) -> np.ndarray`` gives the exact log-distribution. ``mode`` mimics the
-    endpoint families of SPEC §1: ``reflect`` (reported logprobs include the bias),
-    ``forced`` (emitted token's unbiased logprob reported), ``chat`` (unbiased top-n,
-    -9999.0 for an emitted token outside it, like OpenAI chat), ``argmax`` (no emitted logprob).
-    ``noise`` adds Gaussian noise to the logits of every call (a non-deterministic endpoint).
-    """
-
-    def __init__(
-        self,
-        lp_fn: Any,
-        *,
-        top_n: int = 20,
-        mode: str = "chat",
-        integer_bias: bool = False,
-        noise: float = 0.0,
-        seed: int = 0,
-    ) -> None:
-        import numpy as np
-
-        self._np = np
-        self.lp_fn, self.top_n, self.mode = lp_fn, top_n, mode
-        self.integer_bias, self.noise = integer_bias, noise
-        self.rng = np.random.default_rng(seed)
-        self.calls = 0
-
-    async def query(self, context: Sequence[int], bias: Mapping[int, float]) -> Answer:
-        np = self._np
-        self.calls += 1
-        if self.integer_bias and any(float(b) != int(b) for b in bias.values()):
-            raise ValueError("logit_bias values must be integers")
-        if len(bias) > 300 or any(abs(b) > 100 for b in bias.values()):
-            raise ValueError("logit_bias out of range")
-        lp = np.asarray(self.lp_fn(context), dtype=np.float64)
-        logits = lp + (self.rng.normal(0, self.noise, lp.shape) if self.noise else 0.0)
-        biased = logits.copy()
-        for t, b in bias.items():
-            biased[t] += b
-        emitted = int(np.argmax(biased))
-        shown = biased - np.logaddexp.reduce(biased) if self.mode == "reflect" else lp
-        idx = np.argsort(-shown, kind="stable")[: self.top_n]
-        top = {int(i): float(shown[i]) for i in idx}
-        if self.mode == "reflect":
-            elp = float(shown[emitted])
-        elif self.mode == "forced":
-            elp = float(lp[emitted])
-        elif self.mode == "chat":
-            elp = float(lp[emitted]) if emitted in top else -9999.0
-        else:
-            elp = None
-        return Answer(emitted, _clean(elp), top)

@@ -10,8 +10,8 @@ import pytest
 import respx
 
 from blackbox_audit.adapters import load_target
-from blackbox_audit.adapters.api_common import ApiOracle, Conditioning
 from blackbox_audit.adapters.tokenizers import TiktokenTable
+from blackbox_audit.adapters.wire import ApiOracle, Conditioning
 from blackbox_audit.engine import ProviderError, RequestEngine
 from blackbox_audit.errors import UserError
 

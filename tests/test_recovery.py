@@ -7,11 +7,11 @@ import math
 
 import numpy as np
 import pytest
+from simulated_oracle import SimulatedOracle
 
 from blackbox_audit.adapters.recovery import (
     LadderConfig,
     Semantics,
-    SimulatedOracle,
     recover_many,
     recover_position,
     reflect_formula,
