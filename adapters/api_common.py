@@ -381,12 +381,12 @@ def build_api_target(
     template = options.get("user_template") or "{prefix}"
     if "{prefix}" not in template:
         raise UserError("user_template lacks '{prefix}'", "include {prefix} where the text so far goes")
-    cache = options.get("cache")
-    key = probe_cache_key(base_url, model, table, api, system, template, sampling)
+    key = probe_cache_key(engine.base_url, model, table, api, system, template, sampling)
     try:
         # a stored probe report: a resumed run (or a --dry-run) re-sends none of the probe's
-        # requests, not even the refused ones (4xx answers are never in the request cache)
-        hit = cache.get(key) if cache is not None else None
+        # requests, not even the refused ones (4xx answers are never in the request cache).
+        # Only verdicts are stored: a probe that failed raised before this point.
+        hit = engine.cache_get(key)
         if hit is not None:
             report = report_from_json(hit)
             report.evidence = [*report.evidence, "(probe report from the cache)"]
@@ -394,8 +394,7 @@ def build_api_target(
             report = loop.run(
                 probe_endpoint(engine, model, table, api=api, system=system, user_template=template, sampling=sampling)
             )
-            if cache is not None:
-                cache[key] = report.to_json()
+            engine.cache_put(key, report.to_json())
     except BaseException:
         loop.run(engine.aclose())
         loop.close()

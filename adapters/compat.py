@@ -20,13 +20,13 @@ or an explicit ``api_key``; it is never written anywhere.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
 from blackbox_audit.engine import RequestEngine
 from blackbox_audit.errors import UserError
+from blackbox_audit.redaction import read_api_key, split_url_credentials
 
 from .api_common import ApiTarget, LoopThread, build_api_target
 from .tokenizers import TokenTable, load_token_table
@@ -65,6 +65,9 @@ class ServerTable(TokenTable):
             try:
                 out = self._post(ep[0], body)
             except ProviderError as exc:
+                if not exc.refusal:  # server down, bad key, quota: not evidence of a missing endpoint
+                    self.close()
+                    raise
                 tried.append(f"{ep[0]}: HTTP {exc.status}")
                 continue
             if isinstance(out.get("tokens"), list) and out["tokens"]:
@@ -135,10 +138,8 @@ def load_compat(rest: str, **options: Any) -> ApiTarget:
             f"bad compat target 'compat:{rest}'",
             "write compat:BASE_URL#MODEL, e.g. compat:http://127.0.0.1:8000/v1#my-model",
         )
-    key_env = options.get("api_key_env")
-    api_key = options.get("api_key") or (os.environ.get(key_env) if key_env else None)
-    if key_env and not api_key:
-        raise UserError(f"environment variable {key_env} is not set", f"export {key_env}=... or drop --api-key-env")
+    api_key = read_api_key(options.get("api_key_env"), options.get("api_key"))
+    public_url, _ = split_url_credentials(url)  # a URL password never reaches names or bars
     spec = options.get("tokenizer")
     if spec:
         table: TokenTable = load_token_table(spec)
@@ -146,13 +147,16 @@ def load_compat(rest: str, **options: Any) -> ApiTarget:
         root = url.rstrip("/")
         root = root[: -len("/v1")] if root.endswith("/v1") else root
         # no request cache here: a tokenizer probe answered 404 must be asked again next time,
-        # and answers are memoized in memory anyway
-        table = ServerTable(RequestEngine(root, api_key=api_key, cache=None, free=True), model)
+        # and answers are memoized in memory anyway. --max-retries/--concurrency apply here too:
+        # a server that is down must fail as fast as the user asked, not after the default retries
+        eo = options.get("engine_options") or {}
+        limits = {k: eo[k] for k in ("max_retries", "max_concurrency") if k in eo}
+        table = ServerTable(RequestEngine(root, api_key=api_key, cache=None, free=True, **limits), model)
     sampling = options.get("sampling")
     options = {**options, "sampling": dict(COMPAT_SAMPLING if sampling is None else sampling)}
     return build_api_target(
         kind="compat",
-        name=f"compat:{url}#{model}",
+        name=f"compat:{public_url}#{model}",
         base_url=url,
         model=model,
         table=table,

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from blackbox_audit.errors import UserError
+from blackbox_audit.redaction import read_api_key
 
 from .api_common import ApiTarget, LoopThread, build_api_target
 from .tokenizers import load_token_table
@@ -25,9 +26,7 @@ def load_openai(model: str, **options: Any) -> ApiTarget:
     if not model:
         raise UserError("no model in target 'openai:'", "write openai:MODEL, e.g. openai:gpt-4o-mini")
     key_env = options.get("api_key_env") or "OPENAI_API_KEY"
-    api_key = options.get("api_key") or os.environ.get(key_env)
-    if not api_key:
-        raise UserError(f"no API key: {key_env} is not set", f"export {key_env}=sk-... (or pass --api-key-env NAME)")
+    api_key = read_api_key(key_env, options.get("api_key"), required=True)
     base_url = options.get("base_url") or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
     table = load_token_table(options.get("tokenizer"), model=model)
     return build_api_target(

@@ -11,6 +11,13 @@ on the 3rd-ranked token: its logprob relative to the top-1 rises by ≈3); force
 argmax movement (the cap on a token outside the top-n: emitted? with a real logprob below
 lp_n?); echo and its position offset (compared with a plain request at the same context);
 determinism (the same request twice, made distinct by the ``user`` field).
+
+A verdict rests only on answers: a step reads "not supported" only from a server's refusal of
+that request (``ProviderError.refusal``: 400/403/404/405/422, llama.cpp's 500 validation
+error). A bad key (401), an unknown model (404 ``model_not_found``), a quota, an outage or
+answers that are not JSON raise instead (after the engine's retries), so the probe reaches
+no verdict, nothing is cached and ``blackbox-audit probe`` exits non-zero. "No logprobs" is
+concluded only when a plain request without logprobs was answered.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blackbox_audit.engine import ProviderError, RequestEngine
+from blackbox_audit.errors import UserError
 
 from .recovery import Answer, Semantics, _clean
 from .tokenizers import TokenTable
@@ -52,7 +60,7 @@ class ProbeReport:
         }
 
 
-PROBE_VERSION = "probe-2"
+PROBE_VERSION = "probe-3"  # probe-2 could cache verdicts drawn from errors: not trusted
 
 
 def probe_cache_key(
@@ -72,10 +80,30 @@ def report_from_json(obj: dict[str, Any]) -> ProbeReport:
 
 
 async def _try(engine: RequestEngine, path: str, body: dict[str, Any]) -> tuple[dict[str, Any] | None, int | None]:
+    """The answer, or the status of a refusal of *this request*; any other failure propagates."""
     try:
         return await engine.post_json(path, body), None
     except ProviderError as exc:
+        if not exc.refusal:
+            raise
         return None, exc.status
+
+
+async def _confirm_plain(engine: RequestEngine, path: str, body: dict[str, Any]) -> None:
+    """A "no logprobs" verdict needs proof that the endpoint answers at all (raises otherwise)."""
+    plain = {k: v for k, v in body.items() if k not in ("logprobs", "top_logprobs")}
+    try:
+        await engine.post_json(path, plain)
+    except ProviderError as exc:
+        raise ProbeFailed(
+            f"the probe reached no verdict: logprobs were refused and so was a plain request "
+            f"(HTTP {exc.status}: {exc.provider_message})",
+            "check the model name, the key and the URL; nothing was cached",
+        ) from None
+
+
+class ProbeFailed(UserError):
+    """The probe could not reach a verdict from the server's answers (nothing is cached)."""
 
 
 async def probe_endpoint(
@@ -102,7 +130,7 @@ async def probe_endpoint(
     if api == "auto":
         body = {"model": model, "prompt": table.decode(ctx), "max_tokens": 1, "temperature": 0, **extra}
         data, status = await _try(engine, "/completions", body)
-        api = "completions" if data is not None else "chat"
+        api = "completions" if data is not None else "chat"  # refused (e.g. a chat model's 404)
         ev.append(f"/completions answered {'200' if data is not None else status}: using the {api} API")
     # 2) token-id prompts
     id_prompts = False
@@ -117,17 +145,25 @@ async def probe_endpoint(
     # 3) logprobs allowed? top-n cap
     top_n = 0
     base: Answer | None = None
+    statuses: list[int] = []
     for n in TOP_N_CANDIDATES:
         oracle = ApiOracle(engine, model, table, cond, n)
         data, status = await _try(engine, path, oracle.body(ctx, {}))
         if status == 403:
-            ev.append("logprobs refused with HTTP 403: only text-only methods can audit this target")
+            await _confirm_plain(engine, path, oracle.body(ctx, {}))
+            ev.append("logprobs refused with HTTP 403 (plain requests answered): only text-only methods can audit it")
             return ProbeReport(api, id_prompts, None, ev)
         if data is not None:
             top_n, base = n, oracle.parse(data, {})
             ev.append(f"top-n cap: {n} accepted" + (f" ({TOP_N_CANDIDATES[0]} refused)" if n != 20 else ""))
             break
-    if base is None or len(base.top) < 3:
+        statuses.append(int(status or 0))
+    if base is None:
+        await _confirm_plain(engine, path, ApiOracle(engine, model, table, cond, 1).body(ctx, {}))
+        shown = ", ".join(f"HTTP {s}" for s in sorted(set(statuses)))
+        ev.append(f"every logprobs request was refused ({shown}; plain requests answered)")
+        return ProbeReport(api, id_prompts, None, ev)
+    if len(base.top) < 3:
         ev.append("no usable top-n list in the answer")
         return ProbeReport(api, id_prompts, None, ev)
     oracle = ApiOracle(engine, model, table, cond, top_n)

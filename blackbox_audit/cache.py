@@ -26,6 +26,7 @@ from typing import Any
 import diskcache
 
 from blackbox_audit.adapters.base import Target
+from blackbox_audit.engine.cache import CacheDamaged, classify_error, open_diskcache
 from blackbox_audit.errors import UserError
 from blackbox_audit.types import TokenLogprobs
 
@@ -41,22 +42,20 @@ def default_cache_dir() -> Path:
 
 
 def open_cache(path: str | os.PathLike[str] | None = None) -> diskcache.Cache:
-    """Open (creating user-only) the disk cache at ``path``, ``$BLACKBOX_AUDIT_CACHE`` or the default."""
+    """Open (creating user-only) the disk cache at ``path``, ``$BLACKBOX_AUDIT_CACHE`` or the default.
+
+    A damaged ``cache.db`` is one line naming it and how to recover (``CacheDamaged``); a disk
+    with no room to open it is a ``CacheFull`` -- both before any work starts.
+    """
     directory = Path(path).expanduser() if path is not None else default_cache_dir()
     if directory.exists() and not directory.is_dir():
         raise UserError(f"cache path {directory} exists and is not a directory", "pass --cache-dir DIR or --no-cache")
-    old_umask = os.umask(0o077)  # files diskcache creates are readable by the user only
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        os.chmod(directory, 0o700)
-        cache = diskcache.Cache(str(directory))
+        return open_diskcache(directory)
     except OSError as exc:
         raise UserError(
             f"cannot open the cache at {directory}: {exc.strerror}", "pass --cache-dir DIR or --no-cache"
         ) from None
-    finally:
-        os.umask(old_umask)
-    return cache
 
 
 def _canonical(obj: Any) -> str:
@@ -92,6 +91,7 @@ class CachedTarget(Target):
         self.corrupt = 0
         self.tokens_scored = 0
         self._fingerprint: str | None = None
+        self._writes_off = False
 
     # --- delegation -------------------------------------------------------------------
     def __getattr__(self, attr: str) -> Any:
@@ -233,6 +233,8 @@ class CachedTarget(Target):
         try:
             raw = self.cache.get(key)
         except Exception as exc:  # unreadable row (e.g. a foreign pickle): recompute
+            if classify_error(exc) == "damaged":  # the whole database, not one row
+                raise CacheDamaged(getattr(self.cache, "directory", None), exc) from None
             self._bad(key, f"unreadable ({type(exc).__name__}: {exc})")
             return None
         if raw is None:
@@ -258,6 +260,23 @@ class CachedTarget(Target):
         log.warning("cache entry %s for target %s is %s; recomputing and overwriting it", key, self.name, why)
 
     def _write(self, key_inputs: dict[str, Any], record: TokenLogprobs) -> None:
+        """Store a record; on a full disk, warn once and go on uncached (records can be recomputed
+        from the cached answers; the request engine stops the run if an *answer* cannot be kept)."""
+        if self._writes_off:
+            return
         payload = record.to_json()
         env = {"schema": SCHEMA_VERSION, "key": key_inputs, "payload": payload, "checksum": _checksum(payload)}
-        self.cache.set(entry_key(key_inputs), _canonical(env))
+        try:
+            self.cache.set(entry_key(key_inputs), _canonical(env))
+        except Exception as exc:
+            kind = classify_error(exc)
+            if kind == "damaged":
+                raise CacheDamaged(getattr(self.cache, "directory", None), exc) from None
+            if kind != "full":
+                raise
+            self._writes_off = True
+            log.warning(
+                "cache disk full at %s: per-token records are no longer cached in this run (%s)",
+                getattr(self.cache, "directory", "the cache"),
+                exc,
+            )

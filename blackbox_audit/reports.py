@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from blackbox_audit.redaction import is_conventional_env_name, redact_text
+
 # option names that may hold credentials. "max_tokens", "tokenizer" and counters such as
 # "forced_token" (a ladder strategy) are not credentials; only token names that credentials use are.
 _SECRET_NAME = re.compile(
     r"key|secret|passw|credential|auth|bearer|^token$|(access|api|session|hf|refresh|id)[_-]?token", re.IGNORECASE
 )
-_SECRET_VALUE = re.compile(r"\b(sk|pk|rk|hf|gsk|xai)[-_][A-Za-z0-9_-]{12,}")
-_URL_PASSWORD = re.compile(r"(://[^/\s:@]+):[^/\s@]+@")
 
 
 def _jsonable(obj: Any) -> Any:
@@ -90,27 +90,34 @@ def redact(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [redact(v) for v in obj]
     if isinstance(obj, str):
-        return _URL_PASSWORD.sub(r"\1:***@", _SECRET_VALUE.sub("***", obj))
+        return redact_text(obj)
     if isinstance(obj, float) and not math.isfinite(obj):
         return str(obj)
     return obj
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """Command line with the value after (or ``=`` of) a credential-named flag masked."""
+    """Command line with the value after (or ``=`` of) a credential-named flag masked.
+
+    ``--api-key-env NAME`` keeps NAME when it reads like a variable name (upper case), so the
+    line stays re-runnable; anything else there may be a key pasted by mistake and is masked.
+    """
     out: list[str] = []
-    mask_next = False
+    mask_next: str | None = None
     for arg in argv:
-        if mask_next:
-            out.append("***")
-            mask_next = False
+        if mask_next is not None:
+            keep = mask_next == "api-key-env" and is_conventional_env_name(arg)
+            out.append(arg if keep else "***")
+            mask_next = None
             continue
         if arg.startswith("-") and _SECRET_NAME.search(arg.lstrip("-").split("=", 1)[0]):
-            if "=" in arg:
-                out.append(arg.split("=", 1)[0] + "=***")
+            flag, eq, value = arg.lstrip("-").partition("=")
+            if eq:
+                keep = flag == "api-key-env" and is_conventional_env_name(value)
+                out.append(arg if keep else arg.split("=", 1)[0] + "=***")
             else:
                 out.append(arg)
-                mask_next = True
+                mask_next = flag
             continue
         out.append(redact(arg))
     return out

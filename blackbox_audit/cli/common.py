@@ -178,8 +178,12 @@ def dry_run_estimate(args: argparse.Namespace) -> int:
     cache = None if args.no_cache else open_cache(args.cache_dir)
     try:
         if cache is not None:
-            key = probe_cache_key(base_url, model, table, args.api or "auto", None, "{prefix}", sampling)
-            hit = cache.get(key)
+            from blackbox_audit.engine import read_checked
+            from blackbox_audit.redaction import split_url_credentials
+
+            public_url = split_url_credentials(base_url)[0].rstrip("/")
+            key = probe_cache_key(public_url, model, table, args.api or "auto", None, "{prefix}", sampling)
+            hit = read_checked(cache, key)
             if hit is not None and hit.get("semantics") is not None:
                 from blackbox_audit.adapters.probe import report_from_json
 

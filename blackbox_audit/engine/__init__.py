@@ -6,19 +6,24 @@ Contract (API adapters rely on it):
   stored under a content hash of (base_url, path, body) — never the API key — before it is
   returned, so an identical request is never sent twice, across methods, runs and processes
   (identical requests in flight at the same time are joined, not duplicated).
-- Provider errors that retrying cannot fix raise ``ProviderError`` (status, provider
-  message); retryable ones (429, 5xx, timeouts, garbled JSON) are retried and, when the
-  retries run out, raise ``RetriesExhausted`` (a ``ProviderError``). Budget caps raise
-  ``BudgetExceeded`` (a ``UserError``) *before* the request that would exceed them is sent.
+- Provider errors that retrying cannot fix raise ``ProviderError`` (status, code, provider
+  message; ``refusal`` tells a refused request from a refused client); an unknown model raises
+  ``UnknownModel`` with the server's model list. Retryable ones (429, 5xx, timeouts, garbled
+  or malformed answers) are retried and, when the retries run out, raise ``RetriesExhausted``
+  (a ``ProviderError``). Budget caps raise ``BudgetExceeded`` (a ``UserError``) *before* the
+  request that would exceed them is sent; a full cache disk raises ``CacheFull`` and a damaged
+  cache database ``CacheDamaged``.
+- Every cached value carries a checksum; runs sharing a cache hold a lease per request, so
+  concurrent runs never buy the same answer twice (``cache.py``).
 - ``engine.stats`` counts requests sent, cache hits, billed tokens and cost;
   ``engine.ledger()`` is the dict that run.json records.
 - CLI wiring: ``add_engine_arguments(parser)`` and ``engine_from_args(args, base_url, ...)``.
 """
 
 from .budget import Budget, BudgetExceeded
-from .cache import open_request_cache, request_key
+from .cache import CacheDamaged, CacheFull, open_request_cache, read_checked, request_key
 from .cli import add_engine_arguments, engine_from_args, engine_kwargs_from_args
-from .core import EngineStats, ProviderError, RequestEngine, RetriesExhausted, estimate_body_tokens
+from .core import EngineStats, ProviderError, RequestEngine, RetriesExhausted, UnknownModel, estimate_body_tokens
 from .estimate import Estimate, LadderShape, estimate_scoring
 from .pricing import ModelPrice, PricingTable
 
@@ -27,7 +32,11 @@ __all__ = [
     "EngineStats",
     "ProviderError",
     "RetriesExhausted",
+    "UnknownModel",
     "BudgetExceeded",
+    "CacheFull",
+    "CacheDamaged",
+    "read_checked",
     "Budget",
     "PricingTable",
     "ModelPrice",

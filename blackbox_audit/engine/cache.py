@@ -1,21 +1,51 @@
-"""Content-addressed, write-ahead request cache.
+"""Content-addressed, write-ahead, checksummed request cache shared safely between runs.
 
 Keys are the sha256 of the canonical JSON of (url, body) — never headers, so credentials
 cannot enter a key, and the same request from any method, run or process maps to the same
-entry. Values are the provider's parsed JSON answer, stored before ``post_json`` returns; a
-diskcache ``set`` is a committed SQLite transaction, so a SIGKILL loses at most the answers
-still on the wire.
+entry. ``AnswerStore`` wraps the diskcache (or a plain dict, in tests) and adds:
+
+- **Checksums.** Every value is stored as JSON text ``{"v", "k", "sha256", "data"}``: the
+  key it belongs to and the SHA-256 of the canonical JSON of the answer. A value whose
+  checksum or key does not match, or that cannot be decoded, is reported (a warning naming
+  the key), deleted and fetched again — never used. Values are text, so reading one never
+  unpickles anything. Values written before checksums existed (plain dicts) are re-stored
+  with one on first read.
+- **Damaged database.** A ``cache.db`` that SQLite cannot read (garbage, truncated) raises
+  ``CacheDamaged``: one line naming the file and how to recover (move it aside).
+- **Full disk.** A failed write (``SQLITE_FULL``, an I/O error, ``ENOSPC``/``EFBIG``) puts the
+  answer into a rescue file that was allocated when the store opened (so it has room when
+  the disk has none) and marks the store full; the engine then sends nothing more and the
+  run stops with ``cache disk full at PATH: N answers kept, 0 lost``. The next run with room
+  imports rescue files into the cache before sending anything.
+- **Leases between processes.** Before sending, a run claims ``lease:<key>`` with diskcache's
+  atomic ``add`` (one SQLite transaction; the primitive ``diskcache.Lock`` is built on), with an
+  expiry. A second run that needs the same request waits for the answer to appear instead of
+  buying it again; a lease whose owner died (same host, process gone) is taken over at once,
+  one on another host after its expiry. So two concurrent runs never pay twice for one request.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import logging
 import os
+import socket
+import sqlite3
+import uuid
 from pathlib import Path
 from typing import Any
 
 import diskcache
+
+from blackbox_audit.errors import UserError
+
+log = logging.getLogger(__name__)
+
+ENVELOPE_VERSION = 1
+DEFAULT_RESCUE_BYTES = 1 << 20  # room for several hundred chat answers when the disk is full
+_HOST = socket.gethostname().replace("-", "_") or "host"
 
 
 def request_key(base_url: str, path: str, body: dict[str, Any]) -> str:
@@ -23,7 +53,7 @@ def request_key(base_url: str, path: str, body: dict[str, Any]) -> str:
     canon = json.dumps(
         {"url": base_url.rstrip("/") + path, "body": body}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
-    return "req:" + hashlib.sha256(canon.encode()).hexdigest()
+    return "req:" + hashlib.sha256(canon.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def restrict_permissions(directory: str | os.PathLike[str]) -> None:
@@ -42,19 +72,377 @@ def restrict_permissions(directory: str | os.PathLike[str]) -> None:
                 pass
 
 
-def open_request_cache(path: str | os.PathLike[str]) -> diskcache.Cache:
-    """A diskcache at ``path`` readable by the user only.
+# diskcache settings for every cache this package opens: values stay inside SQLite (no value
+# files created later with the process umask) and nothing is ever evicted (the default 1 GB
+# size limit would silently drop paid answers of a large audit).
+DISKCACHE_SETTINGS: dict[str, Any] = {"disk_min_file_size": 2**31 - 1, "eviction_policy": "none"}
 
-    Every value stays inside the SQLite file (``disk_min_file_size`` is huge), so no value file
-    is created later with the process umask; SQLite gives its -wal/-shm files the database
-    file's own mode.
-    """
-    path = Path(path)
+
+def open_diskcache(path: str | os.PathLike[str]) -> diskcache.Cache:
+    """A user-only diskcache at ``path``; a damaged database is a one-line ``CacheDamaged``."""
+    path = Path(path).expanduser()
     old = os.umask(0o077)
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        cache = diskcache.Cache(str(path), disk_min_file_size=2**31 - 1)
+        os.chmod(path, 0o700)
+        cache = diskcache.Cache(str(path), **DISKCACHE_SETTINGS)
+    except sqlite3.DatabaseError as exc:
+        kind = classify_error(exc)
+        if kind == "full":
+            raise CacheFull.before_start(path, exc) from None
+        raise CacheDamaged(path, exc) from None
     finally:
         os.umask(old)
     restrict_permissions(path)
     return cache
+
+
+def open_request_cache(path: str | os.PathLike[str]) -> diskcache.Cache:
+    """A diskcache at ``path`` readable by the user only (see ``open_diskcache``)."""
+    return open_diskcache(path)
+
+
+# --------------------------------------------------------------------------- errors
+def classify_error(exc: BaseException) -> str | None:
+    """``"full"`` (no room / I/O), ``"damaged"`` (unreadable database) or None (something else)."""
+    if isinstance(exc, sqlite3.Error):
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        text = str(exc).lower()
+        if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in text or "not a database" in text:
+            return "damaged"
+        if name.startswith(("SQLITE_FULL", "SQLITE_IOERR")) or "disk is full" in text or "i/o error" in text:
+            return "full"
+        return None
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+        return "full"
+    return None
+
+
+def _db_file(directory: Path | str | None) -> str:
+    return str(Path(directory) / "cache.db") if directory else "the cache"
+
+
+class CacheDamaged(UserError):
+    """The cache database cannot be read at all; moving it aside is the recovery."""
+
+    def __init__(self, directory: Path | str | None, exc: BaseException) -> None:
+        db = _db_file(directory)
+        super().__init__(
+            f"the cache database {db} is damaged ({exc})",
+            f"move it aside (mv {db} {db}.damaged) and re-run: a fresh cache is created, and answers that "
+            "were only in the damaged file are fetched again",
+        )
+
+
+class CacheFull(UserError):
+    """No room to store answers; the run stops at once (message counts what was kept)."""
+
+    def __init__(self, store: AnswerStore | None, directory: Path | str | None, why: str) -> None:
+        self.store = store
+        self.directory = directory
+        self.why = why
+        super().__init__(self._problem(), self._fix())
+
+    @classmethod
+    def before_start(cls, directory: Path | str, exc: BaseException) -> CacheFull:
+        return cls(None, directory, f"{exc}; nothing was sent")
+
+    def _problem(self) -> str:
+        where = self.directory or "the cache"
+        if self.store is None:
+            return f"cache disk full at {where}: {self.why}"
+        s = self.store
+        rescued = f" ({s.rescued} of them in {s.rescue_path})" if s.rescued else ""
+        return (
+            f"cache disk full at {where}: {s.kept + s.rescued} answers kept{rescued}, {s.lost} lost; "
+            f"the run stopped at once ({self.why})"
+        )
+
+    def _fix(self) -> str:
+        return (
+            "free space on that disk (or pass --cache-dir on another disk) and re-run the same command: "
+            "kept answers are not bought again"
+        )
+
+    def one_line(self) -> str:  # recomputed when printed: answers in flight may have been rescued since
+        self.problem = self._problem()
+        return super().one_line()
+
+
+# --------------------------------------------------------------------------- envelope
+def encode_value(key: str, data: Any) -> str:
+    payload = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(payload.encode()).hexdigest()
+    return f'{{"v":{ENVELOPE_VERSION},"k":{json.dumps(key)},"sha256":"{digest}","data":{payload}}}'
+
+
+def decode_value(key: str, raw: Any) -> Any:
+    """The stored object; raises ``ValueError`` saying why an entry cannot be trusted."""
+    if not isinstance(raw, str):
+        raise ValueError(f"not a checksummed entry ({type(raw).__name__})")
+    env = json.loads(raw)
+    if not isinstance(env, dict) or env.get("v") != ENVELOPE_VERSION:
+        raise ValueError("unknown envelope version")
+    if env.get("k") != key:
+        raise ValueError("stored under another key (foreign entry)")
+    payload = json.dumps(env.get("data"), sort_keys=True, separators=(",", ":"))
+    if hashlib.sha256(payload.encode()).hexdigest() != env.get("sha256"):
+        raise ValueError("checksum mismatch (damaged entry)")
+    return env["data"]
+
+
+def read_checked(cache: Any, key: str) -> Any:
+    """A checksummed value from any cache mapping, or None (missing or damaged: then removed)."""
+    return AnswerStore(cache, rescue_bytes=0).get(key)
+
+
+# --------------------------------------------------------------------------- rescue files
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed child not yet reaped is a zombie: dead for our purpose
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+class RescueFile:
+    """Space allocated up front, where answers go when the cache can take no more."""
+
+    def __init__(self, directory: Path, size: int) -> None:
+        self.path = directory / f"rescue-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}.bin"
+        self.size = size
+        self.offset = 0
+        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            try:
+                os.posix_fallocate(self._fd, 0, size)
+            except (AttributeError, OSError) as exc:
+                if isinstance(exc, OSError) and exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                os.pwrite(self._fd, b"\0" * size, 0)  # filesystems without fallocate
+        except OSError:
+            self.close()
+            raise
+
+    def write(self, key: str, value: str) -> bool:
+        line = (json.dumps({"k": key, "e": value}) + "\n").encode()
+        if self._fd is None or self.offset + len(line) > self.size:
+            return False
+        try:
+            os.pwrite(self._fd, line, self.offset)
+            os.fsync(self._fd)
+        except OSError:
+            return False
+        self.offset += len(line)
+        return True
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            if self.offset == 0:
+                self.path.unlink(missing_ok=True)
+
+
+def _rescue_owner_dead(path: Path) -> bool:
+    try:
+        host, pid = path.stem.split("-")[1:3]
+        return host == _HOST and not _pid_alive(int(pid))
+    except (ValueError, IndexError):
+        return False
+
+
+def read_rescue(path: Path) -> list[tuple[str, str]]:
+    """(key, envelope) pairs written to a rescue file (stops at the unwritten, zero-filled tail)."""
+    out = []
+    data = path.read_bytes().split(b"\0", 1)[0]
+    for line in data.splitlines():
+        try:
+            rec = json.loads(line)
+            out.append((str(rec["k"]), str(rec["e"])))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+# --------------------------------------------------------------------------- the store
+class AnswerStore:
+    """Checksummed get/put, leases and full-disk rescue over a cache mapping (module docstring)."""
+
+    def __init__(self, cache: Any, *, rescue_bytes: int = DEFAULT_RESCUE_BYTES, lease_s: float = 900.0) -> None:
+        self.cache = cache
+        directory = getattr(cache, "directory", None)
+        self.directory = Path(directory) if directory else None
+        self.lease_s = lease_s
+        self.kept = 0  # answers stored in the cache by this run
+        self.rescued = 0  # answers that went to the rescue file
+        self.lost = 0  # answers received and stored nowhere
+        self.damaged = 0  # entries found damaged, dropped and refetched
+        self.imported = 0  # answers imported from an earlier run's rescue file
+        self.full: CacheFull | None = None
+        self._token = f"{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._rescue: RescueFile | None = None
+        self._shared = self.directory is not None and hasattr(cache, "add") and hasattr(cache, "transact")
+        if self.directory is not None and rescue_bytes > 0:
+            self._import_rescues()
+            try:
+                self._rescue = RescueFile(self.directory, rescue_bytes)
+            except OSError as exc:
+                if classify_error(exc) == "full":
+                    raise CacheFull.before_start(
+                        self.directory, f"cannot set aside {rescue_bytes} bytes of rescue space ({exc.strerror})"
+                    ) from None
+                raise UserError(
+                    f"cannot write to the cache folder {self.directory}: {exc.strerror}",
+                    "pass a writable --cache-dir, or --no-cache",
+                ) from None
+
+    @property
+    def rescue_path(self) -> str:
+        return str(self._rescue.path) if self._rescue else "(no rescue file)"
+
+    # ---- raw access with error classification
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (sqlite3.Error, OSError) as exc:
+            if classify_error(exc) == "damaged":
+                raise CacheDamaged(self.directory, exc) from None
+            raise
+
+    def get(self, key: str) -> Any:
+        """The stored object for ``key``, or None (absent, or damaged: then reported and deleted)."""
+        try:
+            raw = self._call(self.cache.get, key)
+        except CacheDamaged:
+            raise
+        except Exception as exc:  # an unreadable row (e.g. a damaged pickle): refetch it
+            self._damaged(key, f"unreadable ({type(exc).__name__})")
+            return None
+        if raw is None:
+            return None
+        if isinstance(raw, dict) and key.startswith("req:"):  # written before checksums existed
+            try:
+                self._call(self.cache.set, key, encode_value(key, raw))
+            except (sqlite3.Error, OSError):
+                pass  # still usable for this run; re-stored next time
+            return raw
+        try:
+            return decode_value(key, raw)
+        except (ValueError, TypeError) as exc:
+            self._damaged(key, str(exc))
+            return None
+
+    def _damaged(self, key: str, why: str) -> None:
+        self.damaged += 1
+        log.warning("cache entry %s is %s: dropped, it will be fetched again", key, why)
+        try:
+            self._call(self.cache.pop if hasattr(self.cache, "pop") else self.cache.__delitem__, key, None)
+        except (sqlite3.Error, OSError, KeyError, TypeError):
+            pass
+
+    def put(self, key: str, data: Any) -> None:
+        """Store ``data``; on a full disk it goes to the rescue file and the store turns ``full``.
+
+        Raises ``CacheFull`` only when the answer could be kept nowhere (counted as lost).
+        """
+        value = encode_value(key, data)
+        try:
+            self._call(self.cache.set, key, value) if hasattr(self.cache, "set") else self.cache.__setitem__(key, value)
+        except (sqlite3.Error, OSError) as exc:
+            if classify_error(exc) != "full":
+                raise
+            why = f"{type(exc).__name__}: {exc}"
+            if self.full is None:
+                self.full = CacheFull(self, self.directory, why)
+                log.error("cache disk full at %s (%s): sending nothing more", self.directory, why)
+            if self._rescue is not None and self._rescue.write(key, value):
+                self.rescued += 1
+                return
+            self.lost += 1
+            raise self.full from None
+        self.kept += 1
+
+    # ---- leases between processes
+    def _lease(self, key: str) -> str:
+        return "lease:" + key
+
+    def claim(self, key: str) -> bool:
+        """True when this run may send the request (it holds the lease, or leases are not shared)."""
+        if not self._shared:
+            return True
+        try:
+            return bool(self._call(self.cache.add, self._lease(key), self._token, expire=self.lease_s))
+        except (sqlite3.Error, OSError):
+            return True  # cannot coordinate (e.g. disk full): sending is still correct
+
+    def release(self, key: str) -> None:
+        if not self._shared:
+            return
+        try:
+            with self.cache.transact():
+                if self.cache.get(self._lease(key)) == self._token:
+                    self.cache.delete(self._lease(key))
+        except (sqlite3.Error, OSError):
+            pass  # the lease expires on its own
+
+    def holder_alive(self, key: str) -> bool:
+        """Whether another live run holds the lease of ``key``; a dead holder's lease is removed."""
+        if not self._shared:
+            return False
+        try:
+            holder = self.cache.get(self._lease(key))
+            if holder is None:
+                return False
+            host, pid = str(holder).split("-")[:2]
+            if host == _HOST and not _pid_alive(int(pid)):
+                with self.cache.transact():
+                    if self.cache.get(self._lease(key)) == holder:
+                        self.cache.delete(self._lease(key))
+                log.info("took over the request lease of a run that died (pid %s)", pid)
+                return False
+        except (sqlite3.Error, OSError, ValueError):
+            return False
+        return True
+
+    # ---- rescue files of earlier runs
+    def _import_rescues(self) -> None:
+        assert self.directory is not None
+        for path in sorted(self.directory.glob("rescue-*.bin")):
+            if not _rescue_owner_dead(path):
+                continue
+            try:
+                entries = read_rescue(path)
+            except OSError:
+                continue
+            for key, value in entries:
+                try:
+                    decode_value(key, value)
+                except (ValueError, TypeError):
+                    continue
+                try:
+                    self._call(self.cache.set, key, value)
+                except (sqlite3.Error, OSError) as exc:
+                    if classify_error(exc) == "full":
+                        raise CacheFull.before_start(
+                            self.directory, f"{len(entries)} rescued answers in {path} still wait for room"
+                        ) from None
+                    raise
+                self.imported += 1
+            path.unlink(missing_ok=True)
+        if self.imported:
+            log.warning("imported %d answers rescued by an earlier run into the cache", self.imported)
+
+    def close(self) -> None:
+        if self._rescue is not None:
+            self._rescue.close()
+            self._rescue = None
+
+    def stats(self) -> dict[str, int]:
+        return {"damaged": self.damaged, "rescued": self.rescued, "lost": self.lost, "imported": self.imported}

@@ -1,19 +1,27 @@
 """The request engine: cache-first, write-ahead, budgeted, rate-limited, retrying.
 
 Order of one ``post_json``: cache lookup -> join an identical request already in flight ->
-reserve budget (hard caps) -> RPM/TPM limiters -> bounded concurrency -> HTTP -> validate the
-JSON -> store in the cache -> settle the reservation with billed usage -> return.
-Retryable failures (429 with Retry-After, 5xx, 408, timeouts, connection errors, garbled or
-incomplete JSON) are retried by tenacity with jittered exponential backoff; other 4xx raise
-``ProviderError`` with the provider's own message. The API key lives only in the
-Authorization header: never in keys, values, logs, ledgers or error messages (redacted).
+claim the request's lease in the shared cache, or wait for the run that holds it -> reserve
+budget (hard caps) -> RPM/TPM limiters -> bounded concurrency -> HTTP -> validate the answer
+against the wire format's typed models (``wire.py``) -> drop echoed headers and the key ->
+store it (checksummed; a full disk stops the run, ``cache.py``) -> settle the reservation with
+billed usage -> return.
+
+Retryable failures (429 with Retry-After, 5xx, 408, timeouts, connection errors, garbled,
+incomplete or malformed answers) are retried by tenacity with jittered exponential backoff,
+``--max-retries`` times. Other 4xx raise ``ProviderError`` with a message of their own (401: the
+key; 404: an unknown model, with the server's ``/models`` list; 429 ``insufficient_quota``: the
+account) and the provider's text. The API key lives only in the Authorization header: never
+in keys, values, logs, ledgers or error messages (``blackbox_audit.redaction``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -24,43 +32,115 @@ from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_af
 from tqdm import tqdm
 
 from blackbox_audit.errors import UserError
+from blackbox_audit.redaction import (
+    clean_api_key,
+    redact_text,
+    redact_then_cut,
+    scrub_answer,
+    split_url_credentials,
+)
 
 from .budget import Budget, BudgetExceeded
-from .cache import request_key, restrict_permissions
+from .cache import DEFAULT_RESCUE_BYTES, AnswerStore, CacheFull, request_key, restrict_permissions
 from .limits import RateLimiter
 from .pricing import ModelPrice, PricingTable
+from .wire import ModelList, ProtocolError, Usage, validate_answer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# statuses where the server refused *this request* (its options), as opposed to refusing the
+# client (key, model, quota) or failing: only these may count as evidence in a probe
+_REFUSAL_STATUSES = frozenset({400, 403, 404, 405, 409, 413, 415, 422})
+_UNKNOWN_MODEL = re.compile(r"model\b.*\b(does not exist|not found|not exist|unknown|no such)", re.IGNORECASE)
+_MESSAGE_LIMIT = 500  # characters of a provider's error text shown (after redaction)
+
 
 class ProviderError(UserError):
-    """A provider answer that retrying will not fix (4xx other than 429), or retries exhausted."""
+    """A provider answer that retrying will not fix (4xx other than 429), or retries exhausted.
 
-    def __init__(self, status: int, message: str, fix: str | None = None) -> None:
+    ``status`` is the HTTP status (0: no answer at all), ``code`` the provider's error code
+    (``model_not_found``, ``insufficient_quota``, ...) when it gave one. ``refusal`` is True when
+    the server refused this particular request (its options), which a probe may read as "not
+    supported"; a bad key, an unknown model, a quota or an outage is never such evidence.
+    """
+
+    def __init__(
+        self, status: int, message: str, fix: str | None = None, *, code: str | None = None, problem: str | None = None
+    ) -> None:
         self.status = status
+        self.code = code
         self.provider_message = message
-        super().__init__(f"provider returned HTTP {status}: {message}", fix)
+        super().__init__(problem or f"provider returned HTTP {status}: {message}", fix)
+
+    @property
+    def refusal(self) -> bool:
+        if self.status >= 500:
+            return _is_validation_error(self.provider_message)
+        return self.status in _REFUSAL_STATUSES
+
+
+class UnknownModel(ProviderError):
+    """HTTP 404 for a model the server does not serve; ``available`` lists those it serves."""
+
+    def __init__(self, model: str, base_url: str, message: str, available: list[str] | None, code: str | None) -> None:
+        self.model = model
+        self.available = available
+        if available:
+            listing = f"the server offers: {', '.join(available)}"
+            fix = "pass one of the offered names as the model (compat:URL#MODEL, openai:MODEL)"
+        else:
+            listing = "the server does not list its models (GET /models gave nothing usable)"
+            fix = "check the model name and the base URL"
+        super().__init__(
+            404,
+            message,
+            fix,
+            code=code,
+            problem=f"unknown model '{model}' at {base_url} (HTTP 404: {message}); {listing}",
+        )
+
+    @property
+    def refusal(self) -> bool:
+        return False
 
 
 class RetriesExhausted(ProviderError):
     """Every attempt failed with a retryable error; cached work is intact, re-running resumes."""
 
-    def __init__(self, attempts: int, last: str, status: int = 0) -> None:
+    def __init__(
+        self, attempts: int, last: str, status: int = 0, *, base_url: str = "", code: str | None = None
+    ) -> None:
         self.status = status
+        self.code = code
         self.provider_message = last
-        UserError.__init__(
-            self,
-            f"provider still failing after {attempts} attempts (last: {last})",
-            "re-run later or raise --max-retries; answers received so far are cached and not re-sent",
-        )
+        where = f" at {base_url}" if base_url else ""
+        keep = "answers received so far are cached and not re-sent"
+        if status == 429:
+            problem = (
+                f"the provider{where} kept answering HTTP 429 (rate limit or quota) after {attempts} attempts "
+                f"(last: {last})"
+            )
+            fix = f"lower --rpm/--tpm/--concurrency or raise --max-retries, and check the account's quota; {keep}"
+        elif status == 0 and last.startswith("connection error"):
+            problem = f"cannot reach the server{where} after {attempts} attempts (last: {last})"
+            fix = f"check that the server is running and the URL is right, then re-run; {keep}"
+        else:
+            problem = f"provider{where} still failing after {attempts} attempts (last: {last})"
+            fix = f"re-run later or raise --max-retries; {keep}"
+        UserError.__init__(self, problem, fix)
+
+    @property
+    def refusal(self) -> bool:
+        return False
 
 
 class _Retryable(Exception):
-    def __init__(self, what: str, status: int = 0, retry_after: float | None = None) -> None:
+    def __init__(self, what: str, status: int = 0, retry_after: float | None = None, code: str | None = None) -> None:
         super().__init__(what)
         self.status = status
         self.retry_after = retry_after
+        self.code = code
 
 
 def _retry_after_seconds(value: str | None) -> float | None:
@@ -103,16 +183,6 @@ class _Wait:
         return self._expo(retry_state)
 
 
-def _default_validate(path: str, data: Any) -> None:
-    """Reject answers that parsed but cannot be a complete completion (retryable)."""
-    if not isinstance(data, dict):
-        raise ValueError(f"answer is a JSON {type(data).__name__}, not an object")
-    if path.endswith("completions"):
-        choices = data.get("choices")
-        if not isinstance(choices, list) or not choices:
-            raise ValueError("answer has no 'choices'")
-
-
 @dataclass
 class EngineStats:
     requests_sent: int = 0  # HTTP attempts that reached the wire (retries included)
@@ -125,6 +195,8 @@ class EngineStats:
     cost_usd: float = 0.0
     by_path: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
+    waited_for_other_run: int = 0  # requests another run was buying: waited for, not bought again
+    cache_damaged: int = 0  # cached answers that failed their checksum: dropped and fetched again
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -140,7 +212,7 @@ def estimate_body_tokens(
     Without a tokenizer a string counts as its UTF-8 byte length: byte-level BPE never makes
     more tokens than bytes, so the reservation can only be too high, never too low.
     """
-    count = count_tokens or (lambda s: len(s.encode("utf-8")))
+    count = count_tokens or (lambda s: len(s.encode("utf-8", "surrogatepass")))
 
     def size(x: Any) -> int:
         if isinstance(x, str):
@@ -171,7 +243,7 @@ class RequestEngine:
         base_url: str,
         *,
         api_key: str | None = None,
-        cache: Any | None = None,  # a diskcache.Cache-like mapping (get/set)
+        cache: Any | None = None,  # a diskcache.Cache-like mapping (get/set), or a dict
         max_concurrency: int = 8,
         timeout_s: float = 60.0,
         headers: dict[str, str] | None = None,
@@ -186,12 +258,19 @@ class RequestEngine:
         default_max_tokens: int = 16,
         count_tokens: Callable[[str], int] | None = None,
         progress: bool = False,
+        rescue_bytes: int = DEFAULT_RESCUE_BYTES,
     ) -> None:
         if max_concurrency < 1:
             raise UserError(f"--concurrency {max_concurrency} is below 1", "give at least 1")
-        self.base_url = base_url.rstrip("/")
-        self._api_key = api_key
+        if max_retries < 0:
+            raise UserError(f"--max-retries {max_retries} is negative", "give 0 or more")
+        # a password in the URL is sent as Basic auth and kept out of keys, names and ledgers
+        public_url, userinfo = split_url_credentials(base_url)
+        self.base_url = public_url.rstrip("/")
+        self._auth = httpx.BasicAuth(*userinfo) if userinfo else None
+        self._api_key = clean_api_key(api_key, "the API key") if api_key else None
         self.cache = cache
+        self.store = AnswerStore(cache, rescue_bytes=rescue_bytes) if cache is not None else None
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
         self._headers = dict(headers or {})
@@ -207,13 +286,14 @@ class RequestEngine:
         self.progress = progress
         self.expected_requests: int | None = None
         self.stats = EngineStats()
-        self.stopped: str | None = None  # why the run stopped early (budget), for the ledger
+        self.stopped: str | None = None  # why the run stopped early (budget, full disk), for the ledger
         self._client: httpx.AsyncClient | None = None
         self._sem: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inflight: dict[str, asyncio.Future[Any]] = {}
         self._bar: tqdm | None = None
         self._unpriced_warned: set[str] = set()
+        self._models: list[str] | None = None
         directory = getattr(cache, "directory", None)
         if directory:
             restrict_permissions(directory)
@@ -225,15 +305,16 @@ class RequestEngine:
     def _auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
-    def _redact(self, text: str) -> str:
-        return text.replace(self._api_key, "***") if self._api_key else text
+    @staticmethod
+    def _redact(text: str) -> str:
+        return redact_text(text)
 
     def _ensure_loop(self) -> None:
         """(Re)create loop-bound resources: adapters may call ``asyncio.run`` once per batch."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             self._loop = loop
-            self._client = httpx.AsyncClient(timeout=self.timeout_s)
+            self._client = httpx.AsyncClient(timeout=self.timeout_s, auth=self._auth)
             self._sem = asyncio.Semaphore(self.max_concurrency)
             self._inflight = {}
 
@@ -265,6 +346,20 @@ class RequestEngine:
             sent=self.stats.requests_sent, cached=self.stats.cache_hits, usd=f"{self.stats.cost_usd:.4f}", refresh=False
         )
 
+    # --- the cache (checksummed; also for callers' own values such as probe reports) ------
+    def cache_get(self, key: str) -> Any:
+        """A checksummed value stored under ``key`` (None if absent or damaged)."""
+        if self.store is None:
+            return None
+        value = self.store.get(key)
+        self.stats.cache_damaged = self.store.damaged
+        return value
+
+    def cache_put(self, key: str, value: Any) -> None:
+        """Store a value of the caller's (e.g. a probe report) with a checksum."""
+        if self.store is not None:
+            self.store.put(key, value)
+
     # --- the one public request method ---------------------------------------------------
     async def post_json(
         self, path: str, body: dict[str, Any], *, validate: Callable[[dict[str, Any]], None] | None = None
@@ -275,12 +370,11 @@ class RequestEngine:
         retried like garbled JSON instead of being cached.
         """
         key = request_key(self.base_url, path, body)
-        if self.cache is not None:
-            hit = self.cache.get(key)
-            if hit is not None:
-                self.stats.cache_hits += 1
-                self._tick()
-                return hit
+        hit = self.cache_get(key)
+        if hit is not None:
+            self.stats.cache_hits += 1
+            self._tick()
+            return hit
         self._ensure_loop()
         pending = self._inflight.get(key)
         if pending is not None:
@@ -289,7 +383,17 @@ class RequestEngine:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._inflight[key] = fut
         try:
-            data = await self._send_with_retries(key, path, body, validate)
+            hit = await self._claim_or_wait(key)
+            if hit is not None:
+                self.stats.cache_hits += 1
+                self._tick()
+                data = hit
+            else:
+                try:
+                    data = await self._send_with_retries(key, path, body, validate)
+                finally:
+                    if self.store is not None:
+                        self.store.release(key)
         except asyncio.CancelledError:
             fut.cancel()
             raise
@@ -302,6 +406,23 @@ class RequestEngine:
             return data
         finally:
             self._inflight.pop(key, None)
+
+    async def _claim_or_wait(self, key: str) -> Any:
+        """None once this run holds the request's lease; the answer if another run bought it."""
+        if self.store is None:
+            return None
+        delay, waited = 0.02, False
+        while True:
+            if self.store.claim(key):
+                return self.cache_get(key)  # it may have landed just before the claim
+            hit = self.cache_get(key)
+            if hit is not None:
+                return hit
+            if self.store.holder_alive(key) and not waited:  # a dead holder's lease is removed
+                waited = True
+                self.stats.waited_for_other_run += 1
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 0.25)
 
     async def _send_with_retries(
         self, key: str, path: str, body: dict[str, Any], validate: Callable[[dict[str, Any]], None] | None
@@ -326,9 +447,17 @@ class RequestEngine:
         except RetryError as err:
             last = err.last_attempt.exception()
             assert isinstance(last, _Retryable)
-            raise RetriesExhausted(attempts, self._redact(str(last)), last.status) from None
-        except BudgetExceeded as exc:
+            raise RetriesExhausted(
+                attempts, self._redact(str(last)), last.status, base_url=self.base_url, code=last.code
+            ) from None
+        except (BudgetExceeded, CacheFull) as exc:
             self.stopped = exc.problem
+            raise
+        except ProviderError as exc:
+            if exc.status == 404 and isinstance(model, str) and self._names_unknown_model(exc):
+                raise UnknownModel(
+                    model, self.base_url, exc.provider_message, await self.list_models(), exc.code
+                ) from None
             raise
         self._tick()
         return data
@@ -347,6 +476,8 @@ class RequestEngine:
         # stops the requests that would exceed it, not ones queued behind a full pipe.
         assert self._sem is not None
         async with self._sem:
+            if self.store is not None and self.store.full is not None:
+                raise self.store.full  # the disk is full: buy nothing more that could not be kept
             res = self.budget.reserve(est_cost)  # BudgetExceeded: nothing is sent
             actual: float | None = None  # None = keep the estimate (may have been billed)
             try:
@@ -366,61 +497,119 @@ class RequestEngine:
                     raise _Retryable(f"timeout ({type(exc).__name__})") from None
                 except httpx.TransportError as exc:
                     self._count_error("connection")
-                    raise _Retryable(f"connection error ({type(exc).__name__}: {exc})") from None
+                    raise _Retryable(self._redact(f"connection error ({type(exc).__name__}: {exc})")) from None
                 status = resp.status_code
-                if status >= 500 and _is_validation_error(self._provider_message(resp)):
-                    actual = 0.0  # llama-cpp-python answers invalid requests with 500: not transient
-                    self._count_error(str(status))
-                    raise ProviderError(status, self._provider_message(resp), _fix_for(400))
-                if status == 429 or status == 408 or status >= 500:
+                if status >= 400:
                     actual = 0.0  # providers do not bill rejected requests
                     self._count_error(str(status))
-                    raise _Retryable(
-                        f"HTTP {status}: {self._provider_message(resp)}",
-                        status,
-                        _retry_after(resp.headers),
-                    )
-                if status >= 400:
-                    actual = 0.0
-                    self._count_error(str(status))
-                    raise ProviderError(status, self._provider_message(resp), _fix_for(status))
+                    self._raise_for_status(resp)
                 try:
                     data = resp.json()
-                    _default_validate(path, data)
+                    typed = validate_answer(path, data)
                     if validate is not None:
                         validate(data)
+                except ProtocolError as exc:
+                    self._count_error("malformed")
+                    raise _Retryable(self._redact(str(exc)), status) from None
                 except ValueError as exc:  # JSONDecodeError is a ValueError
                     self._count_error("bad_json")
-                    raise _Retryable(f"garbled or incomplete JSON answer ({exc})", status) from None
-                usage = data.get("usage") or {}
-                p = int(usage.get("prompt_tokens") or 0)
-                c = int(usage.get("completion_tokens") or 0)
-                cached = int(((usage.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0)
+                    what = "not JSON" if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError) else str(exc)
+                    raise _Retryable(self._redact(f"garbled or incomplete answer ({what})"), status) from None
+                usage = getattr(typed, "usage", None) or Usage()
+                p, c, cached = int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0), usage.cached_tokens
                 self.stats.prompt_tokens += p
                 self.stats.completion_tokens += c
                 self.stats.cached_prompt_tokens += cached
                 if price is not None:
-                    actual = price.cost(p, c, cached) if usage else None
-                if self.cache is not None:
+                    actual = price.cost(p, c, cached) if getattr(typed, "usage", None) is not None else None
+                data = scrub_answer(data)  # no echoed header or key ever reaches the cache
+                if self.store is not None:
                     # write-ahead, before the concurrency slot is released: at a kill, only
                     # answers still on the wire (at most max_concurrency) can be lost
-                    self.cache[key] = data
+                    self.store.put(key, data)
                 return data
             finally:
                 self.budget.settle(res, actual)
                 self.stats.cost_usd = self.budget.spent_usd
 
+    def _raise_for_status(self, resp: httpx.Response) -> None:
+        status = resp.status_code
+        message, code = self._provider_error(resp)
+        if status >= 500 and _is_validation_error(message):
+            # llama-cpp-python answers invalid requests with 500: not transient
+            raise ProviderError(status, message, _fix_for(400), code=code)
+        if status == 429 and code in _QUOTA_CODES:
+            raise ProviderError(
+                429,
+                message,
+                "add credit or raise the account's spending limit, then re-run: answers so far are cached",
+                code=code,
+                problem=f"the account at {self.base_url} is out of quota (HTTP 429 {code}: {message})",
+            )
+        if status == 429 or status == 408 or status >= 500:
+            raise _Retryable(f"HTTP {status}: {message}", status, _retry_after(resp.headers), code)
+        if status == 401:
+            raise ProviderError(
+                401,
+                message,
+                "check the key: it is read from the environment variable named by --api-key-env "
+                "(openai: OPENAI_API_KEY) and must belong to this server",
+                code=code,
+                problem=f"the server at {self.base_url} refused the API key (HTTP 401: {message})",
+            )
+        raise ProviderError(status, message, _fix_for(status), code=code)
+
+    @staticmethod
+    def _names_unknown_model(exc: ProviderError) -> bool:
+        return exc.code == "model_not_found" or bool(_UNKNOWN_MODEL.search(exc.provider_message or ""))
+
     def _count_error(self, kind: str) -> None:
         self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1
 
-    def _provider_message(self, resp: httpx.Response) -> str:
-        """The provider's own error text (OpenAI shape ``{"error": {"message": ...}}`` or raw)."""
+    def _provider_error(self, resp: httpx.Response) -> tuple[str, str | None]:
+        """The provider's own error text (redacted, then cut) and code (OpenAI ``{"error": {...}}``)."""
+        msg: Any = None
+        code: str | None = None
         try:
             err = resp.json().get("error")
-            msg = err.get("message") if isinstance(err, dict) else err
+            if isinstance(err, dict):
+                msg = err.get("message")
+                raw_code = err.get("code") or err.get("type")
+                code = str(raw_code) if raw_code is not None else None
+            else:
+                msg = err
         except (ValueError, AttributeError):
             msg = None
-        return self._redact(str(msg if msg else resp.text[:500]))
+        text = str(msg) if msg else resp.text
+        text = " ".join(text.split())  # one line, whatever the body's layout
+        return redact_then_cut(text or f"(empty {resp.status_code} body)", _MESSAGE_LIMIT), code
+
+    # kept for callers of the old name
+    def _provider_message(self, resp: httpx.Response) -> str:
+        return self._provider_error(resp)[0]
+
+    async def list_models(self) -> list[str] | None:
+        """The model names of ``GET /models`` (OpenAI list format), or None when there is none.
+
+        Best effort and never cached: it names the choices when a model is unknown.
+        """
+        if self._models is not None:
+            return self._models
+        self._ensure_loop()
+        assert self._client is not None
+        try:
+            self.stats.by_path["/models"] = self.stats.by_path.get("/models", 0) + 1
+            resp = await self._client.get(
+                self.base_url + "/models", headers={**self._headers, **self._auth_headers()}, timeout=10.0
+            )
+            if resp.status_code != 200:
+                return None
+            typed = validate_answer("/models", resp.json())
+            assert isinstance(typed, ModelList)
+            self._models = [redact_text(m.id) for m in typed.data][:50]
+        except Exception:  # any failure: the caller says the list is unavailable
+            return None
+        return self._models
 
     async def gather(self, aws: Iterable[Awaitable[T]]) -> list[T]:
         """``asyncio.gather`` that lets every request finish (and be cached) before raising.
@@ -438,13 +627,16 @@ class RequestEngine:
     # --- run bookkeeping -----------------------------------------------------------------
     def ledger(self) -> dict[str, Any]:
         """What run.json records about spending (never credentials)."""
-        return {
+        out = {
             "base_url": self.base_url,
             **self.stats.to_json(),
             "budget": self.budget.to_json(),
             "pricing": None if self.free else (self.pricing.sources if self.pricing else None),
             "stopped": self.stopped,
         }
+        if self.store is not None:
+            out["cache_store"] = self.store.stats()
+        return out
 
     async def aclose(self) -> None:
         if self._client is not None and self._loop is asyncio.get_running_loop():
@@ -452,6 +644,8 @@ class RequestEngine:
         self._client = None
         self._loop = None
         self.close_progress()
+        if self.store is not None:
+            self.store.close()
 
     def close_progress(self) -> None:
         if self._bar is not None:
@@ -459,18 +653,20 @@ class RequestEngine:
             self._bar = None
 
 
+_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "quota_exceeded"})
+
+
 def _is_validation_error(message: str) -> bool:
     """llama-cpp-python's server reports request-validation failures (pydantic) as HTTP 500;
     retrying those only burns time, so they are treated like a 400."""
-    return "validation error" in message.lower()
+    return "validation error" in (message or "").lower()
 
 
 def _fix_for(status: int) -> str:
     return {
         400: "the request was rejected as invalid: check the model name, inputs and options",
-        401: "set a valid API key (environment variable or --api-key-env)",
         403: "this key may not use this model or feature",
-        404: "check the model name and the base URL",
+        404: "check the base URL (it usually ends in /v1) and the model name",
         413: "the input is too long for this endpoint: shorten the texts",
     }.get(status, "check the request options")
 
@@ -480,7 +676,9 @@ __all__ = [
     "EngineStats",
     "ProviderError",
     "RetriesExhausted",
+    "UnknownModel",
     "BudgetExceeded",
+    "CacheFull",
     "estimate_body_tokens",
     "request_key",
 ]

@@ -1,0 +1,143 @@
+"""Typed models of the OpenAI wire format, so a malformed answer is a protocol error, not a crash.
+
+An answer with HTTP 200 is checked against these models *before* it is cached or used:
+``choices: ["oops"]``, ``usage: "lots"`` or ``top_logprobs`` given as lists fail here with the
+field named, and the engine retries them like garbled JSON (a bounded number of times) instead
+of storing them. Chat logprob entries are the ``openai`` package's own models
+(``ChatCompletionTokenLogprob``, ``TopLogprob``) and cached-token details its
+``PromptTokensDetails``. Its legacy ``Logprobs`` model cannot be used: real echo answers (OpenAI
+legacy, llama.cpp) hold ``null`` for the first position's logprob and top dict, which that model
+rejects, so the legacy envelope is modelled here with nullable entries.
+
+Unknown fields are allowed everywhere (vLLM's ``prompt_logprobs``, llama.cpp's extras): the
+models pin down the shape of what the adapters read, nothing more.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob
+from openai.types.completion_usage import PromptTokensDetails
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Usage(_Wire):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+    @property
+    def cached_tokens(self) -> int:
+        d = self.prompt_tokens_details
+        return int(d.cached_tokens or 0) if d is not None else 0
+
+
+class LegacyLogprobs(_Wire):
+    """``choices[i].logprobs`` of ``/completions`` (entries may be null: echo's first position)."""
+
+    tokens: list[str] | None = None
+    token_logprobs: list[float | None] | None = None
+    top_logprobs: list[dict[str, float] | None] | None = None
+    text_offset: list[int] | None = None
+
+
+class CompletionChoice(_Wire):
+    text: str | None = None
+    index: int | None = None
+    logprobs: LegacyLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class CompletionAnswer(_Wire):
+    choices: list[CompletionChoice] = Field(min_length=1)
+    usage: Usage | None = None
+
+
+class ChatLogprobs(_Wire):
+    content: list[ChatCompletionTokenLogprob] | None = None
+
+
+class ChatMessage(_Wire):
+    role: str | None = None
+    content: str | None = None
+
+
+class ChatChoice(_Wire):
+    index: int | None = None
+    message: ChatMessage | None = None
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class ChatAnswer(_Wire):
+    choices: list[ChatChoice] = Field(min_length=1)
+    usage: Usage | None = None
+
+
+class ModelEntry(_Wire):
+    id: str
+
+
+class ModelList(_Wire):
+    """``GET /models`` (OpenAI's list format)."""
+
+    data: list[ModelEntry]
+
+
+class ProtocolError(ValueError):
+    """A 200 answer that does not have the wire format's shape; ``field`` names the first bad one."""
+
+    def __init__(self, field: str, detail: str) -> None:
+        self.field = field
+        self.detail = detail
+        super().__init__(f"malformed answer: field '{field}' {detail}")
+
+
+def _first_error(exc: ValidationError) -> ProtocolError:
+    err = exc.errors(include_url=False)[0]
+    loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.get("loc", ())).lstrip(".")
+    got = repr(err.get("input"))
+    if len(got) > 60:
+        got = got[:57] + "..."
+    return ProtocolError(loc or "(answer)", f"{err.get('msg', 'is invalid').lower()} (got {got})")
+
+
+def model_for(path: str) -> type[_Wire] | None:
+    """The response model of an endpoint path (None: only "a JSON object" is required)."""
+    if path.endswith("/chat/completions"):
+        return ChatAnswer
+    if path.endswith("/completions"):
+        return CompletionAnswer
+    if path.endswith("/models"):
+        return ModelList
+    return None
+
+
+def validate_answer(path: str, data: Any) -> _Wire | None:
+    """The typed answer for ``path``; raises ``ProtocolError`` naming the first malformed field."""
+    if not isinstance(data, dict):
+        raise ProtocolError("(answer)", f"is a JSON {type(data).__name__}, not an object")
+    model = model_for(path)
+    if model is None:
+        return None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc) from None
+
+
+__all__ = [
+    "ChatAnswer",
+    "CompletionAnswer",
+    "ModelList",
+    "ProtocolError",
+    "Usage",
+    "model_for",
+    "validate_answer",
+]
