@@ -162,6 +162,7 @@ def test_bad_inputs_give_one_clear_error_and_keep_cached_work(emulator, texts_id
             "text longer than the context": ({**ok, "prompt": [5] * 600}, 400, "maximum context length"),
             "token id outside the vocabulary": ({**ok, "prompt": [10**7]}, 400, "Invalid token id"),
         }
+
         def completions() -> int:  # an unknown model also costs one GET /v1/models (the listing)
             return sum(emu.stats()["by_path"].get("/v1/completions", {}).values())
 
