@@ -63,7 +63,32 @@ class LoopThread:
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result()
+        except BaseException:
+            if not fut.done():  # interrupted (Ctrl-C, SIGTERM): stop the requests in flight
+                fut.cancel()
+                self.cancel_all()
+            raise
+
+    def cancel_all(self, timeout_s: float = 5.0) -> None:
+        """Cancel every task on the loop and wait (bounded) until they have unwound, so that
+        answers already received stay stored and nothing is left to print tracebacks at exit."""
+
+        async def drain() -> None:
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=timeout_s)
+
+        if self.loop.is_running():
+            try:
+                asyncio.run_coroutine_threadsafe(drain(), self.loop).result(timeout_s + 1)
+            except BaseException:  # a second signal or a stuck task: give up waiting, never hang
+                pass
 
     def close(self) -> None:
         if self.loop.is_running():

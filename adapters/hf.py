@@ -105,8 +105,16 @@ def _resolve_device(device: str | None) -> str:
 
     if device in (None, "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"device '{device}' requested but CUDA is not available", "use device='cpu' or 'auto'")
+    try:
+        kind = torch.device(str(device)).type
+    except (RuntimeError, ValueError):
+        raise UserError(f"unknown device '{device}'", "use --device cpu, cuda, cuda:N, mps or auto") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device '{device}' requested but CUDA is not available", "use --device cpu or auto")
+    if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise UserError(f"device '{device}' requested but MPS is not available", "use --device cpu or auto")
+    if kind not in ("cpu", "cuda", "mps"):
+        raise UserError(f"device '{device}' is not supported here", "use --device cpu, cuda, cuda:N, mps or auto")
     return str(device)
 
 

@@ -75,6 +75,20 @@ def _decode(path: Path) -> str:
         ) from None
 
 
+def _check_unicode(value: str, where: str, what: str) -> None:
+    """Refuse text that cannot be encoded (a lone surrogate such as ``"\\ud800"`` in JSON): it
+    would fail later in a tokenizer, a request body or an output file, after the work is paid."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start]
+        raise UserError(
+            f"{where}: {what} holds a lone surrogate U+{ord(bad):04X} at character {exc.start + 1}, "
+            "which is not valid Unicode text",
+            "fix or remove that row (a JSON escape such as \\ud800 must be part of a surrogate pair)",
+        ) from None
+
+
 def _parse_label(value: Any, where: str, label_field: str) -> int | None:
     """0/1 label from int, bool, float or "0"/"1"; None (or "") means unlabelled."""
     if value is None or (isinstance(value, str) and value.strip() == ""):
@@ -194,6 +208,7 @@ def load_dataset(
             )
         if not value.strip():
             raise UserError(f"{where}: empty or whitespace-only text", "remove that row or fill in its text")
+        _check_unicode(value, where, f"text field '{field}'")
 
         row_has_id = row.get(id_field) not in (None, "")
         if has_ids is None:
@@ -205,6 +220,7 @@ def load_dataset(
                 f"give every row an '{id_field}' or none (then ids are row numbers)",
             )
         sid = str(row[id_field]) if row_has_id else str(len(samples))
+        _check_unicode(sid, where, f"id field '{id_field}'")
         if sid in seen:
             raise UserError(
                 f"{where}: duplicate id '{sid}' (first seen on line {seen[sid]})",

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from blackbox_audit.errors import UserError
 from blackbox_audit.redaction import is_conventional_env_name, redact_text
 
 # option names that may hold credentials. "max_tokens", "tokenizer" and counters such as
@@ -58,17 +59,83 @@ def _current_umask() -> int:
 
 
 def _atomic_write(path: str | os.PathLike[str], text: str) -> Path:
+    """Write to a temporary file in the same folder and rename it over ``path``.
+
+    Any failure (full disk, no permission, ``path`` is a folder) leaves no partial file and is
+    one ``UserError`` naming the file; work already computed is in the cache, so re-running
+    after fixing the cause costs nothing.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp: str | None = None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        if path.is_dir():
+            raise IsADirectoryError(21, "Is a directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="strict") as fh:
             fh.write(text)
         os.chmod(tmp, 0o666 & ~_current_umask())  # mkstemp makes 0o600; results follow the umask like any file
         os.replace(tmp, path)
+    except (OSError, UnicodeEncodeError) as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UserError(
+            f"cannot write {path}: {why}",
+            "free space or pass a writable --out folder, then re-run: computed results are cached and cost nothing",
+        ) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
+    return path
+
+
+# every result file a command may write: an existing *folder* with one of these names in --out
+# would fail only at the end, after the expensive work, so ``check_out_dir`` refuses it first
+OUTPUT_NAMES = (
+    "run.json",
+    "scores.jsonl",
+    "metrics.json",
+    "logprobs.jsonl",
+    "selection.jsonl",
+    "summary.json",
+    "ptdi_eval.json",
+    "matrix.json",
+    "report.md",
+)
+
+
+def check_out_dir(path: str | os.PathLike[str], names: Iterable[str] = OUTPUT_NAMES) -> Path:
+    """Create ``path`` if needed and prove it writable *before* any work: a file is created,
+    written, renamed and removed there; result names taken by folders are refused."""
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--out {path} exists and is not a folder", "pass a folder path to --out")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create output folder {path}: {exc.strerror}", "pass a writable --out folder") from None
+    for name in names:
+        if (path / name).is_dir():
+            raise UserError(
+                f"--out {path} holds a folder named {name}, where this command writes a file",
+                f"move {path / name} away or pass another --out",
+            )
+    probe = path / f".write-test-{os.getpid()}"
+    try:
+        with open(probe, "w", encoding="utf-8") as fh:
+            fh.write("x" * 4096)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(probe, path / f".write-test-{os.getpid()}.done")
+        (path / f".write-test-{os.getpid()}.done").unlink()
+    except OSError as exc:
+        for leftover in (probe, path / f".write-test-{os.getpid()}.done"):
+            leftover.unlink(missing_ok=True)
+        raise UserError(
+            f"cannot write into --out {path}: {exc.strerror}", "pass a writable --out folder with free space"
+        ) from None
     return path
 
 

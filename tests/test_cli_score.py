@@ -149,7 +149,7 @@ def test_run_json_never_holds_credentials(tmp_path, monkeypatch) -> None:
         assert secret not in text, secret
     run = json.loads(text)  # valid JSON (non-finite floats written as strings)
     assert run["options"]["max_tokens"] == 5 and "api_key" not in run["options"]
-    assert run["options"]["target"] == "compat:https://user:***@host.example/v1#m"
+    assert run["options"]["target"] == "compat:https://***@host.example/v1#m"  # userinfo masked whole
     assert run["argv"][2:] == ["--api-key", "***", "--token=***"]
     assert run["n_samples"] == 3 and run["weird"] == "inf" and not math.isnan(run["wall_time_s"])
     assert redact_argv(["--max-tokens", "5"]) == ["--max-tokens", "5"]

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 from blackbox_audit import __version__
 from blackbox_audit.errors import UserError
+from blackbox_audit.interrupt import clean_interrupts, exit_code, resume_line
+from blackbox_audit.redaction import install_log_redaction, redact_text
 
 COMMANDS: list[str] = [
     # in the order `--help` lists them: start here, then the core, then methods, then API tools
@@ -47,17 +49,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    try:
-        return int(args.func(args) or 0)
-    except UserError as exc:
-        print(f"blackbox-audit {args.command}: error: {exc.one_line()}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"blackbox-audit {args.command}: interrupted; cached work is kept, re-run to resume", file=sys.stderr)
-        return 130
+    install_log_redaction()  # every log line, httpx/httpcore included, goes through the key filter
+    with clean_interrupts():  # Ctrl-C / SIGTERM: one line, exit 130 / 143 (blackbox_audit.interrupt)
+        try:
+            return int(args.func(args) or 0)
+        except UserError as exc:
+            print(f"blackbox-audit {args.command}: error: {redact_text(exc.one_line())}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as exc:
+            print(resume_line(args.command, argv, exc), file=sys.stderr)
+            return exit_code(exc)

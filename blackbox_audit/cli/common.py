@@ -17,7 +17,7 @@ from blackbox_audit.cache import CachedTarget, default_cache_dir, open_cache
 from blackbox_audit.data import Dataset, load_dataset
 from blackbox_audit.engine.cli import engine_kwargs_from_args
 from blackbox_audit.errors import UserError
-from blackbox_audit.reports import RunRecorder
+from blackbox_audit.reports import RunRecorder, check_out_dir
 
 
 def positive_int(value: str) -> int:
@@ -106,14 +106,8 @@ def load_cached_target(spec: str, args: argparse.Namespace, cache: Any | None) -
 
 
 def prepare_out_dir(out: str) -> Path:
-    path = Path(out).expanduser()
-    if path.exists() and not path.is_dir():
-        raise UserError(f"--out {path} exists and is not a folder", "pass a folder path to --out")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create output folder {path}: {exc.strerror}", "pass a writable --out folder") from None
-    return path
+    """``--out`` created and proven writable before any work (``reports.check_out_dir``)."""
+    return check_out_dir(out)
 
 
 def open_session(args: argparse.Namespace, command: str, *, reference: str | None = None) -> Session:

@@ -36,37 +36,49 @@ class ScoreFile:
 def read_scores(path: str | Path, score: str, what: str) -> ScoreFile:
     """Read ``score`` from every row of a ``scores.jsonl``; missing or non-finite values are errors."""
     path = Path(path).expanduser()
+    if path.is_dir():
+        hint = path / "scores.jsonl"
+        raise UserError(
+            f"{what} path {path} is a folder, not a file",
+            f"pass the scores.jsonl inside it{f' ({hint})' if hint.is_file() else ''}",
+        )
     if not path.is_file():
         raise UserError(f"{what} file {path} does not exist", "pass the scores.jsonl written by 'blackbox-audit score'")
+    try:
+        lines = path.read_bytes().decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"{what} file {path} holds bytes that are not UTF-8 (at byte {exc.start})",
+            "pass the scores.jsonl written by 'blackbox-audit score' (UTF-8 JSON lines)",
+        ) from None
     ids: list[str] = []
     values: list[float] = []
     labels: list[Any] = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{lineno} is not valid JSON ({exc.msg})", "pass a scores.jsonl file") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{path}:{lineno} is not a JSON object", "pass a scores.jsonl file")
-            if score not in row:
-                fields = [k for k, v in row.items() if isinstance(v, float) and k not in ("label",)]
-                raise UserError(
-                    f"{path}:{lineno} has no score '{score}' (score fields there: {', '.join(fields) or 'none'})",
-                    "pass --score with one of those names, or re-run 'score' with that score",
-                )
-            v = row[score]
-            rid = str(row.get("id", lineno - 1))
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise UserError(
-                    f"{path}: score '{score}' of id {rid} is {v!r}, not a finite number",
-                    "drop rows whose score is undefined (null/NaN) or use another score",
-                )
-            ids.append(rid)
-            values.append(float(v))
-            labels.append(row.get("label"))
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}:{lineno} is not valid JSON ({exc.msg})", "pass a scores.jsonl file") from None
+        if not isinstance(row, dict):
+            raise UserError(f"{path}:{lineno} is not a JSON object", "pass a scores.jsonl file")
+        if score not in row:
+            fields = [k for k, v in row.items() if isinstance(v, float) and k not in ("label",)]
+            raise UserError(
+                f"{path}:{lineno} has no score '{score}' (score fields there: {', '.join(fields) or 'none'})",
+                "pass --score with one of those names, or re-run 'score' with that score",
+            )
+        v = row[score]
+        rid = str(row.get("id", lineno - 1))
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise UserError(
+                f"{path}: score '{score}' of id {rid} is {v!r}, not a finite number",
+                "drop rows whose score is undefined (null/NaN) or use another score",
+            )
+        ids.append(rid)
+        values.append(float(v))
+        labels.append(row.get("label"))
     if not values:
         raise UserError(f"{what} file {path} has no rows", "pass a non-empty scores.jsonl")
     has_labels = all(lab in (0, 1) and not isinstance(lab, bool) for lab in labels)

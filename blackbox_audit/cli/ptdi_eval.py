@@ -83,6 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     recorder = RunRecorder("ptdi-eval", args)
+    out_dir = prepare_out_dir(args.out) if args.out else None  # writable before the simulations run
     results: list[dict[str, Any]] = []
     if args.scores:
         if not args.score:
@@ -142,8 +143,7 @@ def run(args: argparse.Namespace) -> int:
             print()
     if args.markdown:
         print(format_markdown(results))
-    if args.out:
-        out_dir = prepare_out_dir(args.out)
+    if out_dir is not None:
         write_json(out_dir / "ptdi_eval.json", results)
         recorder.finish(out_dir, extra={"n_settings": len(results)})
         print(f"-> {out_dir}/ptdi_eval.json, run.json")

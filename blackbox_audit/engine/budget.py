@@ -9,6 +9,7 @@ estimate (conservative). Failed attempts still count: the provider may have bill
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +30,8 @@ class Budget:
     """Caps on USD and HTTP requests for one run (``None`` = no cap)."""
 
     def __init__(self, max_usd: float | None = None, max_requests: int | None = None) -> None:
-        if max_usd is not None and max_usd < 0:
-            raise UserError(f"--budget-usd {max_usd} is negative", "give a budget >= 0")
+        if max_usd is not None and not (math.isfinite(max_usd) and max_usd >= 0):  # NaN would disable the cap
+            raise UserError(f"--budget-usd {max_usd} is not a number >= 0", "give a finite budget >= 0")
         if max_requests is not None and max_requests < 0:
             raise UserError(f"--max-requests {max_requests} is negative", "give a count >= 0")
         self.max_usd = max_usd

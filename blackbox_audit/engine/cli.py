@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from blackbox_audit.options import nonnegative_float, nonnegative_int, positive_float, positive_int
+
 from .budget import Budget
 from .core import RequestEngine
 from .pricing import PricingTable
@@ -25,12 +27,23 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = Tru
             action="store_true",
             help="print the estimated requests, tokens and cost (as a range) and exit without sending anything",
         )
-    g.add_argument("--budget-usd", type=float, default=None, help="hard cap on spend in USD (reserved before sending)")
-    g.add_argument("--max-requests", type=int, default=None, help="hard cap on HTTP requests sent (retries included)")
-    g.add_argument("--rpm", type=float, default=None, help="client-side requests-per-minute limit")
-    g.add_argument("--tpm", type=float, default=None, help="client-side tokens-per-minute limit")
-    g.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (default 8)")
-    g.add_argument("--max-retries", type=int, default=6, help="retries of 429/5xx/timeouts/garbled JSON (default 6)")
+    # nan/inf/negative values are refused at parse time (blackbox_audit.options): a NaN cap
+    # would silently switch the cap off
+    g.add_argument(
+        "--budget-usd", type=nonnegative_float, default=None, help="hard cap on spend in USD (reserved before sending)"
+    )
+    g.add_argument(
+        "--max-requests", type=nonnegative_int, default=None, help="hard cap on HTTP requests sent (retries included)"
+    )
+    g.add_argument("--rpm", type=positive_float, default=None, help="client-side requests-per-minute limit")
+    g.add_argument("--tpm", type=positive_float, default=None, help="client-side tokens-per-minute limit")
+    g.add_argument("--concurrency", type=positive_int, default=8, help="requests in flight at once (default 8)")
+    g.add_argument(
+        "--max-retries",
+        type=nonnegative_int,
+        default=6,
+        help="retries of 429/5xx/timeouts/garbled or malformed answers (probe and server tokenizer too; default 6)",
+    )
     g.add_argument(
         "--pricing",
         default=None,

@@ -21,6 +21,7 @@ import asyncio
 import email.utils
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -264,6 +265,9 @@ class RequestEngine:
             raise UserError(f"--concurrency {max_concurrency} is below 1", "give at least 1")
         if max_retries < 0:
             raise UserError(f"--max-retries {max_retries} is negative", "give 0 or more")
+        for flag, rate in (("--rpm", rpm), ("--tpm", tpm)):
+            if rate is not None and not (math.isfinite(rate) and rate > 0):
+                raise UserError(f"{flag} {rate} is not a number > 0", f"give a positive {flag} or leave it out")
         # a password in the URL is sent as Basic auth and kept out of keys, names and ledgers
         public_url, userinfo = split_url_credentials(base_url)
         self.base_url = public_url.rstrip("/")

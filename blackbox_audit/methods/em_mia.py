@@ -48,6 +48,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from blackbox_audit.errors import UserError
+from blackbox_audit.methods.sample_size import require
 from blackbox_audit.scores.builtin import mean_logprob
 from blackbox_audit.scores.compute import FetchCall
 from blackbox_audit.scores.recall import DEFAULT_SHOTS, build_prefix, conditional_ll
@@ -75,7 +76,7 @@ class RecallMatrix:
 def pool_indices(n_texts: int, pool_size: int | None = None, *, seed: int = 0) -> np.ndarray:
     """A seeded random subset of ``pool_size`` text indices (sorted); all texts when ``None``."""
     if n_texts < 2:
-        raise UserError(f"EM-MIA needs at least 2 texts, got {n_texts}", "score a larger data set")
+        require("EM-MIA", "texts", n_texts, 2, "a ranking needs two texts", "score a larger data set")
     if pool_size is None or pool_size >= n_texts:
         return np.arange(n_texts, dtype=np.int64)
     if pool_size < 1:

@@ -38,6 +38,7 @@ from typing import Any, Literal
 import numpy as np
 
 from blackbox_audit.errors import UserError
+from blackbox_audit.methods.sample_size import warn_if_too_few
 
 Method = Literal["subtraction", "moment", "vanilla"]
 METHODS: tuple[str, ...] = ("subtraction", "moment", "vanilla")
@@ -259,6 +260,10 @@ class PTDIResult:
         }
         if self.n_members is not None:
             out["n_members"] = self.n_members
+        if "min_calibration" in self.extra:
+            out["min_calibration"] = self.extra["min_calibration"]
+        if self.extra.get("warnings"):
+            out["warnings"] = self.extra["warnings"]
         return out
 
 
@@ -309,6 +314,17 @@ def select(
         theta = 1.0
     scaled = theta * p
     selected, threshold = bh_select(scaled, alpha)
+    extra: dict[str, Any] = {"min_calibration": min_calibration(float(theta), alpha)}
+    too_few = warn_if_too_few(
+        "PTDI",
+        f"calibration texts at alpha={alpha:g}",
+        int(cal.size),
+        extra["min_calibration"],
+        f"the smallest p-value is 1/(n+1) = {1 / (cal.size + 1):.3g}, and scaled by theta_hat = {float(theta):.3g} "
+        f"it stays above alpha, so nothing can be selected whatever the scores",
+    )
+    if too_few is not None:
+        extra["warnings"] = [too_few.to_json()]
     return PTDIResult(
         selected=selected,
         p_values=p,
@@ -320,7 +336,18 @@ def select(
         lam=lam,
         n_calibration=int(cal.size),
         n_members=None if members is None else int(members.size),
+        extra=extra,
     )
+
+
+def min_calibration(theta_hat: float, alpha: float) -> int:
+    """Fewest calibration texts with which PTDI can select anything at ``alpha``.
+
+    The smallest conformal p-value is ``1/(n+1)``; BH selects something only if some scaled
+    p-value is ``<= alpha`` (its largest threshold, ``k = m``), so ``theta_hat/(n+1) <= alpha``,
+    i.e. ``n >= theta_hat/alpha - 1`` (9 at alpha = 0.1 when theta_hat = 1, as for vanilla BH).
+    """
+    return max(1, math.ceil(theta_hat / alpha - 1 - 1e-9))
 
 
 # --------------------------------------------------------------------------- realised error
