@@ -3,7 +3,7 @@
 Order of one ``post_json``: cache lookup -> join an identical request already in flight ->
 claim the request's lease in the shared cache, or wait for the run that holds it -> reserve
 budget (hard caps) -> RPM/TPM limiters -> bounded concurrency -> HTTP -> validate the answer
-against the wire format's typed models (``wire.py``) -> drop echoed headers and the key ->
+against the wire format's typed models (``responses.py``) -> drop echoed headers and the key ->
 store it (checksummed; a full disk stops the run, ``cache.py``) -> settle the reservation with
 billed usage -> return.
 
@@ -45,7 +45,7 @@ from .budget import Budget, BudgetExceeded
 from .cache import DEFAULT_RESCUE_BYTES, AnswerStore, CacheFull, request_key, restrict_permissions
 from .limits import RateLimiter
 from .pricing import ModelPrice, PricingTable
-from .wire import ModelList, ProtocolError, Usage, validate_answer
+from .responses import ModelList, ProtocolError, Usage, validate_answer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
