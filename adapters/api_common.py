@@ -245,7 +245,14 @@ class ApiTarget(Target):
             bases: list[Answer | None] = [None] * len(jobs)
             sem = self._require_logprobs()
             bad = set(self._non_roundtrip(ctx, ids))
-            if self._echo_worth(sem, len(jobs)):
+            if sem.prompt_logprobs and self.cond.api == "completions" and self.cond.id_prompts and jobs:
+                # vLLM: one request returns lp(u_j | u_<j) for every position, keyed by id
+                lps = (await self.oracle.prompt_logprobs(full))[len(ctx) - 1 :]
+                self._echo_requests += 1
+                bases = [
+                    None if lp is None else Answer(None, None, {t: lp}) for lp, (_, t) in zip(lps, jobs, strict=True)
+                ]
+            elif self._echo_worth(sem, len(jobs)):
                 echoed = await self.oracle.echo(full, sem.echo_offset)
                 self._echo_requests += 1
                 bases = echoed[len(ctx) - 1 :]

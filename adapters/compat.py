@@ -2,9 +2,10 @@
 
 The tokenizer is the named local one (``tokenizer=`` option: ``tiktoken:NAME``, an HF folder or
 a ``.gguf``) or, without one, the server's own tokenizer endpoints: ``/tokenize`` +
-``/detokenize`` (llama.cpp's C++ server, vLLM) or ``/extras/tokenize`` + ``/extras/detokenize``
-(llama-cpp-python), both at the root of the host, never under ``/v1``. Which pair exists is
-found by asking (``ServerTable.detect``), never guessed from the URL or model name.
+``/detokenize`` (llama.cpp's C++ server: field ``content``; vLLM: field ``prompt``) or
+``/extras/tokenize`` + ``/extras/detokenize`` (llama-cpp-python), all at the root of the host,
+never under ``/v1``. Which pair exists is found by asking (``ServerTable.detect``), never
+guessed from the URL or model name.
 
 Every request carries ``sampling=`` (default ``COMPAT_SAMPLING``: ``repeat_penalty=1.0``):
 llama-cpp-python's server applies a 1.1 repeat penalty by default, which moves the argmax
@@ -36,7 +37,8 @@ COMPAT_SAMPLING: dict[str, Any] = {"repeat_penalty": 1.0}
 
 # (tokenize path, detokenize path, request text field, answer text field), in the order tried
 TOKENIZER_ENDPOINTS = (
-    ("/tokenize", "/detokenize", "content", "content"),  # llama.cpp server, vLLM ("prompt")
+    ("/tokenize", "/detokenize", "content", "content"),  # llama.cpp server
+    ("/tokenize", "/detokenize", "prompt", "prompt"),  # vLLM (TokenizeCompletionRequest.prompt)
     ("/extras/tokenize", "/extras/detokenize", "input", "text"),  # llama-cpp-python
 )
 
@@ -62,6 +64,8 @@ class ServerTable(TokenTable):
             body = {ep[2]: "Hello world", "model": self.model}
             if ep[2] == "content":
                 body["add_special"] = False
+            elif ep[2] == "prompt":
+                body["add_special_tokens"] = False
             try:
                 out = self._post(ep[0], body)
             except ProviderError as exc:
@@ -96,6 +100,8 @@ class ServerTable(TokenTable):
             body: dict[str, Any] = {field: text, "model": self.model}
             if field == "content":
                 body["add_special"] = False
+            elif field == "prompt":
+                body["add_special_tokens"] = False
             out = self._post(path, body)
             self._memo[text] = [int(t) for t in out.get("tokens", [])]
         return list(self._memo[text])

@@ -10,7 +10,10 @@ are refused (403); the top-n cap; integer-only bias (a 0.5 bias → 400); bias-r
 on the 3rd-ranked token: its logprob relative to the top-1 rises by ≈3); forced token and
 argmax movement (the cap on a token outside the top-n: emitted? with a real logprob below
 lp_n?); echo and its position offset (compared with a plain request at the same context);
-determinism (the same request twice, made distinct by the ``user`` field).
+determinism (the same request twice, made distinct by the ``user`` field) and order jitter
+(the same context again after another context was asked: the largest logprob change is
+added to every error bound); vLLM ``prompt_logprobs`` (token-id prompts only); and the bias
+cap, measured instead of assumed (``_measure_cap``: refused and silently clamped biases).
 
 A verdict rests only on answers: a step reads "not supported" only from a server's refusal of
 that request (``ProviderError.refusal``: 400/403/404/405/422, llama.cpp's 500 validation
@@ -22,6 +25,7 @@ concluded only when a plain request without logprobs was answered.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +64,7 @@ class ProbeReport:
         }
 
 
-PROBE_VERSION = "probe-3"  # probe-2 could cache verdicts drawn from errors: not trusted
+PROBE_VERSION = "probe-4"  # probe-2 could cache verdicts drawn from errors; probe-4 adds cap, jitter, prompt logprobs
 
 
 def probe_cache_key(
@@ -186,11 +190,13 @@ async def probe_endpoint(
         ev.append(f"+{delta} on rank-3 token: the answer carries no logprobs under a bias")
     else:
         ev.append(f"+{delta} on rank-3 token: reference tokens missing from the biased list")
+    # 6a) the bias cap, measured (module docstring): rejected (4xx) or silently clamped values
+    bias_cap = await _measure_cap(engine, path, oracle, ctx, base, ranked, integer_bias, bias_cap, ev)
     # 6) forced token / argmax movement on a token outside the top-n
     outside = next((t for t in ids[4:] + list(range(table.vocab_size)) if t not in base.top), None)
     forced_token = argmax_moves = False
     if outside is not None:
-        cap = int(bias_cap)
+        cap = int(min(bias_cap, 100.0))
         ans = oracle.parse(await engine.post_json(path, oracle.body(ctx, {outside: cap})), {outside: cap})
         argmax_moves = ans.emitted == outside
         elp = _clean(ans.emitted_logprob)
@@ -201,15 +207,17 @@ async def probe_endpoint(
             f"reported logprob {shown} (lp_n = {lp_n:.4f})" + ("; forced-token endpoint" if forced_token else "")
         )
     # 7) echo and its offset (max_tokens=1: llama-cpp-python reads 0 as "generate until n_ctx")
-    echo, offset = False, 0
+    echo, offset, prompt_lp = False, 0, False
     if api == "completions":
         text_ids = ids[:6]
+        plain = oracle.parse(await engine.post_json(path, oracle.body(text_ids[:2], {})), {})
+        want = max(plain.top.values()) if plain.top else None
+        if id_prompts:  # 7a) vLLM prompt_logprobs: every position of a text from one request
+            prompt_lp = await _check_prompt_logprobs(engine, path, oracle, text_ids, want, ev)
         data, status = await _try(engine, path, oracle.body(text_ids, {}, echo=True, max_tokens=1))
         if data is None:
             ev.append(f"echo with logprobs: refused (HTTP {status})")
         else:
-            plain = oracle.parse(await engine.post_json(path, oracle.body(text_ids[:2], {})), {})
-            want = max(plain.top.values()) if plain.top else None
             lp_obj = ((data.get("choices") or [{}])[0]).get("logprobs") or {}
             tops = lp_obj.get("top_logprobs") or []
 
@@ -225,12 +233,21 @@ async def probe_endpoint(
                 "echo with logprobs: "
                 + (f"usable, position offset {offset}" if echo else "answered but does not match plain requests")
             )
-    # 8) determinism
+    # 8) determinism and order jitter: the same context twice in a row, then again after another
+    # context was asked (servers that reuse a prompt cache or batch requests answer differently)
     a = oracle.parse(await engine.post_json(path, oracle.body(ctx, {}, user="blackbox-audit-probe-1")), {})
     b = oracle.parse(await engine.post_json(path, oracle.body(ctx, {}, user="blackbox-audit-probe-2")), {})
+    await engine.post_json(path, oracle.body(ids[:12], {}, user="blackbox-audit-probe-3"))
+    c = oracle.parse(await engine.post_json(path, oracle.body(ctx, {}, user="blackbox-audit-probe-4")), {})
     same = a.emitted == b.emitted and a.top.keys() == b.top.keys()
     same = same and all(abs(a.top[k] - b.top[k]) < 1e-6 for k in a.top)
+    jitter = max(_top_change(a, b), _top_change(a, c))
+    jitter = 0.0 if jitter < 1e-6 else jitter
     ev.append(f"same request twice: {'identical' if same else 'different answers (non-deterministic)'}")
+    ev.append(
+        f"same context after another one: largest logprob change {jitter:.3g} nats"
+        + ("; added to every error bound" if jitter else "")
+    )
     sem = Semantics(
         top_n=top_n,
         bias_reflecting=bias_reflecting,
@@ -241,8 +258,98 @@ async def probe_endpoint(
         deterministic=same,
         echo=echo,
         echo_offset=offset,
+        prompt_logprobs=prompt_lp,
+        jitter=jitter,
     )
     return ProbeReport(api, id_prompts, sem, ev)
+
+
+def _top_change(a: Answer, b: Answer) -> float:
+    """Largest |difference| between two answers' reported logprobs of the same tokens."""
+    common = a.top.keys() & b.top.keys()
+    return max((abs(a.top[k] - b.top[k]) for k in common), default=0.0)
+
+
+async def _check_prompt_logprobs(
+    engine: RequestEngine, path: str, oracle: ApiOracle, text_ids: list[int], want: float | None, ev: list[str]
+) -> bool:
+    """vLLM's ``prompt_logprobs``: entry j must hold u_j's logprob keyed by its id, entry 0 must be
+    null, and entry 2's rank-1 value must equal a plain request's top-1 after u_<2 (alignment)."""
+    data, status = await _try(engine, path, oracle.body(text_ids, {}, top_n=0, prompt_logprobs=1))
+    rows = ((data or {}).get("choices") or [{}])[0].get("prompt_logprobs") if data else None
+    if not isinstance(rows, list) or len(rows) != len(text_ids):
+        ev.append(
+            "prompt_logprobs: "
+            + (f"refused (HTTP {status})" if data is None else "not in the answer (the field is not supported)")
+        )
+        return False
+    ok = rows[0] is None and all(
+        isinstance(r, dict) and str(int(t)) in r for r, t in zip(rows[1:], text_ids[1:], strict=True)
+    )
+    top1 = None
+    if ok:
+        firsts = [v.get("logprob") for v in rows[2].values() if isinstance(v, dict) and v.get("rank") == 1]
+        top1 = firsts[0] if firsts else None
+    ok = ok and want is not None and top1 is not None and abs(float(top1) - want) < 1e-4
+    ev.append(
+        "prompt_logprobs: "
+        + ("every position of a text from one request (entry 0 null, aligned)" if ok else "answered but not aligned")
+    )
+    return ok
+
+
+CAP_UP = (200.0, 1000.0)  # larger caps tried once 100 works (a larger cap bounds fewer positions)
+CAP_DOWN = (50.0, 20.0, 10.0)  # smaller caps tried when 100 is refused or clamped
+
+
+async def _measure_cap(
+    engine: RequestEngine,
+    path: str,
+    oracle: ApiOracle,
+    ctx: list[int],
+    base: Answer,
+    ranked: list[int],
+    integer_bias: bool,
+    assumed: float,
+    ev: list[str],
+) -> float:
+    """The largest bias that acts in full, tested on the top-2 tokens whose gap g is known.
+
+    ``{r2: C, r: C - g - m}`` (m > 0 small) makes r2 win by m exactly when a bias of C acts
+    in full; a server that clamps C to some c < C - m lets r win instead, and a strict one
+    refuses the request. One request per candidate cap."""
+    if len(ranked) < 2 or base.top[ranked[0]] - base.top[ranked[1]] < 0.05:
+        ev.append(f"bias cap: not measurable (top-2 tied); assuming {assumed:g}")
+        return assumed
+    r, r2 = ranked[0], ranked[1]
+    gap = base.top[r] - base.top[r2]
+
+    async def acts(cap: float) -> tuple[bool, str]:
+        rb = math.floor(cap - gap - 0.05) if integer_bias else cap - gap - 0.5
+        bias = {r2: cap, r: float(rb)}
+        data, status = await _try(engine, path, oracle.body(ctx, bias))
+        if data is None:
+            return False, f"refused (HTTP {status})"
+        ans = oracle.parse(data, bias)
+        return ans.emitted == r2, ("acts in full" if ans.emitted == r2 else "clamped or ignored")
+
+    ok, how = await acts(100.0)
+    seen = [f"100: {how}"]
+    cap = 100.0 if ok else None
+    for c in CAP_UP if ok else CAP_DOWN:
+        good, how = await acts(c)
+        seen.append(f"{c:g}: {how}")
+        if ok and not good:
+            break
+        if good:
+            cap = c
+            if not ok:
+                break
+    if cap is None:
+        ev.append(f"bias cap: no tested bias acts in full ({'; '.join(seen)}); assuming {assumed:g}")
+        return assumed
+    ev.append(f"bias cap: {cap:g} ({'; '.join(seen)})")
+    return cap
 
 
 def ladder_summary(sem: Semantics | None) -> str:

@@ -34,6 +34,9 @@ from typing import Any, Protocol
 from blackbox_audit.types import Status, Strategy
 
 SENTINEL_CUTOFF = -9000.0  # OpenAI reports -9999.0 for an emitted token outside the top 20
+# ``Answer.emitted`` for a token that could not be identified but provably is none of the
+# boosted ones (its rendering matches none of them): for a flip test it is a plain "no flip"
+OTHER_TOKEN = -1
 UNIFORM_WEIGHT = 0.02  # prior mass spread uniformly over the bracket (robustness to bad priors)
 MIN_CUT = 1 / 32  # a query never lies closer than this fraction of the bracket to its ends
 
@@ -43,6 +46,8 @@ class Answer:
     """One response, tokens already matched to ids (by bytes, see ``adapters.tokenizers``).
 
     ``top`` maps id -> reported logprob; ``emitted_logprob`` is None when missing or a sentinel.
+    ``emitted`` is None when the emitted token is unknown, ``OTHER_TOKEN`` when it is unknown but
+    none of the boosted tokens.
     ``ambiguous`` lists reported tokens that could not be mapped to a single id.
     """
 
@@ -73,6 +78,8 @@ class Semantics:
     deterministic: bool = True
     echo: bool = False
     echo_offset: int = 0
+    prompt_logprobs: bool = False  # vLLM ``prompt_logprobs``: every position of a text in one request
+    jitter: float = 0.0  # nats: largest change of a reported logprob with the request order (probe)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -214,6 +221,25 @@ async def recover_position(
     target: their answer holds lp(t) whether or not t was in the top-n, so one request per
     position suffices (the floor of SPEC §1) instead of an unbiased request plus a biased one.
     """
+    res = await _recover(oracle, sem, context, target, cfg, prior, gaps, base, guess)
+    if sem.jitter > 0 and math.isfinite(res.error_bound):
+        # every reported logprob (and every flip point) may move by the endpoint's order jitter
+        res.error_bound += sem.jitter
+        res.notes.append(f"error bound includes the endpoint's order jitter ({sem.jitter:.3g} nats)")
+    return res
+
+
+async def _recover(
+    oracle: Oracle,
+    sem: Semantics,
+    context: Sequence[int],
+    target: int,
+    cfg: LadderConfig,
+    prior: float | None,
+    gaps: GapModel | None,
+    base: Answer | None,
+    guess: LpGuess | None,
+) -> PositionResult:
     ask = _Counter(oracle, context)
     notes: list[str] = []
     if base is not None and target in base.top:  # read off an echo row: no request of its own

@@ -15,7 +15,7 @@ from typing import Any
 
 from blackbox_audit.engine import RequestEngine
 
-from .recovery import SENTINEL_CUTOFF, Answer, _clean
+from .recovery import OTHER_TOKEN, SENTINEL_CUTOFF, Answer, _clean
 from .tokenizers import TokenTable, reported_bytes
 
 
@@ -116,6 +116,14 @@ class ApiOracle:
             return boosted[0]  # partial UTF-8 token: its lossy text matches the boosted one
         return None
 
+    def _not_boosted(self, raw: bytes, text: str, bias: Mapping[int, float]) -> bool:
+        """True when no boosted token can render as this answer: the emitted token is unknown
+        but provably none of them (e.g. a partial UTF-8 byte the server rendered lossily)."""
+        for t, b in bias.items():
+            if b > 0 and (raw in self._renderings(t) or self.table.decode([t]) == text):
+                return False
+        return True
+
     def flipped(self, ans: Answer, target: int) -> bool | None:
         """Whether the answer emitted ``target``; None when the emitted token is unknown."""
         return None if ans.emitted is None else ans.emitted == target
@@ -126,27 +134,35 @@ class ApiOracle:
         entries: list[tuple[str, bytes, float]] = []
         emitted: int | None = None
         elp: float | None = None
+        raw: bytes = b""
         if self.cond.api == "chat":
             content = (lp_obj or {}).get("content") or []
+            text = ((choice.get("message") or {}).get("content")) or ""
             if content:
                 first = content[0]
-                emitted = self._match(reported_bytes(first["token"], first.get("bytes")), bias)
+                raw = reported_bytes(first["token"], first.get("bytes"))
+                emitted = self._match(raw, bias)
                 elp = first.get("logprob")
                 for e in first.get("top_logprobs") or []:
                     entries.append((e["token"], reported_bytes(e["token"], e.get("bytes")), float(e["logprob"])))
             else:
-                emitted = self._from_text(((choice.get("message") or {}).get("content")) or "", bias)
+                raw = text.encode("utf-8")
+                emitted = self._from_text(text, bias)
         else:
             toks = (lp_obj or {}).get("tokens") or []
+            text = choice.get("text") or ""
+            raw = text.encode("utf-8")
             if toks:
                 emitted = self._match(reported_bytes(toks[0]), bias)
                 if emitted is None:
-                    emitted = self._from_text(choice.get("text") or "", bias)
+                    emitted = self._from_text(text, bias)
                 elp = ((lp_obj or {}).get("token_logprobs") or [None])[0]
                 top0 = ((lp_obj or {}).get("top_logprobs") or [None])[0] or {}
                 entries = [(k, reported_bytes(k), float(v)) for k, v in top0.items()]
             else:
-                emitted = self._from_text(choice.get("text") or "", bias)
+                emitted = self._from_text(text, bias)
+        if emitted is None and bias and self._not_boosted(raw, text, bias):
+            emitted = OTHER_TOKEN  # not identified, but not the target either: a "no flip"
         return self.answer(emitted, elp, entries, bias)
 
     def answer(
@@ -167,6 +183,25 @@ class ApiOracle:
         vals = sorted([*top.values(), *extra], reverse=True)
         floor = vals[self.top_n - 1] if len(vals) > self.top_n >= 1 else None
         return Answer(emitted, _clean(elp), top, tuple(amb), tuple(extra), floor)
+
+    # ---- prompt logprobs (vLLM, completions only)
+    async def prompt_logprobs(self, ids: Sequence[int]) -> list[float | None]:
+        """``lp(ids[j] | ids[:j])`` for j = 1..L-1 from one request (vLLM ``prompt_logprobs``).
+
+        Entries are keyed by token id, so no string matching is involved; entry 0 is ``null``
+        (the first prompt token has no context) and is dropped here. A missing entry or a
+        clamped ``-inf`` (-9999.0) is returned as None and left to the ladder.
+        """
+        body = self.body(ids, {}, top_n=0, prompt_logprobs=1)
+        data = await self.engine.post_json("/completions", body)
+        rows = ((data.get("choices") or [{}])[0]).get("prompt_logprobs") or []
+        out: list[float | None] = []
+        for j in range(1, len(ids)):
+            row = rows[j] if j < len(rows) else None
+            hit = (row or {}).get(str(int(ids[j]))) if isinstance(row, dict) else None
+            lp = hit.get("logprob") if isinstance(hit, dict) else None
+            out.append(_clean(float(lp)) if isinstance(lp, int | float) else None)
+        return out
 
     # ---- echo (completions only)
     async def echo(self, ids: Sequence[int], offset: int) -> list[Answer | None]:

@@ -67,11 +67,13 @@ def test_forced_token_profile(tiny_target, load):
         t = load(emu)
         s = t.sem
         assert (s.forced_token, s.echo, s.echo_offset, s.bias_reflecting, s.top_n) == (True, True, 1, False, 5)
+        assert emu.stats()["requests"] <= 24  # the probe (engine.estimate.PROBE_REQUESTS)
+        emu.reset()
         recs = t.token_logprobs(TEXTS, progress=False)
         check_records(emu, tiny_target, t, recs)
         n = sum(len(r) for r in recs)
         assert all(st == Status.EXACT for r in recs for st in r.status)
-        assert emu.stats()["requests"] <= n + len(TEXTS) + 15  # probe + echo + ≤1 per position
+        assert emu.stats()["requests"] <= n + len(TEXTS)  # echo + ≤1 per position
 
 
 def test_legacy_echo_profile_one_request_per_text(tiny_target, load):
@@ -83,6 +85,36 @@ def test_legacy_echo_profile_one_request_per_text(tiny_target, load):
         check_records(emu, tiny_target, t, recs)
         assert all(s == Strategy.ECHO for r in recs for s in r.strategy)
         assert emu.stats()["requests"] == len(TEXTS)
+
+
+@pytest.mark.parametrize("local_tokenizer", [True, False])
+def test_vllm_profile_prompt_logprobs_one_request_per_text(tiny_target, tiny_lm_dir, load, local_tokenizer):
+    """vLLM's ``prompt_logprobs``: every position exact from one request per text, with the local
+    tokenizer or through vLLM's own ``/tokenize`` (field ``prompt``)."""
+    with run_emulator(tiny_target, "vllm") as emu:
+        t = load(emu) if local_tokenizer else load_target(emu.target_spec)
+        try:
+            assert t.sem.prompt_logprobs and t.cond.id_prompts and t.cond.api == "completions"
+            emu.reset()
+            recs = t.token_logprobs(TEXTS, progress=False)
+            assert emu.stats()["by_path"]["/v1/completions"] == {"ok": len(TEXTS)}
+            errs = check_records(emu, tiny_target, t, recs)
+            assert errs.max() <= 1e-5 and all(s == Strategy.ECHO for r in recs for s in r.strategy)
+            emu.reset()
+            cond = t.conditional_logprobs("Some prefix text.", TEXTS, progress=False)
+            check_records(emu, tiny_target, t, cond)
+            assert emu.stats()["by_path"]["/v1/completions"] == {"ok": len(TEXTS)}
+        finally:
+            if not local_tokenizer:
+                t.close()
+
+
+def test_jitter_is_folded_into_error_bounds(tiny_target, load):
+    with run_emulator(tiny_target, "vllm", noise=0.02, seed=2) as emu:
+        t = load(emu)
+        assert t.sem.jitter > 0
+        rec = t.token_logprobs(TEXTS[:1], progress=False)[0]
+        assert (rec.error_bound >= t.sem.jitter).all()
 
 
 def test_bias_reflecting_profile(tiny_target, load):

@@ -14,11 +14,17 @@ from blackbox_audit.cli import main
 from blackbox_audit.fixtures.emulator import run_emulator
 
 EXPECT = {
-    "openai-chat": dict(top_n=20, integer_bias=True, forced_token=False, bias_reflecting=False, echo=False),
+    "openai-chat": dict(
+        top_n=20, integer_bias=True, forced_token=False, bias_reflecting=False, echo=False, bias_cap=100.0
+    ),
+    "openai-chat-float": dict(top_n=20, integer_bias=False, forced_token=False, bias_cap=100.0),
+    # vLLM: logit_bias silently clamped to 100 (measured, not refused); prompt_logprobs detected
+    "vllm": dict(top_n=20, integer_bias=False, forced_token=True, echo=True, prompt_logprobs=True, bias_cap=100.0),
     "openai-legacy-echo": dict(top_n=5, integer_bias=True, forced_token=True, echo=True, echo_offset=0),
     "bias-reflecting": dict(top_n=5, bias_reflecting=True, forced_token=False, echo=False),
     "argmax-only": dict(top_n=5, argmax_moves=True, forced_token=False, bias_reflecting=False, echo=False),
-    "forced-token": dict(top_n=5, integer_bias=False, forced_token=True, echo=True, echo_offset=1),
+    # llama.cpp has no bias range: the largest tested cap acts in full
+    "forced-token": dict(top_n=5, integer_bias=False, forced_token=True, echo=True, echo_offset=1, bias_cap=1000.0),
 }
 
 
@@ -31,8 +37,18 @@ def test_probe_identifies_profile(tiny_target, tiny_lm_dir, capsys, profile):
     sem = out["semantics"]
     for k, v in EXPECT[profile].items():
         assert sem[k] == v, (profile, k, sem[k], out["evidence"])
-    assert sem["deterministic"] is True
+    assert sem["deterministic"] is True and sem["jitter"] == 0.0
+    assert sem["prompt_logprobs"] is (profile == "vllm")
     assert out["evidence"] and "→" in out["ladder"]
+
+
+def test_probe_measures_order_jitter_on_a_noisy_endpoint(tiny_target, tiny_lm_dir, capsys):
+    with run_emulator(tiny_target, "openai-chat", noise=0.05, seed=3) as emu:
+        rc = main(["probe", "--target", emu.target_spec, "--tokenizer", str(tiny_lm_dir), "--no-cache", "--json"])
+    assert rc == 0
+    sem = json.loads(capsys.readouterr().out)["semantics"]
+    # per-request logit noise of sigma 0.05 moves reported logprobs by a few hundredths
+    assert sem["deterministic"] is False and 0.005 < sem["jitter"] < 1.0
 
 
 def test_probe_reports_403(tiny_target, tiny_lm_dir, capsys):

@@ -4,7 +4,7 @@ The estimate is computed from the tokenized inputs and the recovery ladder's req
 position (SPEC §1, ``adapters/recovery.py``), and stated as a range because the number of
 extra requests depends on answers not yet seen:
 
-- echo endpoints: 1 request per text (prompt = the text); a shifted echo (llama.cpp) only
+- echo and prompt-logprobs (vLLM) endpoints: 1 request per text (prompt = the text); a shifted echo (llama.cpp) only
   gives top-n lists, so its misses cost extra requests as below;
 - otherwise 1 request per scored position (prompt = its context, so a text of L tokens bills
   ``L(L-1)/2`` prompt tokens) -- the *low* end assumes every true token is in the top-n;
@@ -26,7 +26,8 @@ from typing import Any
 
 from .pricing import ModelPrice
 
-PROBE_REQUESTS = 12  # upper bound of adapters/probe.py's requests per endpoint
+PROBE_REQUESTS = 24  # upper bound of adapters/probe.py's requests per endpoint
+PROBE_REQUESTS_MIN = 10  # the fewest it sends (a chat endpoint whose first checks settle everything)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class LadderShape:
         only gives top-n lists, so missed tokens need the ladder's extra requests.
         """
         echo = bool(getattr(sem, "echo", False))
+        if getattr(sem, "prompt_logprobs", False):
+            return cls(echo=True, miss_extra_hi=0, label="prompt logprobs (vLLM)")
         if echo and not getattr(sem, "echo_offset", 0):
             return cls(echo=True, miss_extra_hi=0, label="echo")
         if getattr(sem, "bias_reflecting", False) or getattr(sem, "forced_token", False):
@@ -98,7 +101,7 @@ def estimate_scoring(
     *,
     price: ModelPrice | None = None,
     prompt_overhead: int = 0,
-    probe_requests: int = PROBE_REQUESTS,
+    probe_requests: int | tuple[int, int] = (PROBE_REQUESTS_MIN, PROBE_REQUESTS),
     max_tokens: int = 1,
 ) -> Estimate:
     """Estimate for texts of ``token_counts`` tokens (first token unscored, see ``types``)."""
@@ -113,9 +116,9 @@ def estimate_scoring(
     extra = math.ceil(positions * shape.miss_extra_hi)  # every token missing the top-n
     req = (base_req, base_req + extra)
     prompt = (base_prompt, base_prompt + math.ceil(extra * avg_ctx))  # extra requests repeat the context
-    probe_prompt = probe_requests * (8 + prompt_overhead)
-    req = (req[0] + probe_requests, req[1] + probe_requests)
-    prompt = (prompt[0] + probe_prompt, prompt[1] + probe_prompt)
+    p_lo, p_hi = (probe_requests, probe_requests) if isinstance(probe_requests, int) else probe_requests
+    req = (req[0] + p_lo, req[1] + p_hi)
+    prompt = (prompt[0] + p_lo * (8 + prompt_overhead), prompt[1] + p_hi * (8 + prompt_overhead))
     completion = (req[0] * max_tokens, req[1] * max_tokens)
     cost = None
     if price is not None:
