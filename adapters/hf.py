@@ -551,8 +551,10 @@ class HFTarget(Target):
         max_new_tokens: int = 64,
         temperature: float = 0.0,
         seed: int | None = None,
+        top_k: int | None = None,
     ) -> list[str]:
-        """Continuations (greedy at temperature 0; seeded sampling otherwise), prompts without BOS."""
+        """Continuations (greedy at temperature 0; seeded sampling otherwise, from the top ``top_k``
+        tokens when given), prompts without BOS."""
         torch = self._torch
         prompts = list(prompts)
         p_ids = [self.tokenize(p) for p in prompts]
@@ -561,7 +563,7 @@ class HFTarget(Target):
         outs: list[str] = [""] * len(prompts)
         sample = temperature > 0
         kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": sample, "pad_token_id": self._pad_id}
-        kwargs |= {"temperature": float(temperature), "top_k": 0, "top_p": 1.0} if sample else {}
+        kwargs |= {"temperature": float(temperature), "top_k": int(top_k or 0), "top_p": 1.0} if sample else {}
         with torch.random.fork_rng(devices=[] if self.device == "cpu" else None):
             if seed is not None:
                 torch.manual_seed(seed)

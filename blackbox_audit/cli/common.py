@@ -76,7 +76,7 @@ class Session:
             self.cache.close()
 
 
-API_SCHEMES = ("openai", "compat")
+API_SCHEMES = ("openai", "compat", "anthropic")
 
 
 def is_api_spec(spec: str) -> bool:
@@ -128,6 +128,21 @@ def open_session(args: argparse.Namespace, command: str, *, reference: str | Non
     return Session(dataset=dataset, target=target, recorder=recorder, out_dir=out_dir, cache=cache, reference=ref)
 
 
+def _sampling_plan(texts: Any, scores: str | None) -> tuple[tuple[int, int], list[str]] | None:
+    """((samples per prompt, max new tokens), prompts) when every requested score is text-only."""
+    if not scores:
+        return None
+    from blackbox_audit.scores import Samples, plan_requests
+
+    plan = plan_requests(list(texts), scores)
+    reqs = plan.unique
+    if not reqs or not all(isinstance(r, Samples) for r in reqs):
+        return None
+    first = reqs[0]
+    assert isinstance(first, Samples)
+    return (first.n, first.max_new_tokens), [r.prompt for r in reqs if isinstance(r, Samples)]
+
+
 def dry_run_estimate(args: argparse.Namespace) -> int:
     """``--dry-run``: print the estimate for --target on --data and return 0, sending nothing.
 
@@ -146,12 +161,32 @@ def dry_run_estimate(args: argparse.Namespace) -> int:
     if not is_api_spec(spec):
         raise UserError(
             f"--dry-run estimates API requests, and {spec} is a local model (it sends none)",
-            "drop --dry-run, or use it with an openai: or compat: target",
+            "drop --dry-run, or use it with an openai:, compat: or anthropic: target",
         )
     dataset = load_dataset(
         args.data, text_field=args.text_field, label_field=args.label_field, id_field=args.id_field, limit=args.limit
     )
     scheme, _, rest = spec.partition(":")
+    price_model = rest.partition("#")[2] or rest
+    samples = _sampling_plan(dataset.texts, getattr(args, "scores", None))
+    if samples is not None:  # text-only scores (SaMIA): requests = samples, no probe, no ladder
+        from blackbox_audit.engine.estimate import estimate_generation
+
+        if args.tokenizer or scheme == "openai":
+            table = load_token_table(args.tokenizer, model=rest)
+        else:  # anthropic: no public tokenizer, cl100k is the approximation the adapter uses too
+            table = load_token_table("tiktoken:cl100k_base")
+        (n, max_new), prompts = samples
+        price = PricingTable.load(getattr(args, "pricing", None)).get(price_model)
+        est = estimate_generation([len(table.encode(p)) for p in prompts], n, max_new, price=price, prompt_overhead=8)
+        print(est.format())
+        print(f"  tokenizer {table.name} (token counts approximate for providers without a public tokenizer)")
+        return 0
+    if scheme == "anthropic":
+        raise UserError(
+            f"{spec} returns no logprobs, so only text-only scores can be estimated or run",
+            "use --scores samia (SaMIA samples continuations and needs no logprobs)",
+        )
     if scheme == "openai":
         import os
 

@@ -24,7 +24,7 @@ from .budget import Budget, BudgetExceeded
 from .cache import CacheDamaged, CacheFull, open_request_cache, read_checked, request_key
 from .cli import add_engine_arguments, engine_from_args, engine_kwargs_from_args
 from .core import EngineStats, ProviderError, RequestEngine, RetriesExhausted, UnknownModel, estimate_body_tokens
-from .estimate import Estimate, LadderShape, estimate_scoring
+from .estimate import Estimate, LadderShape, estimate_generation, estimate_scoring
 from .pricing import ModelPrice, PricingTable
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "engine_from_args",
     "engine_kwargs_from_args",
     "estimate_scoring",
+    "estimate_generation",
     "Estimate",
     "LadderShape",
 ]

@@ -260,6 +260,7 @@ class RequestEngine:
         count_tokens: Callable[[str], int] | None = None,
         progress: bool = False,
         rescue_bytes: int = DEFAULT_RESCUE_BYTES,
+        auth_header: str = "Authorization",
     ) -> None:
         if max_concurrency < 1:
             raise UserError(f"--concurrency {max_concurrency} is below 1", "give at least 1")
@@ -273,6 +274,7 @@ class RequestEngine:
         self.base_url = public_url.rstrip("/")
         self._auth = httpx.BasicAuth(*userinfo) if userinfo else None
         self._api_key = clean_api_key(api_key, "the API key") if api_key else None
+        self.auth_header = auth_header  # "Authorization" sends "Bearer KEY"; any other name sends the key as is
         self.cache = cache
         self.store = AnswerStore(cache, rescue_bytes=rescue_bytes) if cache is not None else None
         self.max_concurrency = max_concurrency
@@ -307,7 +309,11 @@ class RequestEngine:
 
     # --- helpers -------------------------------------------------------------------------
     def _auth_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        if not self._api_key:
+            return {}
+        if self.auth_header.lower() == "authorization":
+            return {"Authorization": f"Bearer {self._api_key}"}
+        return {self.auth_header: self._api_key}  # e.g. Anthropic's x-api-key
 
     @staticmethod
     def _redact(text: str) -> str:

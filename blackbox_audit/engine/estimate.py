@@ -124,3 +124,23 @@ def estimate_scoring(
     if price is not None:
         cost = (price.cost(prompt[0], completion[0]), price.cost(prompt[1], completion[1]))
     return Estimate(shape.label, len(token_counts), positions, req, prompt, completion, cost)
+
+
+def estimate_generation(
+    prompt_token_counts: Sequence[int],
+    samples: int,
+    max_new_tokens: int,
+    *,
+    price: ModelPrice | None = None,
+    prompt_overhead: int = 0,
+) -> Estimate:
+    """Sampling ``samples`` continuations per prompt (SaMIA): one request per sample, the prompt
+    billed each time, completions between 1 and ``max_new_tokens`` tokens (EOS may stop early)."""
+    n = len(prompt_token_counts) * samples
+    prompt = sum(c + prompt_overhead for c in prompt_token_counts) * samples
+    completion = (n, n * max_new_tokens)
+    cost = None
+    if price is not None:
+        cost = (price.cost(prompt, completion[0]), price.cost(prompt, completion[1]))
+    label = f"sampling, {samples} per text"
+    return Estimate(label, len(prompt_token_counts), 0, (n, n), (prompt, prompt), completion, cost)

@@ -90,6 +90,39 @@ class ModelList(_Wire):
     data: list[ModelEntry]
 
 
+class MessagesUsage(_Wire):
+    """Anthropic's usage block, read under the OpenAI names the engine's ledger uses."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        return self.input_tokens
+
+    @property
+    def completion_tokens(self) -> int | None:
+        return self.output_tokens
+
+    @property
+    def cached_tokens(self) -> int:
+        return int(self.cache_read_input_tokens or 0)
+
+
+class MessageBlock(_Wire):
+    type: str
+    text: str | None = None
+
+
+class MessagesAnswer(_Wire):
+    """``POST /v1/messages`` (Anthropic's Messages API): a text answer, never logprobs."""
+
+    type: str
+    content: list[MessageBlock]
+    usage: MessagesUsage | None = None
+
+
 class ProtocolError(ValueError):
     """A 200 answer that does not have the wire format's shape; ``field`` names the first bad one."""
 
@@ -116,6 +149,8 @@ def model_for(path: str) -> type[_Wire] | None:
         return CompletionAnswer
     if path.endswith("/models"):
         return ModelList
+    if path.endswith("/messages"):
+        return MessagesAnswer
     return None
 
 
@@ -135,6 +170,7 @@ def validate_answer(path: str, data: Any) -> _Wire | None:
 __all__ = [
     "ChatAnswer",
     "CompletionAnswer",
+    "MessagesAnswer",
     "ModelList",
     "ProtocolError",
     "Usage",

@@ -10,7 +10,7 @@ conversions of membership scores happen in this package (see ``builtin``).
 Add a score: subclass ``Score`` and ``register_score(MyScore())``.
 """
 
-from . import builtin, pac, recall  # noqa: F401 - register the built-in scores, pac, recall, conrecall
+from . import builtin, pac, recall, samia  # noqa: F401 - register the built-in scores, pac, recall, conrecall, samia
 from .builtin import k_count, min_k_pp_tokens, modified_entropy_tokens, polarized_distance
 from .compute import (
     FetchCall,
@@ -22,7 +22,7 @@ from .compute import (
     plan_requests,
 )
 from .registry import REQUIRED, SCORES, Score, ScoreSpec, get_score, parse_spec, register_score
-from .requests import Conditional, Full, Plain, Reference, Request
+from .requests import Conditional, Full, Plain, Reference, Request, Samples
 
 __all__ = [
     "SCORES",
@@ -37,6 +37,7 @@ __all__ = [
     "Full",
     "Conditional",
     "Reference",
+    "Samples",
     "compute_scores",
     "plan_requests",
     "parse_spec",

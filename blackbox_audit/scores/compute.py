@@ -17,21 +17,22 @@ import numpy as np
 
 from blackbox_audit.adapters.base import Target
 from blackbox_audit.errors import CapabilityError, UserError
-from blackbox_audit.types import TokenLogprobs
 
 from .registry import SCORES, ScoreSpec, parse_spec
-from .requests import Conditional, Full, Plain, Reference, Request
+from .requests import Conditional, Full, Plain, Reference, Request, Samples
 
 BoundedPolicy = Literal["error", "upper"]
 
 
 @dataclass(frozen=True)
 class FetchCall:
-    """One batched target call: ``kind`` is ``plain``, ``full``, ``conditional`` or ``reference``."""
+    """One batched target call: ``kind`` is ``plain``, ``full``, ``conditional``, ``reference`` or
+    ``samples`` (``texts`` are then the prompts, each sampled ``n`` times)."""
 
     kind: str
     texts: tuple[str, ...]
     prefix: str | None = None
+    sampling: tuple[Any, ...] | None = None  # samples: (n, max_new_tokens, temperature, top_k)
 
 
 @dataclass(frozen=True)
@@ -109,10 +110,15 @@ def plan_requests(
         if isinstance(r, Conditional):
             by_prefix.setdefault(r.prefix, []).append(r.text)
     ref = [r.text for r in unique if isinstance(r, Reference)]
+    sampled: dict[tuple[Any, ...], list[str]] = {}
+    for r in unique:
+        if isinstance(r, Samples):
+            sampled.setdefault((r.n, r.max_new_tokens, r.temperature, r.top_k), []).append(r.prompt)
     calls = [FetchCall("plain", tuple(plain))] if plain else []
     calls += [FetchCall("full", tuple(full))] if full else []
     calls += [FetchCall("conditional", tuple(ts), prefix=p) for p, ts in by_prefix.items()]
     calls += [FetchCall("reference", tuple(ref))] if ref else []
+    calls += [FetchCall("samples", tuple(ps), sampling=k) for k, ps in sampled.items()]
     return RequestPlan(
         specs=specs, per_text=tuple(per_text), unique=tuple(unique), calls=tuple(calls), full_texts=frozenset(full)
     )
@@ -122,11 +128,13 @@ _FIXES = {
     "full_distribution": "use a white-box target (hf:PATH, gguf:PATH, smollm2) or drop these scores",
     "conditional": "use a target whose adapter scores a text given a prefix, or drop these scores",
     "reference": "pass a reference target (a smaller model, e.g. --reference smollm2) or drop these scores",
+    "generation": "use a target that can generate text, or drop these scores",
 }
 _WHAT = {
     "full_distribution": "the full next-token distribution",
     "conditional": "logprobs of a text given a prefix",
     "reference": "a reference target",
+    "generation": "text generation",
 }
 
 
@@ -137,6 +145,7 @@ def check_capabilities(target: Target, specs: Sequence[ScoreSpec], reference: Ta
         "full_distribution": bool(caps.full_distribution),
         "conditional": bool(caps.conditional),
         "reference": reference is not None,
+        "generation": bool(getattr(caps, "generation", False)),
     }
     missing: dict[str, list[str]] = {}
     for spec in specs:
@@ -202,9 +211,22 @@ class ScoreTable(Mapping[str, np.ndarray]):
         return rows
 
 
-def _fetch(plan: RequestPlan, target: Target, reference: Target | None, progress: bool) -> dict[Request, TokenLogprobs]:
-    got: dict[Request, TokenLogprobs] = {}
+def _fetch(plan: RequestPlan, target: Target, reference: Target | None, progress: bool) -> dict[Request, Any]:
+    got: dict[Request, Any] = {}
     for call in plan.calls:
+        if call.kind == "samples":
+            assert call.sampling is not None
+            n, max_new, temp, top_k = call.sampling
+            kw: dict[str, Any] = {"max_new_tokens": max_new, "temperature": temp}
+            if top_k is not None:
+                kw["top_k"] = top_k
+            # one call per seed: every target (local or API) draws sample i with seed i, so a
+            # re-run is answered from the cache and sample i never depends on the batch
+            runs = [target.generate(list(call.texts), seed=i, **kw) for i in range(n)]
+            got.update(
+                (Samples(p, n, max_new, temp, top_k), tuple(r[j] for r in runs)) for j, p in enumerate(call.texts)
+            )
+            continue
         if call.kind == "plain":
             records = target.token_logprobs(list(call.texts), full_distribution=False, progress=progress)
             keys: list[Request] = [Plain(t) for t in call.texts]
@@ -261,7 +283,8 @@ def compute_scores(
     n_bounded = np.zeros(n, dtype=np.int64)
     flagged: list[int] = []
     for i, (text, reqs) in enumerate(zip(texts, plan.per_text, strict=True)):
-        used = {id(fetched[r]): (r, fetched[r]) for r in reqs}  # distinct records of this text
+        records = [r for r in reqs if not isinstance(r, Samples)]  # samples are text, not records
+        used = {id(fetched[r]): (r, fetched[r]) for r in records}  # distinct records of this text
         for req, rec in used.values():
             if len(rec) == 0:
                 raise UserError(
@@ -270,7 +293,7 @@ def compute_scores(
                 )
             n_bounded[i] += int(rec.bounded_mask.sum())
         own = next((fetched[r] for r in reqs if isinstance(r, Plain | Full) and r.text == text), None)
-        n_tokens[i] = len(own if own is not None else fetched[reqs[0]])
+        n_tokens[i] = len(own if own is not None else fetched[records[0]]) if records else 0
         if n_bounded[i]:
             flagged.append(i)
     if flagged and bounded == "error":

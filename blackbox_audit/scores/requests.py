@@ -11,6 +11,8 @@ Each descriptor names the capability it needs (``requirement``), checked before 
   also answers ``Plain`` of the same text, so a text needed both ways is fetched once.
 - ``Conditional(prefix, text)``: ``target.conditional_logprobs(prefix, [text])``.
 - ``Reference(text)``: ``reference.token_logprobs([text])`` on the second (reference) target.
+- ``Samples(prompt, n, ...)``: ``n`` sampled continuations of ``prompt`` (``target.generate``
+  with seeds ``0..n-1``); text only, so targets without logprobs can serve it (SaMIA).
 """
 
 from __future__ import annotations
@@ -52,5 +54,17 @@ class Reference:
     requirement: ClassVar[str | None] = "reference"
 
 
-Request = Plain | Full | Conditional | Reference
-REQUEST_TYPES: tuple[type, ...] = (Plain, Full, Conditional, Reference)
+@dataclass(frozen=True)
+class Samples:
+    """``n`` sampled continuations of ``prompt`` (seeds 0..n-1), answered as a tuple of strings."""
+
+    prompt: str
+    n: int
+    max_new_tokens: int
+    temperature: float
+    top_k: int | None = None
+    requirement: ClassVar[str | None] = "generation"
+
+
+Request = Plain | Full | Conditional | Reference | Samples
+REQUEST_TYPES: tuple[type, ...] = (Plain, Full, Conditional, Reference, Samples)
