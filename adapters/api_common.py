@@ -130,7 +130,7 @@ class ApiTarget(Target):
         self._echo_hits = [0, 0]  # top-n hits among echoed positions, echoed positions
         self.prior = prior  # white-box proxy with the same tokenizer (``logprob_matrix``), or None
         # search statistics shared by every call on this target: later batches search faster
-        self._gaps = GapModel(self.ladder.initial_step, self.ladder.prior_halfwidth)
+        self._gaps = GapModel(self.ladder.initial_step, self.ladder.prior_halfwidth, self.ladder.learned_brackets)
         self._guess = LpGuess()
         self.capabilities = Capabilities(
             full_distribution=False,
@@ -281,9 +281,19 @@ class ApiTarget(Target):
             if items and self._echo_adaptive(sem) and self._echo_hits[1] == 0:
                 out.append(await one(*items[0]))  # learn the echo hit rate on one text first
                 items = items[1:]
+            elif items and self._bisects(sem) and len(items) > 1 and self._gaps.density() is None:
+                # learn the gap density on one text first: otherwise every position of the
+                # batch starts its search together, before any gap is known (learned brackets)
+                out.append(await one(*items[0]))
+                items = items[1:]
             return out + list(await self.engine.gather(one(*it) for it in items))
         finally:
             bar.close()
+
+    def _bisects(self, sem: Semantics) -> bool:
+        """Tokens outside the top-n are found by bisection (no one-request rung, no full echo)."""
+        full_echo = (sem.echo and sem.echo_offset == 0 and self.cond.api == "completions") or sem.prompt_logprobs
+        return sem.argmax_moves and not (sem.forced_token or sem.bias_reflecting or full_echo)
 
     def _echo_adaptive(self, sem: Semantics) -> bool:
         """Shifted echo only yields top-n hits; on endpoints where each position costs exactly one
@@ -462,7 +472,7 @@ def build_api_target(
         table=table,
         cond=cond,
         sem=sem,
-        ladder=LadderConfig(eps=eps),
+        ladder=LadderConfig(eps=eps, learned_brackets=bool(options.get("learned_brackets", True))),
         probe_evidence=report.evidence,
         loop=loop,
         extra_engines=extra_engines,

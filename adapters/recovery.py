@@ -91,6 +91,9 @@ class LadderConfig:
     initial_step: float = 1.0  # starting guess (nats) of the typical gap lp_n - lp(t)
     prior_halfwidth: float = 1.0  # std (nats) assumed for a proxy model's prior
     votes: int = 3  # repeats per flip test when the endpoint is non-deterministic
+    # search prior from the gaps recovered so far in this run (a kernel density over them)
+    # instead of an exponential with their mean; False reproduces the earlier search
+    learned_brackets: bool = True
 
 
 @dataclass
@@ -289,9 +292,29 @@ class GapModel:
     always keeps a uniform component over the whole bracket). Correctness never depends on it.
     """
 
-    def __init__(self, mean: float = 1.0, prior_sigma: float = 1.0) -> None:
+    def __init__(self, mean: float = 1.0, prior_sigma: float = 1.0, learned: bool = True) -> None:
         self.total, self.count, self.default = 0.0, 0, mean
         self.res_sq, self.res_n, self.sigma0 = 0.0, 0, prior_sigma
+        self.learned = learned
+        self.seen: list[float] = []  # recovered gaps (the most recent MAX_SEEN)
+
+    MIN_SEEN = 6  # gaps needed before their density replaces the exponential
+    MAX_SEEN = 512
+
+    def density(self) -> tuple[Any, float] | None:
+        """(gaps, bandwidth) of the learned kernel density, or None while too few are known.
+
+        Under a chat template the text's tokens sit 10-22 nats below the top-n: an exponential
+        prior with that mean is nearly flat, while the gaps themselves cluster, so a density over
+        the run's own recovered gaps narrows the search (SPEC §1 leaves the search order free;
+        correctness never depends on it, the bracket is always proven by flips)."""
+        if not self.learned or len(self.seen) < self.MIN_SEEN:
+            return None
+        import numpy as np
+
+        g = np.asarray(self.seen[-self.MAX_SEEN :], dtype=np.float64)
+        bw = max(0.25, 1.06 * float(g.std()) * len(g) ** -0.2)  # Silverman's rule, floored
+        return g, bw
 
     @property
     def uniform_weight(self) -> float:
@@ -317,19 +340,36 @@ class GapModel:
         if math.isfinite(gap) and gap >= 0:
             self.total += gap
             self.count += 1
+            self.seen.append(gap)
 
 
 def _prior_cdf(
-    lo0: float, cap: float, gap_mean: float, center: float | None, sigma: float, uniform: float = UNIFORM_WEIGHT
+    lo0: float,
+    cap: float,
+    gap_mean: float,
+    center: float | None,
+    sigma: float,
+    uniform: float = UNIFORM_WEIGHT,
+    density: tuple[Any, float] | None = None,
 ):
-    """CDF over B* in [lo0, cap]: exponential gap above lo0 (or a normal around a proxy's
-    estimate), mixed with ``uniform`` mass spread evenly so that no region is ever starved."""
+    """CDF over B* in [lo0, cap]: exponential gap above lo0, a kernel density over learned gaps
+    (``density``), or a normal around a proxy's estimate, mixed with ``uniform`` mass spread
+    evenly so that no region is ever starved."""
     span = max(cap - lo0, 1e-9)
+    if density is not None and center is None:
+        from scipy.special import ndtr
+
+        pts, bw = density
+        k0 = ndtr((0.0 - pts) / bw)
+        k1 = ndtr((span - pts) / bw)
+        tot = float((k1 - k0).sum()) or 1.0
 
     def cdf(b: float) -> float:
         x = min(max(b, lo0), cap)
         uni = (x - lo0) / span
-        if center is None:
+        if density is not None and center is None:
+            main = float((ndtr((x - lo0 - pts) / bw) - k0).sum()) / tot
+        elif center is None:
             main = -math.expm1(-(x - lo0) / gap_mean) / -math.expm1(-span / gap_mean)
         else:
             z0 = math.erf((lo0 - center) / (sigma * math.sqrt(2)))
@@ -375,7 +415,7 @@ async def _bisect(
     """
     notes: list[str] = []
     disputed: list[float] = []  # biases whose repeated answers disagreed
-    gaps = gaps if gaps is not None else GapModel(cfg.initial_step, cfg.prior_halfwidth)
+    gaps = gaps if gaps is not None else GapModel(cfg.initial_step, cfg.prior_halfwidth, cfg.learned_brackets)
 
     async def flip_once(b: float) -> bool:
         emitted = (await ask({target: b})).emitted
@@ -453,8 +493,11 @@ async def _bisect_core(
     lo, hi, hi_seen = lo0, cap, False
     if prior is not None and lo0 < lp_r - prior < cap:
         lo, hi, hi_seen = await _bracket_prior(flips, sem, cfg, lp_r - prior, lo, hi)
-    cdf = _prior_cdf(lo0, cap, gaps.mean, None, gaps.prior_sigma, gaps.uniform_weight)
+    seen = -1
     while hi - lo > cfg.eps:
+        if gaps.count != seen:  # positions finishing meanwhile sharpen the prior of this one
+            seen = gaps.count
+            cdf = _prior_cdf(lo0, cap, gaps.mean, None, gaps.prior_sigma, gaps.uniform_weight, gaps.density())
         q = _mass_median(cdf, lo, hi)
         if sem.integer_bias:
             ints = range(math.floor(lo) + 1, math.ceil(hi))
@@ -542,7 +585,7 @@ async def recover_many(
     """All positions concurrently; the oracle's engine bounds how many requests are in flight."""
     pri = priors if priors is not None else [None] * len(jobs)
     bases = list(bases) if bases is not None else [None] * len(jobs)
-    gaps = gaps if gaps is not None else GapModel(cfg.initial_step, cfg.prior_halfwidth)
+    gaps = gaps if gaps is not None else GapModel(cfg.initial_step, cfg.prior_halfwidth, cfg.learned_brackets)
     guess = guess if guess is not None else LpGuess()
     return list(
         await asyncio.gather(

@@ -99,7 +99,7 @@ async def pac_position(oracle, ctx, t, eps=0.01, lo=0.0, hi=200.0):
     return lp_r - (lo + hi) / 2, n
 
 
-def run_pac(target, texts):
+def run_pac(target, texts, hi=200.0):
     """One token at a time (sequential, as the paper describes)."""
 
     async def go():
@@ -107,7 +107,7 @@ def run_pac(target, texts):
         for text in texts:
             ids = target.tokenize(text)
             for i in range(1, len(ids)):
-                lp, n = await pac_position(target.oracle, ids[:i], ids[i])
+                lp, n = await pac_position(target.oracle, ids[:i], ids[i], hi=hi)
                 lps.append(lp)
                 reqs.append(n)
         return np.array(lps), np.array(reqs)
@@ -115,14 +115,32 @@ def run_pac(target, texts):
     return target._loop.run(go())
 
 
-def bench_profile(backend, tok_dir, texts, profile, label, *, pac: bool, **overrides):
+def bench_samia(backend, tok_dir, texts, n=2, max_new=8):
+    """The no-logprobs profile: no ladder at all; SaMIA's requests per text through the adapter."""
+    import os
+
+    from blackbox_audit.adapters import load_target
+    from blackbox_audit.fixtures.emulator import run_emulator
+    from blackbox_audit.scores import compute_scores
+
+    os.environ.setdefault("ANTHROPIC_API_KEY", "bench-no-key")
+    with run_emulator(backend, "anthropic", model="claude-emu") as emu:
+        target = load_target(f"anthropic:{emu.base_url}#claude-emu")
+        try:
+            emu.reset()
+            compute_scores(target, texts, f"samia:n={n}:max_new_tokens={max_new}", progress=False)
+            return {"profile": f"anthropic (no logprobs; SaMIA n={n})", "requests": emu.stats()["requests"]}
+        finally:
+            target.close()
+
+
+def bench_profile(backend, tok_dir, texts, profile, label, *, pac: bool, pac_hi=200.0, old=False, **overrides):
     from blackbox_audit.adapters import load_target
     from blackbox_audit.fixtures.emulator import run_emulator
 
     with run_emulator(backend, profile, **overrides) as emu:
-        target = load_target(emu.target_spec, tokenizer=tok_dir, max_concurrency=16) if tok_dir else None
-        if target is None:
-            target = load_target(emu.target_spec, max_concurrency=16)
+        opts = {"tokenizer": tok_dir} if tok_dir else {}
+        target = load_target(emu.target_spec, max_concurrency=16, **opts)
         try:
             emu.reset()
             t0 = time.time()
@@ -155,9 +173,19 @@ def bench_profile(backend, tok_dir, texts, profile, label, *, pac: bool, **overr
                 else n_pos + n_missed,
                 "ours_wall_s": ours_wall,
             }
+            if old:  # the same run with the earlier exponential search prior, side by side
+                emu.reset()
+                before = load_target(emu.target_spec, max_concurrency=16, learned_brackets=False, **opts)
+                try:
+                    emu.reset()
+                    recs_b = before.token_logprobs(texts, progress=False)
+                    per_b = np.concatenate([r.requests for r in recs_b])
+                    row["old_req_per_missed"] = per_b[missed].sum() / max(1, n_missed)
+                finally:
+                    before.close()
             if pac:
                 emu.reset()
-                lps, reqs = run_pac(target, texts)
+                lps, reqs = run_pac(target, texts, hi=pac_hi)
                 row["pac_req"] = emu.stats()["requests"]
                 row["pac_req_per_pos"] = row["pac_req"] / n_pos
                 row["pac_req_per_missed"] = reqs[missed].sum() / max(1, n_missed)
@@ -185,12 +213,14 @@ def main(argv=None) -> int:
     print(f"backend {args.backend or 'tiny random GPT-2'}; {len(texts)} texts x {args.tokens} tokens", flush=True)
     loose = {"strict_bias": False}
     plan = [
-        ("openai-chat", "openai-chat (float bias)", True, loose),
+        ("openai-chat", "openai-chat (strict, int bias)", False, {"old": True}),
+        ("openai-chat-float", "openai-chat-float (eps 0.01)", True, {"old": True, "pac_hi": 100.0}),
+        ("openai-chat", "openai-chat (no range check)", True, loose),
         ("argmax-only", "argmax-only (float bias)", True, loose),
         ("forced-token", "forced-token", True, {}),
         ("bias-reflecting", "bias-reflecting", True, loose),
         ("openai-legacy-echo", "openai-legacy-echo", False, {}),
-        ("openai-chat", "openai-chat (strict, int bias)", False, {}),
+        ("vllm", "vllm (prompt_logprobs)", False, {}),
     ]
     if args.only:
         keep = tuple(x.strip() for x in args.only.split(","))
@@ -199,9 +229,11 @@ def main(argv=None) -> int:
     for profile, label, pac, over in plan:
         rows.append(bench_profile(backend, tok_dir, texts, profile, label, pac=pac, **over))
         print(f"  done {label}", file=sys.stderr, flush=True)
+    samia_row = None if args.only and not "anthropic".startswith(keep) else bench_samia(backend, tok_dir, texts)
     hdr = (
-        f"{'profile':32} {'pos':>4} {'miss':>4} | {'ours r/pos':>10} {'ours r/miss':>11} {'max|err|':>9} "
-        f"{'mean|err|':>9} {'bnd':>3} | {'PAC r/miss':>10} {'PAC max':>8} | {'ours/PAC':>8} {'ours/floor':>10}"
+        f"{'profile':32} {'pos':>4} {'miss':>4} | {'ours r/pos':>10} {'ours r/miss':>11} {'old r/miss':>10} "
+        f"{'max|err|':>9} {'mean|err|':>9} {'bnd':>3} | {'PAC r/miss':>10} {'PAC max':>8} | {'ours/PAC':>8} "
+        f"{'ours/floor':>10}"
     )
     print(hdr)
     print("-" * len(hdr))
@@ -211,11 +243,16 @@ def main(argv=None) -> int:
         errs = f"{r['ours_max_err']:9.2e} {r['ours_mean_err']:9.2e} {r['ours_bounded']:3d}"
         print(
             f"{r['profile']:32} {r['positions']:4d} {r['missed']:4d} | {r['ours_req_per_pos']:10.3f} "
-            f"{r['ours_req_per_missed']:11.3f} {errs} | "
+            f"{r['ours_req_per_missed']:11.3f} "
+            + (f"{r['old_req_per_missed']:10.3f} " if "old_req_per_missed" in r else f"{'-':>10} ")
+            + f"{errs} | "
             + (f"{pac_rm:10.3f} {r['pac_max_err']:8.1e} | " if pac_rm else f"{'-':>10} {'-':>8} | ")
             + f"{ratio} {r['ours_req'] / r['floor']:10.3f}"
         )
-    print("\nr/pos = requests per scored position (probe excluded); r/miss = requests spent on positions whose")
+    if samia_row is not None:
+        print(f"{samia_row['profile']:32} {samia_row['requests'] / len(texts):.1f} requests per text; no logprobs")
+    print("\nold r/miss = the same endpoint searched with the earlier exponential prior (learned_brackets=False).")
+    print("r/pos = requests per scored position (probe excluded); r/miss = requests spent on positions whose")
     print("token misses the unbiased top-n, per such token; floor = SPEC §1 physical limit (requests). SPEC's floor")
     print("assumes an unbiased request per position; forced-token/bias-reflecting endpoints asked directly with the")
     print("bias need only 1 per position, hence ratios below 1. PAC treats an unidentifiable emitted token as no flip.")
