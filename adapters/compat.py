@@ -171,3 +171,35 @@ def load_compat(rest: str, **options: Any) -> ApiTarget:
         extra_engines=[],
         options=options,
     )
+
+
+def plan_compat(rest: str, **options: Any) -> Any:
+    """Planning view of ``compat:BASE_URL#MODEL`` for ``--dry-run``. Asking the server for its
+    tokenizer would send requests, so a local ``tokenizer`` option is required."""
+    from blackbox_audit.engine import PricingTable
+
+    from .planning_views import api_planning_view
+
+    url, sep, model = rest.partition("#")
+    if not sep or not model or not url.startswith(("http://", "https://")):
+        raise UserError(
+            f"bad compat target 'compat:{rest}'",
+            "write compat:BASE_URL#MODEL, e.g. compat:http://127.0.0.1:8000/v1#my-model",
+        )
+    if not options.get("tokenizer"):
+        raise UserError(
+            "--dry-run on a compat: target needs a local tokenizer (asking the server's would send requests)",
+            "add --tokenizer tiktoken:NAME, an HF folder or a .gguf matching the served model",
+        )
+    table = load_token_table(options["tokenizer"])
+    price = PricingTable.load(options.get("pricing")).get(model)
+    sampling = options.get("sampling")
+    return api_planning_view(
+        f"compat:{url}#{model}",
+        url,
+        model,
+        table,
+        price,
+        sampling=dict(COMPAT_SAMPLING if sampling is None else sampling),
+        **{k: v for k, v in options.items() if k != "sampling"},
+    )

@@ -83,6 +83,22 @@ def report_from_json(obj: dict[str, Any]) -> ProbeReport:
     return ProbeReport(obj["api"], bool(obj["id_prompts"]), None if sem is None else Semantics(**sem), obj["evidence"])
 
 
+def cached_probe_report(
+    cache: Any, base_url: str, model: str, table: TokenTable, api: str, system: str | None, template: str, sampling: Any
+) -> ProbeReport | None:
+    """The probe report stored for this endpoint and conditioning, or None (nothing is sent).
+
+    Keyed like ``build_api_target``'s: the URL without credentials, entries checksummed."""
+    if cache is None:
+        return None
+    from blackbox_audit.engine import read_checked
+    from blackbox_audit.redaction import split_url_credentials
+
+    public_url = split_url_credentials(base_url)[0].rstrip("/")
+    hit = read_checked(cache, probe_cache_key(public_url, model, table, api, system, template, sampling))
+    return None if hit is None or hit.get("semantics") is None else report_from_json(hit)
+
+
 async def _try(engine: RequestEngine, path: str, body: dict[str, Any]) -> tuple[dict[str, Any] | None, int | None]:
     """The answer, or the status of a refusal of *this request*; any other failure propagates."""
     try:

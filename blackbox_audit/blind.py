@@ -77,7 +77,7 @@ def blind_warning(result: dict[str, Any]) -> str | None:
     if result.get("auc") is None or result["auc"] < CONFOUNDED_AUC:
         return None
     return (
-        f"warning: a text-only classifier that never queries the model reaches AUC {result['auc']:.3f} "
+        f"a text-only classifier that never queries the model reaches AUC {result['auc']:.3f} "
         f"(blind baseline, >= {CONFOUNDED_AUC}); members and non-members differ in content, so model "
         "scores on this dataset are not evidence of membership (see Das et al. 2024)"
     )

@@ -97,6 +97,8 @@ OUTPUT_NAMES = (
     "run.json",
     "scores.jsonl",
     "metrics.json",
+    "verdict.json",
+    "prefix_scores.jsonl",
     "logprobs.jsonl",
     "selection.jsonl",
     "summary.json",

@@ -18,12 +18,14 @@ def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     captured = capsys.readouterr()
     assert "[1/" in captured.err  # step-by-step progress
 
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = json.loads((out / "score" / "metrics.json").read_text())
     for name in ("loss", "zlib", "min_k", "min_k_pp", "blind"):
         assert 0.0 <= metrics[name]["auc"] <= 1.0 and metrics[name]["n"] == 60, name
     assert "recall" not in metrics and "pac" not in metrics  # left out on the tiny canary (see demo.py)
     assert any("recall" in note for note in run_notes(out))
-    assert metrics["ptdi"]["n_calibration"] == 20 and metrics["ptdi"]["n_test"] == 60
+    ptdi = json.loads((out / "ptdi" / "verdict.json").read_text())["details"]
+    assert ptdi["n_calibration"] == 20 and ptdi["n_test"] == 60 and ptdi["method"] == "subtraction"
+    assert json.loads((out / "ptdi-vanilla" / "run.json").read_text())["config"]["method"] == "vanilla"
 
     table = captured.out
     for name in ("loss", "min_k", "blind", "ptdi/subtraction"):
@@ -32,7 +34,7 @@ def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
             assert f"{metrics[name]['auc']:.3f}" in line
     assert str(out) in table
 
-    rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (out / "score" / "scores.jsonl").read_text().splitlines()]
     assert len(rows) == 60 and sum(r["label"] for r in rows) == 30
     run = json.loads((out / "run.json").read_text())
     card = run["canary"]["card"]

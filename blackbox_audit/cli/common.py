@@ -1,5 +1,8 @@
-"""Options and set-up shared by the commands that score a dataset on a target.
+"""Options and set-up shared by the command modules (this module is not a command).
 
+Command modules parse their arguments, build a method (``blackbox_audit.methods``) and hand its
+result to the one result writer (``blackbox_audit.results``) through ``Session.finish``; they
+import this module and never each other (``tests/test_layout.py`` checks it).
 ``add_common_arguments`` gives every such command the same flags; ``open_session`` turns
 them into a loaded ``Dataset``, a cache-wrapped ``Target`` and a ``RunRecorder``. The data is
 read before the model is loaded so that a bad file fails in a second, not after a model load.
@@ -16,8 +19,9 @@ from typing import Any
 from blackbox_audit.cache import CachedTarget, default_cache_dir, open_cache
 from blackbox_audit.data import Dataset, load_dataset
 from blackbox_audit.engine.cli import engine_kwargs_from_args
-from blackbox_audit.errors import UserError
+from blackbox_audit.methods.base import AuditInputs, CostPlan, MethodResult
 from blackbox_audit.reports import RunRecorder, check_out_dir
+from blackbox_audit.results import print_result, write_result
 
 
 def positive_int(value: str) -> int:
@@ -68,6 +72,16 @@ class Session:
     cache: Any | None
     reference: CachedTarget | None = None
 
+    def inputs(self, **kw: Any) -> AuditInputs:
+        """The method inputs of this session: its data, target and reference (+ ``kw``)."""
+        return AuditInputs(data=self.dataset, target=self.target, reference=self.reference, **kw)
+
+    def finish(self, result: MethodResult, *, extra: dict[str, Any] | None = None) -> int:
+        """Write ``result`` with the one result writer, print it, return the exit status."""
+        paths = write_result(result, self.out_dir, recorder=self.recorder, target=self.target, extra=extra)
+        print_result(result, paths)
+        return 0
+
     def close(self) -> None:
         for t in (self.target, self.reference):
             if t is not None:
@@ -76,26 +90,16 @@ class Session:
             self.cache.close()
 
 
-API_SCHEMES = ("openai", "compat", "anthropic")
+def _target_options(args: argparse.Namespace, spec: str) -> dict[str, Any]:
+    """The command-line options that the target's kind takes (``adapters.registry``)."""
+    from blackbox_audit.adapters import target_kind
 
-
-def is_api_spec(spec: str) -> bool:
-    return spec.split(":", 1)[0] in API_SCHEMES
-
-
-def _target_options(args: argparse.Namespace, spec: str = "") -> dict[str, Any]:
-    """White-box options for local targets; --tokenizer/--api-key-env/--api for API targets."""
-    opts: dict[str, Any] = {}
-    names = ("tokenizer", "api_key_env", "api") if is_api_spec(spec) else ("device", "batch_size")
-    for name in names:
-        if getattr(args, name, None):
-            opts[name] = getattr(args, name)
-    return opts
+    return {name: getattr(args, name) for name in target_kind(spec).options if getattr(args, name, None)}
 
 
 def load_cached_target(spec: str, args: argparse.Namespace, cache: Any | None) -> CachedTarget:
     """``load_target(spec)`` with --device/--batch-size, wrapped in ``CachedTarget``."""
-    from blackbox_audit.adapters import load_target
+    from blackbox_audit.adapters import is_api_spec, load_target
 
     opts = _target_options(args, spec)
     if is_api_spec(spec) and hasattr(args, "budget_usd"):
@@ -113,9 +117,7 @@ def prepare_out_dir(out: str) -> Path:
 def open_session(args: argparse.Namespace, command: str, *, reference: str | None = None) -> Session:
     """Load data (first, it is cheap), then the cache and target(s)."""
     recorder = RunRecorder(command, args)
-    dataset = load_dataset(
-        args.data, text_field=args.text_field, label_field=args.label_field, id_field=args.id_field, limit=args.limit
-    )
+    dataset = load_data(args)
     out_dir = prepare_out_dir(args.out)
     cache = None if args.no_cache else open_cache(args.cache_dir)
     try:
@@ -128,102 +130,78 @@ def open_session(args: argparse.Namespace, command: str, *, reference: str | Non
     return Session(dataset=dataset, target=target, recorder=recorder, out_dir=out_dir, cache=cache, reference=ref)
 
 
-def _sampling_plan(texts: Any, scores: str | None) -> tuple[tuple[int, int], list[str]] | None:
-    """((samples per prompt, max new tokens), prompts) when every requested score is text-only."""
-    if not scores:
-        return None
-    from blackbox_audit.scores import Samples, plan_requests
-
-    plan = plan_requests(list(texts), scores)
-    reqs = plan.unique
-    if not reqs or not all(isinstance(r, Samples) for r in reqs):
-        return None
-    first = reqs[0]
-    assert isinstance(first, Samples)
-    return (first.n, first.max_new_tokens), [r.prompt for r in reqs if isinstance(r, Samples)]
-
-
-def dry_run_estimate(args: argparse.Namespace) -> int:
-    """``--dry-run``: print the estimate for --target on --data and return 0, sending nothing.
-
-    The target is not loaded (loading an API target probes it): the texts are tokenized with a
-    local tokenizer (openai: tiktoken; compat: --tokenizer) and the ladder's shape comes from a
-    probe report already in the cache for that target, else the unprobed (widest) range.
-    """
-    from blackbox_audit.adapters.compat import COMPAT_SAMPLING
-    from blackbox_audit.adapters.openai_api import DEFAULT_BASE_URL
-    from blackbox_audit.adapters.probe import probe_cache_key
-    from blackbox_audit.adapters.tokenizers import load_token_table
-    from blackbox_audit.engine import LadderShape, PricingTable, estimate_scoring
-    from blackbox_audit.engine.estimate import UNKNOWN
-
-    spec = args.target
-    if not is_api_spec(spec):
-        raise UserError(
-            f"--dry-run estimates API requests, and {spec} is a local model (it sends none)",
-            "drop --dry-run, or use it with an openai:, compat: or anthropic: target",
-        )
-    dataset = load_dataset(
+def load_data(args: argparse.Namespace) -> Dataset:
+    """The ``--data`` file with the common field options."""
+    return load_dataset(
         args.data, text_field=args.text_field, label_field=args.label_field, id_field=args.id_field, limit=args.limit
     )
-    scheme, _, rest = spec.partition(":")
-    price_model = rest.partition("#")[2] or rest
-    samples = _sampling_plan(dataset.texts, getattr(args, "scores", None))
-    if samples is not None:  # text-only scores (SaMIA): requests = samples, no probe, no ladder
-        from blackbox_audit.engine.estimate import estimate_generation
 
-        if args.tokenizer or scheme == "openai":
-            table = load_token_table(args.tokenizer, model=rest)
-        else:  # anthropic: no public tokenizer, cl100k is the approximation the adapter uses too
-            table = load_token_table("tiktoken:cl100k_base")
-        (n, max_new), prompts = samples
-        price = PricingTable.load(getattr(args, "pricing", None)).get(price_model)
-        est = estimate_generation([len(table.encode(p)) for p in prompts], n, max_new, price=price, prompt_overhead=8)
-        print(est.format())
-        print(f"  tokenizer {table.name} (token counts approximate for providers without a public tokenizer)")
-        return 0
-    if scheme == "anthropic":
-        raise UserError(
-            f"{spec} returns no logprobs, so only text-only scores can be estimated or run",
-            "use --scores samia (SaMIA samples continuations and needs no logprobs)",
-        )
-    if scheme == "openai":
-        import os
 
-        model, sampling = rest, {}
-        base_url = os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        table = load_token_table(args.tokenizer, model=model)
-    else:
-        base_url, _, model = rest.partition("#")
-        sampling = dict(COMPAT_SAMPLING)
-        if not args.tokenizer:
-            raise UserError(
-                "--dry-run on a compat: target needs a local tokenizer (asking the server's would send requests)",
-                "add --tokenizer tiktoken:NAME, an HF folder or a .gguf matching the served model",
-            )
-        table = load_token_table(args.tokenizer)
-    counts = [len(table.encode(t)) for t in dataset.texts]
-    shape, probe_requests, source = UNKNOWN, None, "not probed yet: widest range"
-    cache = None if args.no_cache else open_cache(args.cache_dir)
+def dry_run(args: argparse.Namespace, plan: CostPlan) -> int:
+    """``--dry-run``: print what ``plan`` (a method's ``plan``) would send to ``--target``; send nothing.
+
+    The target is not loaded (loading an API target probes it): its planning view
+    (``adapters.planning_view``) tokenizes locally and takes the ladder's shape from a probe
+    report already in the cache for that target, else the unprobed (widest) range.
+    """
+    from blackbox_audit.adapters import planning_view
+    from blackbox_audit.planning import price_plan
+
+    cache = None if getattr(args, "no_cache", False) else open_cache(args.cache_dir)
     try:
-        if cache is not None:
-            from blackbox_audit.engine import read_checked
-            from blackbox_audit.redaction import split_url_credentials
-
-            public_url = split_url_credentials(base_url)[0].rstrip("/")
-            key = probe_cache_key(public_url, model, table, args.api or "auto", None, "{prefix}", sampling)
-            hit = read_checked(cache, key)
-            if hit is not None and hit.get("semantics") is not None:
-                from blackbox_audit.adapters.probe import report_from_json
-
-                shape = LadderShape.from_semantics(report_from_json(hit).semantics)
-                probe_requests, source = 0, "from the cached probe of this target"
+        opts = {k: getattr(args, k, None) for k in ("tokenizer", "api", "pricing")}
+        view = planning_view(args.target, cache=cache, **{k: v for k, v in opts.items() if v})
     finally:
         if cache is not None:
             cache.close()
-    price = PricingTable.load(getattr(args, "pricing", None)).get(model)
-    kw = {} if probe_requests is None else {"probe_requests": probe_requests}
-    est = estimate_scoring(counts, shape, price=price, **kw)
-    print(est.format())
-    print(f"  ladder shape {source}; tokenizer {table.name}; estimate covers one pass of per-token logprobs")
+    print(price_plan(plan, view).format())
     return 0
+
+
+def add_canary_arguments(parser: argparse.ArgumentParser, *, defaults: dict[str, int] | None = None) -> None:
+    """Options shared by ``canary build`` and ``demo`` (``defaults`` overrides the sizes)."""
+    from blackbox_audit.fixtures.canary import BASES, CanaryOptions
+
+    d = {"members": CanaryOptions.n_members, "nonmembers": CanaryOptions.n_nonmembers}
+    d |= {"calibration": CanaryOptions.n_calibration, **(defaults or {})}
+    g = parser.add_argument_group("canary")
+    g.add_argument("--corpus", default="sotu", help="built-in corpus (sotu) or a .jsonl/.txt file (default: sotu)")
+    g.add_argument("--base", choices=BASES, default="tiny", help="tiny (from scratch, minutes) or smollm2 (LoRA)")
+    g.add_argument("--seed", type=int, default=0, help="split and training seed (default: 0)")
+    g.add_argument("--members", type=positive_int, default=d["members"], help=f"members (default: {d['members']})")
+    g.add_argument(
+        "--nonmembers", type=positive_int, default=d["nonmembers"], help=f"non-members (default: {d['nonmembers']})"
+    )
+    g.add_argument(
+        "--calibration",
+        type=int,
+        default=d["calibration"],
+        help=f"extra non-members for calibration (default: {d['calibration']})",
+    )
+    g.add_argument("--min-tokens", type=positive_int, default=32, help="shortest sample, in words+punctuation (32)")
+    g.add_argument("--max-tokens", type=positive_int, default=128, help="longest sample, in words+punctuation (128)")
+    g.add_argument("--epochs", type=positive_int, help="training epochs (default: per base, see card.json)")
+    g.add_argument("--rebuild", action="store_true", help="ignore a cached build with the same options")
+    g.add_argument("--cache-dir", help="cache folder (default: $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
+
+
+def options_from_args(args: argparse.Namespace) -> Any:
+    """``CanaryOptions`` from the parsed ``add_canary_arguments`` flags."""
+    from dataclasses import replace
+
+    from blackbox_audit.fixtures.canary import CanaryOptions, default_train_config
+
+    train = default_train_config(args.base)
+    if args.epochs:
+        train = replace(train, epochs=args.epochs)
+    return CanaryOptions(
+        corpus=args.corpus,
+        base=args.base,
+        seed=args.seed,
+        n_members=args.members,
+        n_nonmembers=args.nonmembers,
+        n_calibration=args.calibration,
+        min_tokens=args.min_tokens,
+        max_tokens=args.max_tokens,
+        train=train,
+    )

@@ -1,13 +1,15 @@
 """``blackbox-audit demo``: the README's first command — a full offline audit of a canary.
 
 It builds (or reuses from the cache) the default tiny canary — a model trained on a known,
-random half of a corpus — scores it white-box with every applicable membership score, adds
-the model-free blind baseline, and prints one compact table (AUC, TPR at 5% FPR). On a canary
-the blind baseline must sit near 0.5 while the model scores rise above it; that contrast is the
-point of the demo.
+random half of a corpus — runs the ``score`` method white-box with every applicable
+membership score (its metrics include the model-free blind baseline), then PTDI on a score
+chosen in advance, and prints one compact table (AUC, TPR at 5% FPR). On a canary the blind
+baseline must sit near 0.5 while the model scores rise above it; that contrast is the point of
+the demo.
 
-The demo is a list of steps (``STEPS``); each takes the shared ``DemoRun`` and appends table
-rows and files. Later issues (API path, EM-MIA, DI) add a step here.
+Each method's result goes through the one result writer into its own folder (``OUT/score``,
+``OUT/ptdi``, ``OUT/ptdi-vanilla``); ``OUT/run.json`` records the canary, the table and the
+notes. The demo is a list of steps (``STEPS``); each takes the shared ``DemoRun``.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blackbox_audit.cli.canary import add_canary_arguments, options_from_args
+from blackbox_audit.cli.common import add_canary_arguments, options_from_args, prepare_out_dir
+from blackbox_audit.data import Dataset, Sample
 from blackbox_audit.errors import UserError
+from blackbox_audit.methods.base import AuditInputs, Method, MethodResult, ScoredSet
 
 #: Table rows: method, auc, tpr@5%, note.
 Row = dict[str, Any]
@@ -36,24 +40,31 @@ class DemoRun:
     canary: Any = None
     target: Any = None  # CachedTarget over the canary model
     cache: Any = None
-    texts: list[str] = field(default_factory=list)
-    labels: list[int] = field(default_factory=list)
-    ids: list[str] = field(default_factory=list)
-    score_table: Any = None
+    data: Dataset | None = None
+    results: dict[str, MethodResult] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
-    metrics: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    def run_method(self, folder: str, method: Method, inputs: AuditInputs) -> MethodResult:
+        """Run ``method`` and write its result into ``OUT/folder`` with the one result writer."""
+        from blackbox_audit.results import write_result
+
+        result = method.run(inputs)
+        write_result(result, self.out_dir / folder, target=self.target)
+        self.results[folder] = result
+        return result
+
+
+def _dataset(rows: list[dict[str, Any]], name: str) -> Dataset:
+    return Dataset([Sample(str(r["id"]), r["text"], int(r["label"])) for r in rows], path=name)
 
 
 def _step_canary(run: DemoRun) -> None:
     from blackbox_audit.fixtures.canary import build_canary
 
     run.canary = build_canary(options_from_args(run.args), cache_dir=run.args.cache_dir, rebuild=run.args.rebuild)
-    data = run.canary.dataset()
-    run.texts = [r["text"] for r in data]
-    run.labels = [int(r["label"]) for r in data]
-    run.ids = [r["id"] for r in data]
+    run.data = _dataset(run.canary.dataset(), str(run.canary.dataset_path))
     card = run.canary.card
     run.extra["canary"] = {"path": str(run.canary.path), "card": card}
     print(
@@ -89,12 +100,12 @@ def applicable_scores(
 
     names: list[str] = []
     skipped: dict[str, str] = {}
+    reasons = SLOW_SCORES if leave_out is None else leave_out
     for name in sorted(SCORES):
         score = SCORES[name]
         if any(issubclass(n, Reference) for n in score.needs):
             skipped[name] = "needs a reference model"
             continue
-        reasons = SLOW_SCORES if leave_out is None else leave_out
         if name in reasons:
             skipped[name] = reasons[name]
             continue
@@ -111,9 +122,7 @@ def applicable_scores(
 def _step_scores(run: DemoRun) -> None:
     from blackbox_audit.adapters import load_target
     from blackbox_audit.cache import CachedTarget, open_cache
-    from blackbox_audit.cli.score import metrics_table
-    from blackbox_audit.reports import write_jsonl
-    from blackbox_audit.scores import compute_scores
+    from blackbox_audit.methods.scoring import ScoreConfig, ScoreMethod
 
     run.cache = None if run.args.no_cache else open_cache(run.args.cache_dir)
     run.target = CachedTarget(load_target(run.canary.target_spec), run.cache)
@@ -124,29 +133,15 @@ def _step_scores(run: DemoRun) -> None:
         leave_out = {**SLOW_SCORES, **(TINY_SKIPPED if run.canary.card["base"] == "tiny" else {})}
         names, skipped = applicable_scores(run.target, params, leave_out)
     params = {k: v for k, v in params.items() if k in {n.split(":")[0] for n in names}}
-    run.score_table = compute_scores(run.target, run.texts, names, params=params, ids=run.ids)
-    write_jsonl(run.out_dir / "scores.jsonl", run.score_table.to_rows(run.ids, run.labels))
-    metrics = metrics_table(run.score_table, run.labels)
-    run.metrics.update(metrics)
-    for name, m in metrics.items():
-        run.rows.append({"method": name, "auc": m["auc"], "tpr5": m["tpr_at_5pct_fpr"], "note": "white-box"})
+    method = ScoreMethod(ScoreConfig(scores=tuple(names), params=params, seed=run.args.seed))
+    result = run.run_method("score", method, AuditInputs(data=run.data, target=run.target))
+    for name, m in result.metrics.items():
+        note = "text only, no model" if name == "blind" else "white-box"
+        row = {"method": name, "auc": m["auc"], "tpr5": m["tpr_at_5pct_fpr"], "note": note}
+        run.rows.append(row)
+    run.notes += result.warnings
     for name, why in skipped.items():
         run.notes.append(f"score {name} skipped: {why}")
-    run.extra["scores"] = run.score_table.params
-
-
-def _step_blind(run: DemoRun) -> None:
-    from blackbox_audit.blind import blind_baseline, blind_warning
-
-    result = blind_baseline(run.texts, run.labels, seed=run.args.seed)
-    result.pop("scores")
-    run.metrics["blind"] = result
-    run.rows.append(
-        {"method": "blind", "auc": result["auc"], "tpr5": result["tpr_at_5pct_fpr"], "note": "text only, no model"}
-    )
-    warning = blind_warning(result)
-    if warning:
-        run.notes.append(warning)
 
 
 def _step_ptdi(run: DemoRun) -> None:
@@ -154,29 +149,37 @@ def _step_ptdi(run: DemoRun) -> None:
 
     The score is chosen before looking at any result (``--ptdi-score``, default Min-K%, one of
     the two scores of the PTDI paper's experiments); picking the best AUC would peek at labels.
+    Vanilla BH runs beside it for contrast.
     """
-    from blackbox_audit.methods.ptdi import ptdi_report
-    from blackbox_audit.scores import compute_scores
+    from blackbox_audit.methods.ptdi import PTDI, PTDIConfig
 
+    scored = run.results["score"]
     wanted = run.args.ptdi_score
-    score = wanted if wanted in run.score_table else next(iter(run.score_table))
+    score = wanted if wanted in scored.scores else next(iter(scored.scores))
     if score != wanted:
         run.notes.append(f"PTDI uses {score}: --ptdi-score {wanted} was not among the computed scores")
-    calibration = [r["text"] for r in run.canary.calibration]
+    calibration = run.canary.calibration
     if len(calibration) < 10:
         run.notes.append(f"PTDI skipped: needs calibration non-members, the canary has {len(calibration)}")
         return
-    cal = compute_scores(run.target, calibration, [score])[score]
-    report = ptdi_report(run.score_table[score], run.labels, cal, run.args.alpha)
-    run.metrics["ptdi"] = {"score": score, **report}
-    for method, m in report["methods"].items():
-        power = "n/a" if m.get("power") is None else f"{m['power']:.2f}"
+    test = ScoredSet(ids=scored.ids, scores={score: scored.scores[score]}, labels=scored.labels)
+    inputs = AuditInputs(
+        target=run.target,
+        scored={"test": test},
+        sets={"calibration": _dataset(calibration, "calibration")},
+        progress=True,
+    )
+    for method_name, folder in (("subtraction", "ptdi"), ("vanilla", "ptdi-vanilla")):
+        method = PTDI(PTDIConfig(score=score, alpha=run.args.alpha, method=method_name))
+        result = run.run_method(folder, method, inputs)
+        est, sel = result.verdict.estimate, result.metrics["selection"]
+        power = "n/a" if sel["power"] is None else f"{sel['power']:.2f}"
         run.rows.append(
             {
-                "method": f"ptdi/{method}",
+                "method": f"ptdi/{method_name}",
                 "auc": None,
                 "tpr5": None,
-                "note": f"{score}, alpha={run.args.alpha}: selected {m['n_selected']}, FDP {m['fdp']:.2f}, "
+                "note": f"{score}, alpha={run.args.alpha}: selected {est['n_selected']}, FDP {sel['fdp']:.2f}, "
                 f"power {power}",
             }
         )
@@ -185,8 +188,7 @@ def _step_ptdi(run: DemoRun) -> None:
 #: (title, step). A step that needs an optional module that is missing is skipped with a note.
 STEPS: list[tuple[str, Callable[[DemoRun], None]]] = [
     ("build or reuse the canary", _step_canary),
-    ("white-box membership scores", _step_scores),
-    ("blind baseline (text only)", _step_blind),
+    ("white-box membership scores and the blind baseline", _step_scores),
     ("PTDI set selection", _step_ptdi),
 ]
 
@@ -217,8 +219,7 @@ def print_table(rows: list[Row]) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from blackbox_audit.cli.common import prepare_out_dir
-    from blackbox_audit.reports import RunRecorder, write_json
+    from blackbox_audit.reports import RunRecorder
 
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha {args.alpha} is not a level in (0, 1)", "use e.g. --alpha 0.1")
@@ -235,8 +236,7 @@ def run_demo(args: argparse.Namespace) -> int:
                     raise  # a missing third-party package is a real error, not an optional step
                 run.notes.append(f"{title} skipped: {exc.name} is not available")
             print(f"      done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-        write_json(run.out_dir / "metrics.json", run.metrics)
-        run.extra["notes"] = run.notes
+        run.extra.update(table=run.rows, notes=run.notes, results=sorted(run.results))
         recorder.finish(run.out_dir, target=run.target, extra=run.extra)
     finally:
         if run.target is not None:
@@ -247,11 +247,13 @@ def run_demo(args: argparse.Namespace) -> int:
     print()
     print_table(run.rows)
     print("higher score = more member-like; labels are exact (the canary's own training split)")
-    blind = run.metrics.get("blind", {}).get("auc")
+    blind = next((r["auc"] for r in run.rows if r["method"] == "blind"), None)
     model = [r["auc"] for r in run.rows if r["note"] == "white-box" and r["auc"] is not None]
     if blind is not None and model:
         print(f"best model score AUC {max(model):.3f} vs blind baseline {blind:.3f}")
     for note in run.notes:
         print(f"note: {note}")
-    print(f"-> {run.out_dir}/metrics.json, scores.jsonl, run.json; canary (model + data) in {run.canary.path}")
+    folders = ", ".join(f"{f}/" for f in run.results)
+    print(f"-> {run.out_dir}: run.json and one folder per method ({folders})")
+    print(f"   canary (model + data) in {run.canary.path}")
     return 0

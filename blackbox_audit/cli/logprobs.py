@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from blackbox_audit.cli.common import add_common_arguments, dry_run_estimate, open_session
+from blackbox_audit.cli.common import add_common_arguments, dry_run, load_data, open_session
 from blackbox_audit.engine.cli import add_engine_arguments
+from blackbox_audit.methods.base import CostPlan
 from blackbox_audit.reports import write_jsonl
+from blackbox_audit.scores import FetchCall
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.dry_run:  # before the target is loaded: loading an API target probes it
-        return dry_run_estimate(args)
+        return dry_run(args, CostPlan(calls=[FetchCall("plain", tuple(load_data(args).texts))]))
     session = open_session(args, "logprobs")
     try:
         ds = session.dataset

@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import numpy as np
+
 from blackbox_audit.cli.common import positive_int, prepare_out_dir
-from blackbox_audit.cli.ptdi import read_scores, require_label
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, METHODS
 from blackbox_audit.methods.ptdi_eval import evaluate_scores, evaluate_simulation, format_markdown, format_table
 from blackbox_audit.reports import RunRecorder, write_json
+from blackbox_audit.scorefiles import read_scored, require_label
 
 
 def _floats(value: str) -> list[float]:
@@ -88,19 +90,19 @@ def run(args: argparse.Namespace) -> int:
     if args.scores:
         if not args.score:
             raise UserError("--scores needs --score NAME", "pass e.g. --score min_k")
-        f = read_scores(args.scores, args.score, "--scores")
+        f = read_scored(args.scores, args.score, "--scores")
         if f.labels is None:
             raise UserError(f"{f.path} lacks a 0/1 label on some rows", "ptdi-eval needs a fully labelled scores.jsonl")
         cal = None
         if args.calibration:
-            cal_file = read_scores(args.calibration, args.score, "--calibration")
+            cal_file = read_scored(args.calibration, args.score, "--calibration")
             require_label(cal_file, 0, "--calibration")
-            cal = cal_file.scores
+            cal = cal_file.column(args.score)
         for share in args.member_share or [None]:
             results.append(
                 evaluate_scores(
-                    f.scores,
-                    f.labels,
+                    f.column(args.score),
+                    np.asarray(f.labels),
                     args.alphas,
                     trials=args.trials,
                     lam=args.lam,

@@ -38,7 +38,6 @@ all texts against its key/value cache in batches.
 from __future__ import annotations
 
 import logging
-import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,7 +47,18 @@ import numpy as np
 from scipy.stats import rankdata
 
 from blackbox_audit.errors import UserError
+from blackbox_audit.methods.base import (
+    AuditInputs,
+    CostPlan,
+    Method,
+    MethodConfig,
+    MethodResult,
+    Needs,
+    check_positive,
+    register_method,
+)
 from blackbox_audit.methods.sample_size import require
+from blackbox_audit.planning import CallCost, call_cost  # noqa: F401 - re-exported for callers of em_mia
 from blackbox_audit.scores.builtin import mean_logprob
 from blackbox_audit.scores.compute import FetchCall
 from blackbox_audit.scores.recall import DEFAULT_SHOTS, build_prefix, conditional_ll
@@ -296,73 +306,6 @@ def iteration_metrics(result: EMResult, labels: Sequence[int]) -> list[dict[str,
     return rows
 
 
-# ---- cost (dry-run)
-
-
-@dataclass(frozen=True)
-class CallCost:
-    """Token counts of a list of fetch calls (nothing is sent).
-
-    ``scorings``: (prefix?, text) records; ``positions``: token positions to score (a plain
-    record scores ``u_2..u_L``, a conditional one every token of the text); ``context_tokens``:
-    the sum over positions of the context sent with it (prefix + text so far), i.e. the prompt
-    of one request per position; ``echo_prompt_tokens``: the prompts of one echo request per
-    record (prefix + text).
-    """
-
-    scorings: int
-    positions: int
-    context_tokens: int
-    echo_prompt_tokens: int
-
-    def estimate(self, shape: Any = None, *, price: Any = None, prompt_overhead: int = 0, probe: bool = True) -> Any:
-        """The engine's ``Estimate`` (requests/tokens/USD as a range) for an endpoint ``shape``.
-
-        Same rules as ``blackbox_audit.engine.estimate.estimate_scoring`` (low end: the true
-        token is always in the top-n; high end: every position pays the ladder's extra
-        requests), applied to conditional records, whose context includes the prefix.
-        """
-        from blackbox_audit.engine.estimate import PROBE_REQUESTS, UNKNOWN, Estimate
-
-        shape = shape or UNKNOWN
-        ctx = self.context_tokens + self.positions * prompt_overhead
-        if shape.echo:
-            base_req, base_prompt = self.scorings, self.echo_prompt_tokens + self.scorings * prompt_overhead
-        else:
-            base_req, base_prompt = self.positions, ctx
-        extra = math.ceil(self.positions * shape.miss_extra_hi)
-        avg_ctx = ctx / self.positions if self.positions else 0.0
-        probe_req = PROBE_REQUESTS if probe else 0
-        probe_prompt = probe_req * (8 + prompt_overhead)
-        req = (base_req + probe_req, base_req + extra + probe_req)
-        prompt = (base_prompt + probe_prompt, base_prompt + math.ceil(extra * avg_ctx) + probe_prompt)
-        cost = None if price is None else (price.cost(prompt[0], req[0]), price.cost(prompt[1], req[1]))
-        return Estimate(shape.label, self.scorings, self.positions, req, prompt, req, cost)
-
-
-def call_cost(calls: Sequence[FetchCall], tokenize: Any) -> CallCost:
-    """Count scorings, positions and context tokens of ``calls`` with the target's tokenizer."""
-    lengths: dict[str, int] = {}
-
-    def n_tokens(text: str) -> int:
-        if text not in lengths:
-            lengths[text] = len(tokenize(text))
-        return lengths[text]
-
-    scorings = positions = context = echo = 0
-    for call in calls:
-        pre = n_tokens(call.prefix) if call.prefix is not None else 0
-        for text in call.texts:
-            n = n_tokens(text)
-            first = 0 if call.kind == "conditional" else 1  # text tokens already in the context
-            scored = max(n - first, 0)
-            scorings += 1
-            positions += scored
-            context += scored * pre + sum(range(first, first + scored))
-            echo += pre + n
-    return CallCost(scorings=scorings, positions=positions, context_tokens=context, echo_prompt_tokens=echo)
-
-
 # ---- one call for the whole method (what ``blackbox-audit em-mia`` runs)
 
 BASELINES = ("avg", "avgp", "rand")
@@ -436,3 +379,122 @@ def run_em_mia(
     result = em_mia(matrix, init_values, iterations=iterations, update=update, topk=topk)
     columns = {"em_mia": result.final, init_field: init_values, **base}
     return EMRun(result=result, matrix=matrix, columns=columns, init_field=init_field)
+
+
+# ---- as a method (docs/CONTRACTS.md)
+
+
+@dataclass(frozen=True)
+class EMMIAConfig(MethodConfig):
+    """EM-MIA options (defaults follow the paper, §6.3).
+
+    ``init``: a score spec (``min_k_pp``, ``loss``, ...), a baseline (``avg``, ``avgp``, ``rand``)
+    or ``auto`` (Min-K%++ on white-box targets, else loss); ``prefix_pool``: how many texts serve
+    as prefixes (seeded subset by ``pool_seed``; None = all; cost ~ pool x texts); ``update``:
+    ``neg-prefix``, ``topk-recall`` or ``auto``; ``baselines``: label-free columns to add.
+    """
+
+    init: str = "auto"
+    iterations: int = 10
+    prefix_pool: int | None = None
+    pool_seed: int = 0
+    update: Literal["auto", "neg-prefix", "topk-recall"] = "auto"
+    topk: int = DEFAULT_TOPK
+    baselines: tuple[str, ...] = BASELINES
+    rand_shots: int = DEFAULT_SHOTS
+
+    def validate(self) -> None:
+        from blackbox_audit.scores import parse_specs
+
+        check_positive(self.iterations, "iterations")
+        check_positive(self.topk, "topk")
+        check_positive(self.rand_shots, "rand_shots")
+        if self.prefix_pool is not None:
+            check_positive(self.prefix_pool, "prefix_pool")
+        bad = [b for b in self.baselines if b not in BASELINES]
+        if bad:
+            raise UserError(f"unknown baseline(s) {', '.join(bad)}", f"use any of {','.join(BASELINES)} or none")
+        if self.init not in ("auto", *BASELINES):
+            parse_specs(self.init)  # a typo fails before the model is loaded
+
+
+@register_method
+class EMMIA(Method):
+    """EM-MIA over a ReCaLL matrix (``run_em_mia``). Result columns: ``em_mia``, the initial score
+    and the baselines (all higher = member); extra ``prefix_scores.jsonl`` (final prefix score per
+    pool text); metrics (with labels) add ``per_iteration`` AUC and ``final``."""
+
+    name = "em_mia"
+    title = "label-free membership inference by expectation maximisation (EM-MIA)"
+    config_class = EMMIAConfig
+    outputs = {"prefix_scores.jsonl": "final prefix score r(p) of every pool text (id, prefix_score)"}
+
+    def needs(self) -> Needs:
+        return Needs(capabilities=("conditional",))
+
+    def _init(self, target: Any) -> str:
+        if self.config.init != "auto":
+            return self.config.init
+        return "loss" if target is None else default_init(target)
+
+    def plan(self, inputs: AuditInputs, pool_size: int | None = None) -> CostPlan:
+        """The calls of a run with ``pool_size`` prefixes (default: the configured pool)."""
+        from blackbox_audit.scores import plan_requests
+
+        cfg = self.config
+        texts = inputs.texts
+        init = self._init(inputs.target)
+        pool = pool_indices(len(texts), pool_size or cfg.prefix_pool, seed=cfg.pool_seed)
+        calls = [] if init in BASELINES else list(plan_requests(texts, init).calls)
+        calls += plan_calls(texts, pool)
+        if "rand" in cfg.baselines or init == "rand":
+            calls += rand_calls(texts, pool, shots=cfg.rand_shots, seed=cfg.pool_seed)
+        return CostPlan(calls=calls)
+
+    def check(self, inputs: AuditInputs) -> None:
+        super().check(inputs)
+        cfg = self.config
+        if self._init(inputs.target) == "avgp" and cfg.prefix_pool is not None and cfg.prefix_pool < len(inputs.texts):
+            raise UserError("init avgp scores only texts in the prefix pool", "use init avg or drop the prefix pool")
+
+    def run(self, inputs: AuditInputs) -> MethodResult:
+        from blackbox_audit.results import evaluation_metrics
+
+        self.check(inputs)
+        cfg = self.config
+        run_ = run_em_mia(
+            inputs.target,
+            inputs.texts,
+            init=self._init(inputs.target),
+            iterations=cfg.iterations,
+            pool_size=cfg.prefix_pool,
+            pool_seed=cfg.pool_seed,
+            update=cfg.update,
+            topk=cfg.topk,
+            baselines=cfg.baselines,
+            rand_shots=cfg.rand_shots,
+            ids=inputs.ids,
+            progress=inputs.progress,
+        )
+        result, pool, ids = run_.result, run_.matrix.pool, inputs.ids
+        out = self.new_result(
+            inputs,
+            scores=dict(run_.columns),
+            extras={
+                "prefix_scores.jsonl": [
+                    {"id": ids[int(p)], "prefix_score": float(result.prefix[-1][k])} for k, p in enumerate(pool)
+                ]
+            },
+            provenance={
+                "init": run_.init_field,
+                "update": result.update,
+                "pool_size": len(pool),
+                "conditional_scorings": int(sum(len(c.texts) for c in plan_calls(inputs.texts, pool))),
+            },
+        )
+        metrics = evaluation_metrics(run_.columns, inputs.labels)
+        if metrics is not None:
+            per_iter = iteration_metrics(result, inputs.labels)
+            out.metrics = {**metrics, "per_iteration": per_iter, "final": per_iter[-1]}
+            out.summary += [f"iteration {m['iteration']:>2}: auc {m['auc']:.3f}" for m in per_iter]
+        return out

@@ -38,9 +38,20 @@ from typing import Any, Literal
 import numpy as np
 
 from blackbox_audit.errors import UserError
+from blackbox_audit.methods.base import (
+    AuditInputs,
+    CostPlan,
+    Method,
+    MethodConfig,
+    MethodResult,
+    Needs,
+    ScoredSet,
+    Verdict,
+    register_method,
+)
 from blackbox_audit.methods.sample_size import warn_if_too_few
 
-Method = Literal["subtraction", "moment", "vanilla"]
+SelectionMethod = Literal["subtraction", "moment", "vanilla"]
 METHODS: tuple[str, ...] = ("subtraction", "moment", "vanilla")
 DEFAULT_LAMBDA = 0.1  # paper §4 "Robustness to the hyperparameter": small but not extreme
 
@@ -246,7 +257,7 @@ class PTDIResult:
         return mask
 
     def summary(self) -> dict[str, Any]:
-        """The fields ``summary.json`` records (see ``blackbox-audit ptdi``)."""
+        """The selection summary (``verdict.json``'s ``details`` in ``blackbox-audit ptdi``)."""
         out: dict[str, Any] = {
             "method": self.method,
             "alpha": self.alpha,
@@ -416,3 +427,116 @@ def ptdi_report(
             entry["power"] = None if np.isnan(power) else float(power)
         out["methods"][name] = entry
     return out
+
+
+# --------------------------------------------------------------------------- as a method (docs/CONTRACTS.md)
+@dataclass(frozen=True)
+class PTDIConfig(MethodConfig):
+    """``score``: the score PTDI selects on (higher = member), chosen before seeing results;
+    ``alpha``: target FDR; ``method``: ``auto`` = moment when known members are given, else
+    subtraction; ``lam``: the subtraction estimator's region size (SPEC §4, default 0.1)."""
+
+    score: str = "min_k"
+    alpha: float = 0.1
+    method: Literal["auto", "subtraction", "moment", "vanilla"] = "auto"
+    lam: float = DEFAULT_LAMBDA
+
+    def validate(self) -> None:
+        check_level(self.alpha, "alpha", "--alpha")
+        check_level(self.lam, "lambda", "--lam")
+
+
+@register_method
+class PTDI(Method):
+    """PTDI on scores: from ``inputs.scored`` (``test``, ``calibration``, optional ``members``:
+    read from ``scores.jsonl`` files) or computed here with ``config.score`` on ``inputs.target``
+    for ``inputs.data`` and the ``calibration`` (and ``members``) side sets.
+
+    Result: the test texts with their score, ``p_value``, ``scaled_p_value`` and ``selected``;
+    verdict ``selected``/``none selected`` with the estimated member share; with labels, the
+    realised ``fdp`` and ``power`` in the metrics.
+    """
+
+    name = "ptdi"
+    title = "FDR-controlled selection of trained-on texts (PTDI)"
+    config_class = PTDIConfig
+
+    def needs(self) -> Needs:
+        return Needs(sets=("calibration",), scored_ok=True)
+
+    def _score_sets(self, inputs: AuditInputs) -> list[tuple[str, Any]]:
+        """(role, Dataset) pairs whose scores must be computed on the target."""
+        pairs: list[tuple[str, Any]] = [] if "test" in inputs.scored else [("test", inputs.data)]
+        pairs += [
+            (r, inputs.sets[r]) for r in ("calibration", "members") if r not in inputs.scored and r in inputs.sets
+        ]
+        return pairs
+
+    def plan(self, inputs: AuditInputs) -> CostPlan:
+        from blackbox_audit.scores import plan_requests
+
+        texts = [t for _, ds in self._score_sets(inputs) for t in ds.texts]
+        return CostPlan(calls=list(plan_requests(texts, [self.config.score]).calls) if texts else [])
+
+    def _columns(self, inputs: AuditInputs) -> dict[str, ScoredSet]:
+        from blackbox_audit.scores import compute_scores
+
+        out = {role: s for role, s in inputs.scored.items() if role in ("test", "calibration", "members")}
+        for role, ds in self._score_sets(inputs):
+            if ds is None:
+                raise UserError("PTDI needs test texts or their scores", "pass --data FILE (or --test SCORES.jsonl)")
+            table = compute_scores(inputs.target, ds.texts, [self.config.score], ids=ds.ids, progress=inputs.progress)
+            out[role] = ScoredSet(ids=ds.ids, scores={self.config.score: table[self.config.score]}, labels=ds.labels)
+        return out
+
+    def run(self, inputs: AuditInputs) -> MethodResult:
+        from blackbox_audit.results import evaluation_metrics
+
+        self.check(inputs)
+        cfg = self.config
+        sets = self._columns(inputs)
+        test = sets["test"]
+        mem = sets.get("members")
+        method = cfg.method if cfg.method != "auto" else ("moment" if mem is not None else "subtraction")
+        res = select(
+            test.column(cfg.score),
+            sets["calibration"].column(cfg.score),
+            cfg.alpha,
+            lam=cfg.lam,
+            member_scores=None if mem is None else mem.column(cfg.score),
+            method=method,
+        )
+        mask = res.selected_mask()
+        summary = res.summary()
+        k, m = summary["n_selected"], summary["n_test"]
+        statement = (
+            f"selected {k} of {m} test texts as trained on at FDR level {res.alpha:g} ({method}; estimated "
+            f"member share {res.pi_hat:.3f}; {res.n_calibration} calibration texts)"
+        )
+        result = self.new_result(
+            ids=list(test.ids),
+            labels=test.labels,
+            scores={cfg.score: test.column(cfg.score)},
+            fields={
+                "p_value": res.p_values.tolist(),
+                "scaled_p_value": res.scaled_p_values.tolist(),
+                "selected": mask.tolist(),
+            },
+            verdict=Verdict(
+                decision="selected" if k else "none selected",
+                statement=statement,
+                alpha=res.alpha,
+                estimate={"member_share": res.pi_hat, "n_selected": k, "n_test": m},
+                details=summary,
+            ),
+            provenance={"ptdi": {**summary, "score": cfg.score}},
+            warnings=[w["message"] for w in res.extra.get("warnings", [])],
+        )
+        if test.labels is not None:
+            fdp, power = fdp_and_power(mask, np.asarray(test.labels))
+            metrics: dict[str, Any] = evaluation_metrics({cfg.score: test.column(cfg.score)}, test.labels) or {}
+            metrics["selection"] = {"fdp": float(fdp), "power": None if np.isnan(power) else float(power)}
+            result.metrics = metrics
+            pw = "n/a (no members)" if np.isnan(power) else f"{power:.3f}"
+            result.summary.append(f"realised FDP {float(fdp):.3f}, power {pw} (labels used for evaluation only)")
+        return result

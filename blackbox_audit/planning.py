@@ -1,0 +1,219 @@
+"""Cost plans for ``--dry-run``: what a method would send, priced before anything is sent.
+
+A method lists its batched scoring calls (``Method.plan`` -> ``CostPlan``); a target's
+**planning view** (``PlanningView``, made by the adapter registry without loading the target
+or sending a request) supplies the tokenizer, the recovery ladder's shape and the price; this
+module turns the two into the engine's ``Estimate`` (requests, prompt tokens, USD, as a range).
+
+Counting rules (``call_cost``): a plain record scores ``u_2..u_L`` and each position's context
+is the text so far; a conditional record scores every token of the text and each position's
+context also holds the prefix. One request per position, or one per record on echo endpoints.
+The estimate's low end assumes every true token is in the top-n, the high end that every
+position pays the ladder's extra requests (``engine.estimate``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from blackbox_audit.methods.base import CostPlan
+
+
+@dataclass(frozen=True)
+class CallCost:
+    """Token counts of a list of fetch calls (nothing is sent).
+
+    ``scorings``: (prefix?, text) records; ``positions``: token positions to score;
+    ``context_tokens``: the sum over positions of the context sent with it (prefix + text so
+    far), i.e. the prompts of one request per position; ``echo_prompt_tokens``: the prompts of
+    one echo request per record (prefix + text).
+    """
+
+    scorings: int
+    positions: int
+    context_tokens: int
+    echo_prompt_tokens: int
+
+    def estimate(self, shape: Any = None, *, price: Any = None, prompt_overhead: int = 0, probe: bool = True) -> Any:
+        """The engine's ``Estimate`` (requests/tokens/USD as a range) for an endpoint ``shape``.
+
+        Same rules as ``blackbox_audit.engine.estimate.estimate_scoring``, applied to records
+        whose context may include a prefix.
+        """
+        from blackbox_audit.engine.estimate import PROBE_REQUESTS, UNKNOWN, Estimate
+
+        shape = shape or UNKNOWN
+        ctx = self.context_tokens + self.positions * prompt_overhead
+        if shape.echo:
+            base_req, base_prompt = self.scorings, self.echo_prompt_tokens + self.scorings * prompt_overhead
+        else:
+            base_req, base_prompt = self.positions, ctx
+        extra = math.ceil(self.positions * shape.miss_extra_hi)
+        avg_ctx = ctx / self.positions if self.positions else 0.0
+        probe_req = PROBE_REQUESTS if probe else 0
+        probe_prompt = probe_req * (8 + prompt_overhead)
+        req = (base_req + probe_req, base_req + extra + probe_req)
+        prompt = (base_prompt + probe_prompt, base_prompt + math.ceil(extra * avg_ctx) + probe_prompt)
+        cost = None if price is None else (price.cost(prompt[0], req[0]), price.cost(prompt[1], req[1]))
+        return Estimate(shape.label, self.scorings, self.positions, req, prompt, req, cost)
+
+
+def call_cost(calls: Sequence[Any], tokenize: Callable[[str], Sequence[int]]) -> CallCost:
+    """Count scorings, positions and context tokens of ``calls`` (``scores.FetchCall``)."""
+    lengths: dict[str, int] = {}
+
+    def n_tokens(text: str) -> int:
+        if text not in lengths:
+            lengths[text] = len(tokenize(text))
+        return lengths[text]
+
+    scorings = positions = context = echo = 0
+    for call in calls:
+        pre = n_tokens(call.prefix) if call.prefix is not None else 0
+        for text in call.texts:
+            n = n_tokens(text)
+            first = 0 if call.kind == "conditional" else 1  # text tokens already in the context
+            scored = max(n - first, 0)
+            scorings += 1
+            positions += scored
+            context += scored * pre + sum(range(first, first + scored))
+            echo += pre + n
+    return CallCost(scorings=scorings, positions=positions, context_tokens=context, echo_prompt_tokens=echo)
+
+
+@dataclass(frozen=True)
+class PlanningView:
+    """What a dry-run knows about a target without loading it or sending anything.
+
+    ``tokenize``: the target's tokenizer (local); ``shape``: the recovery ladder's shape
+    (``engine.LadderShape``; None for a local model, which sends no requests); ``shape_source``
+    says where it came from (a cached probe, or the unprobed widest range); ``price``: the
+    model's ``ModelPrice`` or None; ``prompt_overhead``: template tokens added to every prompt.
+    """
+
+    name: str
+    model: str
+    tokenize: Callable[[str], Sequence[int]]
+    api: bool
+    shape: Any = None
+    shape_source: str = ""
+    price: Any = None
+    tokenizer_name: str = ""
+    prompt_overhead: int = 0
+    probed: bool = False  # the probe report is cached: its requests will not be sent again
+    logprobs: bool = True  # False: a text-only endpoint (only sampling can be planned)
+
+
+@dataclass
+class PlanEstimate:
+    """A priced ``CostPlan``: ``scoring`` (the calls' ``CallCost``), its ``estimate`` (API targets),
+    the plan's other billed ``items`` and notes."""
+
+    view: PlanningView
+    scoring: CallCost
+    estimate: Any = None
+    sampling: list[Any] = field(default_factory=list)  # one Estimate per batched sampling call (SaMIA)
+    items: list[Any] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def usd(self) -> tuple[float, float] | None:
+        """Total cost range, or None when some part has no known price."""
+        parts = [] if self.estimate is None else [self.estimate.cost_usd]
+        parts += [e.cost_usd for e in self.sampling] + [i.usd for i in self.items]
+        if not self.view.api and not self.items:
+            return (0.0, 0.0)
+        if any(p is None for p in parts):
+            return None
+        return (sum(p[0] for p in parts), sum(p[1] for p in parts))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.view.name,
+            "scorings": self.scoring.scorings,
+            "positions": self.scoring.positions,
+            "estimate": None if self.estimate is None else self.estimate.to_json(),
+            "sampling": [e.to_json() for e in self.sampling],
+            "items": [i.__dict__ for i in self.items],
+            "usd": None if self.usd is None else list(self.usd),
+            "notes": self.notes,
+        }
+
+    def format(self) -> str:
+        lines: list[str] = []
+        if self.estimate is not None:
+            lines += [self.estimate.format()]
+            lines.append(f"  ladder shape {self.view.shape_source}; tokenizer {self.view.tokenizer_name}")
+        for est in self.sampling:
+            lines += [est.format(), f"  tokenizer {self.view.tokenizer_name}"]
+        if not lines:
+            lines = [
+                f"dry run on local model {self.view.name}: {self.scoring.scorings} scorings, "
+                f"{self.scoring.positions} token positions (no requests, no cost)"
+            ]
+        for item in self.items:
+            usd = "unknown price" if item.usd is None else f"${item.usd[0]:,.4f} – ${item.usd[1]:,.4f}"
+            lines.append(f"  + {item.what}: {usd}")
+        if self.items and self.usd is not None:
+            lines.append(f"  total: ${self.usd[0]:,.4f} – ${self.usd[1]:,.4f}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+#: chat-template tokens added to each sampling prompt (a short user turn around the text)
+SAMPLING_PROMPT_OVERHEAD = 8
+
+
+def price_plan(plan: CostPlan, view: PlanningView) -> PlanEstimate:
+    """Price ``plan`` on the target seen through ``view`` (the probe's requests count unless cached).
+
+    Scoring calls go through the recovery ladder (one request per position or per text);
+    ``samples`` calls (text-only scores such as SaMIA) are one request per sample, no probe.
+    """
+    from blackbox_audit.engine import estimate_generation
+    from blackbox_audit.errors import UserError
+
+    scoring = [c for c in plan.calls if c.kind != "samples"]
+    cost = call_cost(scoring, view.tokenize)
+    estimate = None
+    if scoring and view.api:
+        if not view.logprobs:
+            raise UserError(
+                f"{view.name} returns no logprobs, so only text-only scores can be estimated or run",
+                "use --scores samia (SaMIA samples continuations and needs no logprobs)",
+            )
+        estimate = cost.estimate(
+            view.shape, price=view.price, prompt_overhead=view.prompt_overhead, probe=not view.probed
+        )
+    sampling = []
+    for call in (c for c in plan.calls if c.kind == "samples"):
+        n, max_new = call.sampling[0], call.sampling[1]
+        counts = [len(view.tokenize(p)) for p in call.texts]
+        price = view.price if view.api else None
+        sampling.append(estimate_generation(counts, n, max_new, price=price, prompt_overhead=SAMPLING_PROMPT_OVERHEAD))
+    return PlanEstimate(
+        view=view, scoring=cost, estimate=estimate, sampling=sampling, items=list(plan.items), notes=list(plan.notes)
+    )
+
+
+def view_of_target(target: Any, *, pricing: str | None = None) -> PlanningView:
+    """A planning view of a target that is already loaded (and, if an API target, probed)."""
+    from blackbox_audit.engine import LadderShape, PricingTable
+
+    api = getattr(target, "engine", None) is not None  # API targets send through the request engine
+    if not api:
+        return PlanningView(name=target.name, model=target.name, tokenize=target.tokenize, api=False)
+    sem = getattr(target, "sem", None)
+    return PlanningView(
+        name=target.name,
+        model=target.model,
+        tokenize=target.tokenize,
+        api=True,
+        shape=LadderShape.from_semantics(sem) if sem is not None else None,
+        shape_source="from this target's probe",
+        price=PricingTable.load(pricing).get(target.model),
+        probed=True,
+    )

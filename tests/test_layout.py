@@ -1,0 +1,77 @@
+"""Code layout rules (issue 11): no import circle between modules, no CLI command importing another.
+
+The import graph is read from the source (every ``import``, deferred ones inside functions
+included, since a deferred import only hides a circle) and its strongly connected components
+are found with scipy; a component of more than one module is a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+ROOT = Path(__file__).resolve().parents[1]
+#: repository folder -> installed package name (pyproject's package-dir)
+PACKAGES = {
+    "blackbox_audit": "blackbox_audit",
+    "adapters": "blackbox_audit.adapters",
+    "fixtures": "blackbox_audit.fixtures",
+}
+
+
+def _modules() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for folder, name in PACKAGES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            out[".".join([name, *parts])] = path
+    return out
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Modules of the package that ``name`` imports anywhere in its source."""
+    is_pkg = path.name == "__init__.py"
+    base = name if is_pkg else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                parent = base.rsplit(".", node.level - 1)[0] if node.level > 1 else base
+                mod = f"{parent}.{mod}" if mod else parent
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:  # `import a.b.c` of a package path: nearest known module
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found.add(t)
+    return found
+
+
+def test_no_import_circles() -> None:
+    mods = _modules()
+    names = sorted(mods)
+    index = {n: i for i, n in enumerate(names)}
+    edges = [(index[a], index[b]) for a in names for b in _imports(a, mods[a], set(mods))]
+    rows, cols = zip(*edges, strict=True)
+    graph = csr_matrix((np.ones(len(edges)), (rows, cols)), shape=(len(names), len(names)))
+    n, labels = connected_components(graph, directed=True, connection="strong")
+    circles = [sorted(names[i] for i in np.flatnonzero(labels == c)) for c in range(n) if (labels == c).sum() > 1]
+    assert not circles, f"import circles: {circles}"
+
+
+def test_no_cli_command_imports_another() -> None:
+    """Command modules share only ``cli.common`` (and the package's non-CLI modules)."""
+    mods = _modules()
+    commands = {n for n in mods if n.startswith("blackbox_audit.cli.") and n != "blackbox_audit.cli.common"}
+    bad = {n: sorted(_imports(n, mods[n], set(mods)) & commands) for n in commands}
+    assert not {k: v for k, v in bad.items() if v}, bad
