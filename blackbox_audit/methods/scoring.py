@@ -71,8 +71,9 @@ class ScoreMethod(Method):
     def check(self, inputs: AuditInputs) -> None:
         from blackbox_audit.scores import check_capabilities
 
+        if inputs.target is not None:  # names the scores that need what the target lacks
+            check_capabilities(inputs.target, self.specs, inputs.reference)
         super().check(inputs)
-        check_capabilities(inputs.target, self.specs, inputs.reference)
 
     def plan(self, inputs: AuditInputs) -> CostPlan:
         from blackbox_audit.scores import plan_requests
