@@ -14,7 +14,6 @@ position pays the ladder's extra requests (``engine.estimate``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,27 +37,20 @@ class CallCost:
     echo_prompt_tokens: int
 
     def estimate(self, shape: Any = None, *, price: Any = None, prompt_overhead: int = 0, probe: bool = True) -> Any:
-        """The engine's ``Estimate`` (requests/tokens/USD as a range) for an endpoint ``shape``.
+        """The engine's ``Estimate`` (requests/tokens/USD as a range) for an endpoint ``shape``
+        (``engine.estimate.estimate_records``: the same rule as every other estimate)."""
+        from blackbox_audit.engine.estimate import UNKNOWN, estimate_records
 
-        Same rules as ``blackbox_audit.engine.estimate.estimate_scoring``, applied to records
-        whose context may include a prefix.
-        """
-        from blackbox_audit.engine.estimate import PROBE_REQUESTS, UNKNOWN, Estimate
-
-        shape = shape or UNKNOWN
-        ctx = self.context_tokens + self.positions * prompt_overhead
-        if shape.echo:
-            base_req, base_prompt = self.scorings, self.echo_prompt_tokens + self.scorings * prompt_overhead
-        else:
-            base_req, base_prompt = self.positions, ctx
-        extra = math.ceil(self.positions * shape.miss_extra_hi)
-        avg_ctx = ctx / self.positions if self.positions else 0.0
-        probe_req = PROBE_REQUESTS if probe else 0
-        probe_prompt = probe_req * (8 + prompt_overhead)
-        req = (base_req + probe_req, base_req + extra + probe_req)
-        prompt = (base_prompt + probe_prompt, base_prompt + math.ceil(extra * avg_ctx) + probe_prompt)
-        cost = None if price is None else (price.cost(prompt[0], req[0]), price.cost(prompt[1], req[1]))
-        return Estimate(shape.label, self.scorings, self.positions, req, prompt, req, cost)
+        return estimate_records(
+            scorings=self.scorings,
+            positions=self.positions,
+            context_tokens=self.context_tokens,
+            echo_prompt_tokens=self.echo_prompt_tokens,
+            shape=shape or UNKNOWN,
+            price=price,
+            prompt_overhead=prompt_overhead,
+            **({} if probe else {"probe_requests": 0}),
+        )
 
 
 def call_cost(calls: Sequence[Any], tokenize: Callable[[str], Sequence[int]]) -> CallCost:

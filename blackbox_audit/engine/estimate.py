@@ -104,13 +104,43 @@ def estimate_scoring(
     probe_requests: int | tuple[int, int] = (PROBE_REQUESTS_MIN, PROBE_REQUESTS),
     max_tokens: int = 1,
 ) -> Estimate:
-    """Estimate for texts of ``token_counts`` tokens (first token unscored, see ``types``)."""
-    positions = sum(max(0, n - 1) for n in token_counts)
-    ctx_tokens = sum(n * (n - 1) // 2 + (n - 1) * prompt_overhead for n in token_counts)
+    """Estimate for plain records of texts of ``token_counts`` tokens (first token unscored, see
+    ``types``): each position's context is the text so far."""
+    scored = [n for n in token_counts if n > 1]
+    return estimate_records(
+        scorings=len(scored),
+        positions=sum(n - 1 for n in scored),
+        context_tokens=sum(n * (n - 1) // 2 for n in scored),
+        echo_prompt_tokens=sum(scored),
+        shape=shape,
+        price=price,
+        prompt_overhead=prompt_overhead,
+        probe_requests=probe_requests,
+        max_tokens=max_tokens,
+        texts=len(token_counts),
+    )
+
+
+def estimate_records(
+    *,
+    scorings: int,
+    positions: int,
+    context_tokens: int,
+    echo_prompt_tokens: int,
+    shape: LadderShape = UNKNOWN,
+    price: ModelPrice | None = None,
+    prompt_overhead: int = 0,
+    probe_requests: int | tuple[int, int] = (PROBE_REQUESTS_MIN, PROBE_REQUESTS),
+    max_tokens: int = 1,
+    texts: int | None = None,
+) -> Estimate:
+    """The one estimate rule (module doc), for ``scorings`` records holding ``positions`` scored
+    positions whose contexts sum to ``context_tokens`` (prefix + text so far, before the chat
+    template's ``prompt_overhead``); an echo request per record sends ``echo_prompt_tokens``."""
+    ctx_tokens = context_tokens + positions * prompt_overhead
     avg_ctx = ctx_tokens / positions if positions else 0.0
-    if shape.echo:  # one request per text carries every position
-        base_req = sum(1 for n in token_counts if n > 1)
-        base_prompt = sum(n + prompt_overhead for n in token_counts if n > 1)
+    if shape.echo:  # one request per record carries every position
+        base_req, base_prompt = scorings, echo_prompt_tokens + scorings * prompt_overhead
     else:  # one request per position, prompt = its context
         base_req, base_prompt = positions, ctx_tokens
     extra = math.ceil(positions * shape.miss_extra_hi)  # every token missing the top-n
@@ -123,7 +153,7 @@ def estimate_scoring(
     cost = None
     if price is not None:
         cost = (price.cost(prompt[0], completion[0]), price.cost(prompt[1], completion[1]))
-    return Estimate(shape.label, len(token_counts), positions, req, prompt, completion, cost)
+    return Estimate(shape.label, scorings if texts is None else texts, positions, req, prompt, completion, cost)
 
 
 def estimate_generation(
