@@ -111,8 +111,8 @@ def test_lowercase_and_reference_by_hand():
     t = FakeTarget({text: [-1.0, -1.0], text.lower(): [-3.0, -5.0]})
     ref = FakeTarget({text: [-2.0, -4.0]}, name="ref")
     table = compute_scores(t, [text, "already lower"], ["lowercase", "reference"], reference=ref)
-    assert table["lowercase"][0] == pytest.approx(-1.0 - (-4.0))
-    assert table["lowercase"][1] == 0.0  # x == x.lower(): one record, fetched once
+    assert table["lowercase"][0] == pytest.approx(-4.0 / -1.0)  # loss(x.lower()) / loss(x)
+    assert table["lowercase"][1] == 1.0  # x == x.lower(): one record, fetched once
     assert table["reference"][0] == pytest.approx(-1.0 - (-3.0))
     assert ref.calls == [("token_logprobs", (text, "already lower"), False)]
     assert t.calls == [("token_logprobs", (text, text.lower(), "already lower"), False)]
@@ -278,7 +278,7 @@ def test_dedup_and_batching_counts_calls():
     for name in names:
         assert table[name].dtype == np.float64 and table[name].shape == (4,)
         assert table[name][0] == table[name][1]
-    assert table["lowercase"][2] == 0.0
+    assert table["lowercase"][2] == 1.0
 
 
 def test_plan_lists_requests_without_target():

@@ -78,14 +78,17 @@ class Loss(Score):
 class Zlib(Score):
     """``zlib = mean_i lp_i / len(zlib.compress(x.encode("utf-8")))`` (SPEC §2, Carlini et al. 2021).
 
-    Carlini's metric is log-perplexity (a positive NLL) over zlib entropy, lower = memorised.
-    SPEC puts the *negative* mean logprob in the numerator instead, which is exactly minus
-    Carlini's ratio, so higher = member with no further conversion. Sign subtlety: because
-    the numerator is negative, a larger compressed length moves the score *towards 0, i.e.
-    up*: at equal loss a less compressible text looks more member-like (as in Carlini's
-    ratio); negating again, or writing ``zlib_len / lp``, would silently reverse the ranking.
-    Units differ (nats per token over total compressed bytes), as in SPEC and the Min-K%
-    reference code; we follow SPEC exactly and do not rescale.
+    Carlini et al.'s code (``ftramer/LM_Memorization``, ``extraction.py``) ranks samples by
+    ``zlib_entropy / log(perplexity)`` = ``Z / NLL`` (Z the compressed length in bytes, NLL the
+    mean negative log-likelihood), *highest first*: a memorised text is unsurprising to the
+    model (small NLL) although it is not repetitive (large Z). This score is
+    ``-NLL / Z = -1 / (Z / NLL)``, a strictly increasing function of Carlini's metric (both
+    are positive ratios), so it ranks texts identically, higher = member, with the same AUC.
+    It is exactly the value the Min-K%++ and ReCaLL reference code computes (``ll / len(zlib
+    .compress(...))``). Sign subtlety: the numerator is negative, so at equal loss a larger Z
+    moves the score towards 0, i.e. up, as in Carlini's ratio; writing ``Z / lp`` instead
+    would silently reverse the ranking. Units are mixed (nats per token over total bytes), as
+    in SPEC and the reference code; we do not rescale.
     """
 
     name = "zlib"
@@ -98,12 +101,26 @@ class Zlib(Score):
         return mean_logprob(fetched[Plain(text)]) / len(_zlib.compress(text.encode("utf-8")))
 
 
-class Lowercase(Score):
-    """``lowercase = loss(x) - loss(x.lower())`` (SPEC §2, Carlini et al. 2021).
+def mean_ratio(numerator: float, denominator: float) -> float:
+    """``numerator / denominator`` of two mean logprobs; NaN (reported as null) when the
+    denominator is exactly 0, which only a text scored with certainty can reach."""
+    return numerator / denominator if denominator != 0.0 else float("nan")
 
-    A memorised text loses more likelihood when its casing is destroyed than a text the model
-    merely finds plausible, so the difference is larger for members: higher = member. An
-    all-lowercase text scores exactly 0 (both requests are the same record, fetched once).
+
+class Lowercase(Score):
+    """``lowercase = loss(x.lower()) / loss(x)``, a ratio of mean logprobs (SPEC §2).
+
+    Carlini et al. 2021 (``ftramer/LM_Memorization``, ``extraction.py``) rank by
+    ``log(ppl(x.lower())) / log(ppl(x))``, highest first; the Min-K%++ code (``run_ref.py``:
+    ``ll_lowercase / ll``) and fast-mia (``lower.py``: ``lower_loss / loss``) compute the same
+    ratio. Both means are negative, so it equals the ratio of mean NLLs. A memorised text has
+    ``loss(x)`` close to 0 and loses much of its likelihood when its casing is destroyed, so
+    the ratio is larger: higher = member, no conversion. An all-lowercase text scores exactly
+    1 (both requests are the same record, fetched once).
+
+    Until issue 11 this score was the difference ``loss(x) - loss(x.lower())``, credited to
+    Carlini et al. by mistake; the difference ranks texts differently (it ignores how large
+    ``loss(x)`` is) and is not kept (``bench/conformance_auc.py`` measures both).
     """
 
     name = "lowercase"
@@ -113,7 +130,7 @@ class Lowercase(Score):
         return (Plain(text), Plain(text.lower()))
 
     def compute(self, text: str, fetched: Mapping[Request, TokenLogprobs], params: Mapping[str, Any]) -> float:
-        return mean_logprob(fetched[Plain(text)]) - mean_logprob(fetched[Plain(text.lower())])
+        return mean_ratio(mean_logprob(fetched[Plain(text.lower())]), mean_logprob(fetched[Plain(text)]))
 
 
 class MinK(Score):
