@@ -1,4 +1,7 @@
-"""ReCaLL / Con-ReCall: formulas by hand, position alignment, prefix files, KV fast path == naive."""
+"""ReCaLL / Con-ReCall: formulas by hand, conventions, gamma sweep, prefix files, KV fast path == naive.
+
+The pinned values against the authors' formulas are in ``test_conformance.py``.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from blackbox_audit.cli import main
 from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.fixtures.records import hand_record as record
 from blackbox_audit.scores import compute_scores, plan_requests
-from blackbox_audit.scores.recall import PREFIX_SEP, build_prefix, conditional_ll, recall_ratio
+from blackbox_audit.scores.recall import GAMMA_GRID, build_prefix, conditional_ll, recall_ratio
 
 
 class PrefixTarget(Target):
@@ -57,16 +60,27 @@ def files(tmp_path: Path) -> dict[str, str]:
     return {"nm": nm, "m": m}
 
 
-def test_recall_by_hand_drops_the_first_conditional_position(files) -> None:
+def test_prefix_separators() -> None:
+    assert build_prefix(["nm one", "nm two"]) == "nm onenm two"  # the authors' "".join
+    assert build_prefix(["nm one", "nm two"], "space") == "nm one nm two"  # EM-MIA's " ".join
+    assert build_prefix(["nm one", "nm two"], "paragraph") == "nm one\n\nnm two\n\n"  # before issue 11
+    with pytest.raises(UserError, match="separator"):
+        build_prefix(["a"], "tab")
+
+
+def test_recall_by_hand_scores_every_conditional_position_by_default(files) -> None:
     x = "x text"
-    p = build_prefix(["nm one", "nm two"])
-    assert p == "nm one" + PREFIX_SEP + "nm two" + PREFIX_SEP
     plain = {x: [-2.0, -4.0]}  # u_2, u_3: LL(x) = -3
-    cond = {(p, x): [-9.0, -5.0, -7.0]}  # u_1 (dropped), u_2, u_3: LL(x|p) = -6
+    p = build_prefix(["nm one", "nm two"])
+    q = build_prefix(["nm one", "nm two"], "paragraph")
+    cond = {(p, x): [-9.0, -5.0, -7.0], (q, x): [-9.0, -5.0, -7.0]}  # u_1, u_2, u_3
     target = PrefixTarget(plain, cond)
-    got = compute_scores(target, [x], f"recall:prefixes={files['nm']}:shots=2", progress=False)
-    assert list(got.values())[0][0] == pytest.approx(2.0)  # -6 / -3: higher = member (LL dropped)
-    assert ("conditional", p, (x,)) in target.calls
+    base = f"recall:prefixes={files['nm']}:shots=2"
+    got = compute_scores(target, [x], [base, f"{base}:first_token=false", f"{base}:sep=paragraph"], progress=False)
+    assert got[base][0] == pytest.approx(((-9.0 - 5.0 - 7.0) / 3) / -3.0)  # LL(x|p) over u_1..u_3
+    assert got[f"{base}:first_token=false"][0] == pytest.approx(((-5.0 - 7.0) / 2) / -3.0)  # over u_2..u_3
+    assert got[f"{base}:sep=paragraph"][0] == pytest.approx(got[base][0])  # same record values, other prefix
+    assert ("conditional", p, (x,)) in target.calls and ("conditional", q, (x,)) in target.calls
 
 
 def test_conrecall_by_hand_and_member_prefix_excludes_the_text_itself(files) -> None:
@@ -74,14 +88,34 @@ def test_conrecall_by_hand_and_member_prefix_excludes_the_text_itself(files) -> 
     nm = build_prefix(["nm one", "nm two", "nm three"])
     m = build_prefix(["m one"])
     plain = {x: [-2.0, -4.0]}  # LL = -3
-    cond = {(nm, x): [0.0, -6.0, -6.0], (m, x): [0.0, -1.0, -2.0]}  # LL_nm = -6, LL_m = -1.5
+    cond = {(nm, x): [0.0, -6.0, -6.0], (m, x): [0.0, -1.0, -2.0]}  # LL_nm = -4, LL_m = -1 (u_1..u_3)
     spec = f"conrecall:prefixes={files['nm']}:member_prefixes={files['m']}:gamma=0.5"
     got = list(compute_scores(PrefixTarget(plain, cond), [x], spec, progress=False).values())[0][0]
-    assert got == pytest.approx((-6.0 - 0.5 * -1.5) / -3.0)  # (LL_nm - gamma LL_m) / LL
+    assert got == pytest.approx((-4.0 - 0.5 * -1.0) / -3.0)  # (LL_nm - gamma LL_m) / LL
+    legacy = list(compute_scores(PrefixTarget(plain, cond), [x], f"{spec}:first_token=false").values())[0][0]
+    assert legacy == pytest.approx((-6.0 - 0.5 * -1.5) / -3.0)  # u_2..u_3 only
     # gamma = 0 is ReCaLL with the same non-member prefix
     spec0 = f"conrecall:prefixes={files['nm']}:member_prefixes={files['m']}:gamma=0"
     got0 = list(compute_scores(PrefixTarget(plain, cond), [x], spec0, progress=False).values())[0][0]
-    assert got0 == pytest.approx(2.0)
+    assert got0 == pytest.approx(-4.0 / -3.0)
+
+
+def test_conrecall_gamma_sweep_is_one_column_per_gamma_from_the_same_records(files) -> None:
+    x = "x text"
+    nm, m = build_prefix(["nm one", "nm two", "nm three"]), build_prefix(["m one"])
+    plain = {x: [-2.0, -4.0]}
+    cond = {(nm, x): [0.0, -6.0, -6.0], (m, x): [0.0, -1.0, -2.0]}
+    base = f"conrecall:prefixes={files['nm']}:member_prefixes={files['m']}"
+    target = PrefixTarget(plain, cond)
+    table = compute_scores(target, [x], f"{base}:gamma=sweep", progress=False)
+    assert list(table) == [f"{base}:gamma={g}" for g in GAMMA_GRID]
+    assert GAMMA_GRID == (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+    for g in GAMMA_GRID:
+        assert table[f"{base}:gamma={g}"][0] == pytest.approx((-4.0 - g * -1.0) / -3.0)
+    assert len(target.calls) == 3  # one plain and two conditional calls, however many gammas
+    assert len(plan_requests([x], f"{base}:gamma=sweep").unique) == 3
+    with pytest.raises(UserError, match="cannot be swept"):
+        plan_requests([x], f"{base}:shots=sweep")
 
 
 def test_prefix_files_are_checked_before_any_call(files, tmp_path: Path) -> None:
@@ -93,6 +127,8 @@ def test_prefix_files_are_checked_before_any_call(files, tmp_path: Path) -> None
         plan_requests(["a b"], "recall")
     with pytest.raises(UserError):
         plan_requests(["a b"], f"recall:prefixes={files['nm']}:shots=0")
+    with pytest.raises(UserError, match="separator"):
+        plan_requests(["a b"], f"recall:prefixes={files['nm']}:sep=tab")
     target = PrefixTarget({}, {}, conditional=False)
     with pytest.raises(CapabilityError):
         compute_scores(target, ["a b"], f"recall:prefixes={files['nm']}", progress=False)
@@ -107,7 +143,8 @@ def test_positions_align_on_a_real_model(tiny_target) -> None:
     assert len(cond) == len(plain) + 1
     np.testing.assert_array_equal(cond.token_ids[1:], plain.token_ids)
     assert np.isfinite(recall_ratio(cond, plain))
-    assert conditional_ll(cond) == pytest.approx(float(np.mean(cond.logprobs[1:])))
+    assert conditional_ll(cond) == pytest.approx(float(np.mean(cond.logprobs)))  # u_1..u_L
+    assert conditional_ll(cond, first_token=False) == pytest.approx(float(np.mean(cond.logprobs[1:])))
 
 
 def test_kv_fast_path_equals_naive_concatenation(tiny_target) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 from blackbox_audit.adapters.base import Target
 from blackbox_audit.errors import CapabilityError, UserError
 
-from .registry import SCORES, ScoreSpec, parse_spec
+from .registry import SCORES, ScoreSpec, expand_sweeps, parse_spec
 from .requests import Conditional, Full, Plain, Reference, Request, Samples
 
 BoundedPolicy = Literal["error", "upper"]
@@ -63,7 +63,7 @@ class RequestPlan:
 
 def _split_names(names: str | Sequence[str]) -> list[str]:
     items = names.split(",") if isinstance(names, str) else list(names)
-    items = [n.strip() for n in items if n.strip()]
+    items = [s for n in items if n.strip() for s in expand_sweeps(n)]
     if not items:
         raise UserError("no score requested", f"name at least one of: {', '.join(sorted(SCORES))}")
     return list(dict.fromkeys(items))  # the field name is the spec string, so duplicates are one column

@@ -42,6 +42,8 @@ class Score(abc.ABC):
     defaults: ClassVar[Mapping[str, Any]] = {}
     # type used to parse spec-string values of REQUIRED parameters (no default to infer it from)
     param_types: ClassVar[Mapping[str, type]] = {}
+    # parameters that accept ``key=sweep``: the spec expands to one column per listed value
+    sweeps: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
 
     def check_params(self, params: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
         """Raise ``UserError`` for out-of-range parameter values."""
@@ -137,6 +139,31 @@ def parse_spec(spec: str, overrides: Mapping[str, Any] | None = None) -> ScoreSp
         )
     score.check_params(params)
     return ScoreSpec(field=spec, score=score, params=params)
+
+
+def expand_sweeps(spec: str) -> list[str]:
+    """``name:...:key=sweep`` -> one spec string per value of ``score.sweeps[key]`` (else ``[spec]``).
+
+    The expanded strings are ordinary specs (``conrecall:...:gamma=0.1``, ...), so each becomes
+    its own column named by its spec, and the records they share are fetched once.
+    """
+    parts = [p.strip() for p in spec.strip().split(":")]
+    score = get_score(parts[0])
+    for i, part in enumerate(parts[1:], start=1):
+        key, eq, raw = (x.strip() for x in part.partition("="))
+        if eq and raw == "sweep":
+            if key not in score.sweeps:
+                swept = ", ".join(score.sweeps) or "none"
+                raise UserError(
+                    f"parameter '{key}' of score '{score.name}' cannot be swept (in '{spec}')",
+                    f"give one value; parameters with a sweep: {swept}",
+                )
+            return [
+                s
+                for value in score.sweeps[key]
+                for s in expand_sweeps(":".join([*parts[:i], f"{key}={value}", *parts[i + 1 :]]))
+            ]
+    return [spec.strip()]
 
 
 def check_fraction(score: str, key: str, value: float) -> None:
