@@ -21,8 +21,8 @@ def planted(n: int = 60, *, signal: float = 0.3, noise: float = 0.05, seed: int 
     rng = np.random.default_rng(seed)
     y = rng.permutation(np.arange(n) % 2)
     values = 1.0 + signal * np.outer(1 - y, y) + rng.normal(0, noise, (n, n))
-    np.fill_diagonal(values, np.nan)
-    matrix = em.RecallMatrix(values=values, pool=np.arange(n), ll=-np.ones(n))
+    np.fill_diagonal(values, np.nan)  # a structure test: the self-pair artefact is left out here
+    matrix = em.RecallMatrix(values=values, pool=np.arange(n), ll=-np.ones(n), self_pairs=False)
     init = y + rng.normal(0, 1.5, n)  # a weak initial score
     return matrix, y, init
 
@@ -93,9 +93,17 @@ def test_baselines_by_hand() -> None:
     np.testing.assert_allclose(top1, [1.0, 2.0, 3.0])
 
 
-def test_rand_prefix_excludes_the_scored_text() -> None:
+def test_rand_prefix_is_shared_by_every_text_as_the_authors_do() -> None:
     texts = [f"text number {i}" for i in range(8)]
     calls = em.rand_calls(texts, np.arange(8), shots=3, seed=0)
+    shots = em.rand_prefix_texts(texts, np.arange(8), 3, 0)[:3]
+    assert len(calls) == 1 and calls[0].texts == tuple(texts)  # the shots too (paper §6.2.1)
+    assert calls[0].prefix == " ".join(texts[i] for i in shots)  # run.py: " ".join(shots)
+
+
+def test_rand_prefix_excludes_the_scored_text_without_self_pairs() -> None:
+    texts = [f"text number {i}" for i in range(8)]
+    calls = em.rand_calls(texts, np.arange(8), shots=3, seed=0, self_pairs=False, sep="paragraph")
     assert sum(len(c.texts) for c in calls) == 8
     for c in calls:
         for t in c.texts:
@@ -117,10 +125,15 @@ def test_cost_counting_by_hand() -> None:
     forced = LadderShape.from_semantics(SimpleNamespace(echo=False, forced_token=True, bias_reflecting=False))
     est = cost.estimate(forced, probe=False)
     assert est.requests == (6, 12) and est.prompt_tokens == (15, 30)
-    # the plan: one plain call, one conditional call per prefix, never (p, p)
+    # the plan: one plain call, one conditional call per prefix, the self-pair (p, p) included;
+    # each prefix is the pool text itself
     plan = em.plan_calls(["a", "b", "c"], [0, 2])
     assert [c.kind for c in plan] == ["plain", "conditional", "conditional"]
-    assert plan[1].texts == ("b", "c") and plan[2].texts == ("a", "b")
+    assert plan[1].texts == ("a", "b", "c") and plan[2].texts == ("a", "b", "c")
+    assert (plan[1].prefix, plan[2].prefix) == ("a", "c")
+    legacy = em.plan_calls(["a", "b", "c"], [0, 2], self_pairs=False, sep="paragraph")
+    assert legacy[1].texts == ("b", "c") and legacy[2].texts == ("a", "b")
+    assert (legacy[1].prefix, legacy[2].prefix) == ("a\n\n", "c\n\n")
 
 
 # ---------------------------------------------------------------- CLI
@@ -167,7 +180,7 @@ def test_cli_dry_run_and_errors(tiny_lm_dir, tmp_path: Path, capsys) -> None:
     assert "pool" in err and not (tmp_path / "o" / "scores.jsonl").exists()
     lines = [ln.split() for ln in err.splitlines() if ln.strip()[:2].strip().isdigit()]
     assert [int(ln[0]) for ln in lines] == [10, 5]  # chosen pool first, then smaller ones
-    assert int(lines[0][1].replace(",", "")) == 10 * 19 + 20  # pool x (texts - 1) + the Rand prefix's
+    assert int(lines[0][1].replace(",", "")) == 10 * 20 + 20  # pool x texts (self-pairs kept) + Rand's
     assert main([*args, "--init", "no_such_score"]) == 2
     assert main([*args, "--baselines", "avg,bogus"]) == 2
     assert main([*args, "--update", "neg-prefix", "--prefix-pool", "5", "--baselines", "none"]) == 2

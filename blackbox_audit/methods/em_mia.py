@@ -6,33 +6,50 @@ report AUC per iteration. Every membership score here is oriented higher = membe
 1. ``recall_matrix``: ``R[p, x] = ReCaLL_p(x) = LL(x | p) / LL(x)`` for every prefix ``p`` of a
    pool (a seeded subset of the test texts, default all) and every text ``x``; each prefix is a
    single test text (paper §3). Computed once, through the target (and its cache); the
-   iterations reuse it without new model calls. Self-pairs ``(p, p)`` are not scored (the model
-   would copy ``p`` from its context) and stay NaN; every statistic below skips NaN.
+   iterations reuse it without new model calls. Conventions follow the authors' code
+   (``gyuwankim/em-mia``; ``docs/CONFORMANCE.md`` has the table and the measured effects):
+   - **self-pairs kept** (``self_pairs=True``): ``R[p, p]`` is scored like any other entry
+     (``run.py`` ``ReCaLL-all`` scores every text against every prefix, itself included; the
+     paper §6.2.1 discusses the resulting ``LL(p|p) ~ 0``). ``self_pairs=False`` leaves the
+     diagonal NaN, skipped by every statistic (this project's behaviour before issue 11);
+   - **the text's first token is not scored given the prefix** (``first_token=False``): the
+     authors' ``modeling_utils.infer`` scores ``u_2..u_L`` for both ``LL(x|p)`` and ``LL(x)``,
+     unlike ReCaLL's own code (``blackbox_audit.scores.recall``), which scores ``u_1..u_L``
+     given the prefix;
+   - the prefix is the text itself, tokenized on its own and followed by the text's ids
+     (``sep=space``; multi-text prefixes — Rand — are joined with one space as in ``run.py``).
+     ``sep=paragraph`` ends each prefix with a blank line (before issue 11).
 2. ``em_mia``: from an initial score ``f0`` iterate (default 10 rounds)
-   - prefix score ``r(p) = AUC({R[p, x]}_x, labels 1[f(x) > median f])`` (paper §4, S = AUC);
-   - membership update ``neg-prefix``: ``f(x) = -r(x)`` (paper default; a non-member makes a
-     discriminative prefix, so a high prefix score means non-member — this minus is the sign
-     conversion, in this one place). It needs every text in the pool.
-     ``topk-recall``: ``f(x) = mean over the top-k prefixes by r of R[p, x]`` — the paper
-     concatenates the top-k texts into one prefix, which would need new model calls every
-     iteration; we use the ensemble average of single-prefix ReCaLL (the paper's footnote 1)
-     so the matrix is reused. It works with a pool smaller than the data (App. C's subset).
-3. Label-free baselines (paper §6.2.1): ``Avg(x) = mean_p R[p, x]`` (higher = member as is);
-   ``AvgP(p) = mean_x R[p, x]`` is a *prefix* statistic — high for non-member prefixes by the
-   same argument as ``r`` — so as a membership score it is negated: ``avgp(x) = -AvgP(x)`` (NaN
-   for texts outside the pool); ``Rand``: ReCaLL with a prefix of ``shots`` random test texts
-   (``rand_scores``; a text in that prefix gets a prefix of the other texts).
+   - prefix score ``r(p) = AUC({R[p, x]}_x, labels 1[f(x) > median f])`` (paper §4, S = AUC;
+     ``emmia.py``: ``calc_auc(x, y > np.median(y))``);
+   - membership update ``neg-prefix``: ``f(x) = -r(x)`` (paper default and ``emmia.py``
+     ``NegPref``: a non-member makes a discriminative prefix, so a high prefix score means
+     non-member — this minus is the sign conversion, in this one place). It needs every text in
+     the pool. ``topk-recall``: ``f(x) = mean over the top-k prefixes by r of R[p, x]`` — the
+     paper concatenates the top-k texts into one prefix (``emmia.py`` does so only for its
+     label-using ``TopPref`` oracle), which would need new model calls every iteration; we use
+     the ensemble average of single-prefix ReCaLL (the paper's footnote 1) so the matrix is
+     reused. With self-pairs kept, a text that is itself a top prefix has its self-pair among
+     its k terms, as the texts inside a concatenated TopPref prefix do. It works with a pool
+     smaller than the data (App. C's subset).
+3. Label-free baselines (paper §6.2.1; ``emmia.py`` ``Avg``): ``Avg(x) = mean_p R[p, x]``
+   (higher = member as is); ``AvgP(p) = mean_x R[p, x]`` is a *prefix* statistic, see
+   ``avgp_scores`` for its orientation; ``Rand``: ReCaLL with one prefix of ``shots`` random
+   test texts (``rand_scores``), every text scored against it — the shots themselves included
+   when ``self_pairs`` (as the authors do; paper §6.2.1 notes they then look like non-members),
+   else a shot gets a prefix of the other shots.
 
 When the premise fails: neg-prefix needs member texts to be *poor* prefixes and non-members
-good ones. On the tiny canary (a 2-layer GPT trained from scratch, 80 texts) both kinds are
-equally discriminative (oracle prefix AUC 0.764 for members, 0.757 for non-members), so
-neg-prefix falls from its initialiser's 0.79 AUC to ~0.59, while topk-recall keeps ~0.80 and
-the plain ``Avg`` baseline reaches 0.855. Check ``avg`` and ``topk-recall`` when neg-prefix
-looks worse than its initialiser.
+good ones. On the tiny canary (a 2-layer GPT trained from scratch, 80 texts) both kinds were
+equally discriminative (oracle prefix AUC 0.764 for members, 0.757 for non-members; measured
+before issue 11 without self-pairs), so neg-prefix fell from its initialiser's 0.79 AUC to
+~0.59, while topk-recall kept ~0.80 and the plain ``Avg`` baseline reached 0.855. Check ``avg``
+and ``topk-recall`` when neg-prefix looks worse than its initialiser.
 
-Cost: ``|pool| x (|D| - 1)`` conditional scorings (``plan_calls`` lists them without a target,
-for dry-runs). White-box, ``HFTarget.conditional_logprobs`` encodes each prefix once and scores
-all texts against its key/value cache in batches.
+Cost: ``|pool| x |D|`` conditional scorings with self-pairs (``|pool| x (|D| - 1)`` without;
+``plan_calls`` lists them without a target, for dry-runs). White-box,
+``HFTarget.conditional_logprobs`` encodes each prefix once and scores all texts against its
+key/value cache in batches.
 """
 
 from __future__ import annotations
@@ -59,24 +76,32 @@ from blackbox_audit.methods.base import (
 )
 from blackbox_audit.methods.sample_size import require
 from blackbox_audit.planning import CallCost, call_cost  # noqa: F401 - re-exported for callers of em_mia
-from blackbox_audit.scores.builtin import mean_logprob
+from blackbox_audit.scores.builtin import mean_logprob, mean_ratio
 from blackbox_audit.scores.compute import FetchCall
-from blackbox_audit.scores.recall import DEFAULT_SHOTS, build_prefix, conditional_ll
+from blackbox_audit.scores.recall import DEFAULT_SHOTS, build_prefix, check_sep, conditional_ll
 
 log = logging.getLogger(__name__)
 
 Update = Literal["auto", "neg-prefix", "topk-recall"]
 UPDATES = ("auto", "neg-prefix", "topk-recall")
 DEFAULT_TOPK = DEFAULT_SHOTS
+# The authors' conventions (module docstring); the alternatives are kept as options.
+SELF_PAIRS = True
+FIRST_TOKEN = False
+EM_SEP = "space"
 
 
 @dataclass(frozen=True)
 class RecallMatrix:
-    """``values[i, x] = ReCaLL_{texts[pool[i]]}(texts[x])``; NaN where ``pool[i] == x``."""
+    """``values[i, x] = ReCaLL_{texts[pool[i]]}(texts[x])``; NaN where ``pool[i] == x`` unless
+    ``self_pairs``. ``first_token``/``sep``: the conventions it was computed with."""
 
     values: np.ndarray  # float64 [P, D]
     pool: np.ndarray  # int64 [P], indices into the texts
     ll: np.ndarray  # float64 [D], unconditional LL(x) (mean logprob over u_2..u_L)
+    self_pairs: bool = SELF_PAIRS
+    first_token: bool = FIRST_TOKEN
+    sep: str = EM_SEP
 
     @property
     def full_pool(self) -> bool:
@@ -95,30 +120,49 @@ def pool_indices(n_texts: int, pool_size: int | None = None, *, seed: int = 0) -
     return np.sort(rng.choice(n_texts, size=pool_size, replace=False)).astype(np.int64)
 
 
-def plan_calls(texts: Sequence[str], pool: Sequence[int]) -> list[FetchCall]:
-    """The batched calls ``recall_matrix`` makes: one plain call, one conditional call per prefix."""
+def _scored_by(p: int, n_texts: int, self_pairs: bool) -> list[int]:
+    """The texts scored against prefix ``p``: all of them, or all but ``p`` itself."""
+    return [j for j in range(n_texts) if self_pairs or j != p]
+
+
+def plan_calls(
+    texts: Sequence[str], pool: Sequence[int], *, self_pairs: bool = SELF_PAIRS, sep: str = EM_SEP
+) -> list[FetchCall]:
+    """The batched calls ``recall_matrix`` makes: one plain call, one conditional call per prefix
+    (the self-pair ``(p, p)`` is one of its records unless ``self_pairs=False``)."""
     calls = [FetchCall("plain", tuple(texts))]
     for p in pool:
-        others = tuple(t for j, t in enumerate(texts) if j != int(p))
-        calls.append(FetchCall("conditional", others, prefix=build_prefix([texts[int(p)]])))
+        scored = tuple(texts[j] for j in _scored_by(int(p), len(texts), self_pairs))
+        calls.append(FetchCall("conditional", scored, prefix=build_prefix([texts[int(p)]], sep)))
     return calls
 
 
-def recall_matrix(target: Any, texts: Sequence[str], pool: Sequence[int], *, progress: bool = True) -> RecallMatrix:
+def recall_matrix(
+    target: Any,
+    texts: Sequence[str],
+    pool: Sequence[int],
+    *,
+    self_pairs: bool = SELF_PAIRS,
+    first_token: bool = FIRST_TOKEN,
+    sep: str = EM_SEP,
+    progress: bool = True,
+) -> RecallMatrix:
     """``R[p, x]`` over the pool (see module doc); one batched conditional call per prefix."""
     from tqdm.auto import tqdm
 
+    check_sep(sep)
     texts = list(texts)
     pool = np.asarray(pool, dtype=np.int64)
     plain = target.token_logprobs(texts, progress=progress)
     ll = np.array([mean_logprob(r) for r in plain], dtype=np.float64)
     values = np.full((len(pool), len(texts)), np.nan, dtype=np.float64)
     for i, p in enumerate(tqdm(pool, desc="ReCaLL matrix", unit="prefix", disable=not progress)):
-        cols = [j for j in range(len(texts)) if j != p]
-        recs = target.conditional_logprobs(build_prefix([texts[p]]), [texts[j] for j in cols], progress=False)
-        values[i, cols] = [conditional_ll(r) for r in recs]
-    values /= ll[None, :]
-    return RecallMatrix(values=values, pool=pool, ll=ll)
+        cols = _scored_by(int(p), len(texts), self_pairs)
+        recs = target.conditional_logprobs(build_prefix([texts[p]], sep), [texts[j] for j in cols], progress=False)
+        values[i, cols] = [conditional_ll(r, first_token=first_token) for r in recs]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values /= ll[None, :]
+    return RecallMatrix(values=values, pool=pool, ll=ll, self_pairs=self_pairs, first_token=first_token, sep=sep)
 
 
 def _nanmean(values: np.ndarray, axis: int) -> np.ndarray:
@@ -151,10 +195,12 @@ def prefix_scores(matrix: RecallMatrix, f: np.ndarray) -> np.ndarray:
 
 
 def topk_recall(matrix: RecallMatrix, r: np.ndarray, k: int) -> np.ndarray:
-    """Per text, the mean ReCaLL over the ``k`` best prefixes by ``r`` other than the text itself.
+    """Per text, the mean ReCaLL over the ``k`` best prefixes by ``r`` that scored it.
 
-    Skipping the self-pair and taking the next prefix keeps ``k`` terms for every text (a text
-    that is itself a top prefix is not left with ``k - 1`` or, for ``k = 1``, none).
+    With self-pairs kept, a text that is itself a top prefix counts its self-pair among the k
+    (as the texts inside the authors' concatenated top-k prefix are scored against it).
+    Without them (NaN diagonal), the self-pair is skipped and the next prefix taken, so every
+    text still has ``k`` terms (a top prefix is not left with ``k - 1`` or, for ``k = 1``, none).
     """
     k = max(1, min(int(k), len(r)))
     ordered = matrix.values[np.argsort(-np.asarray(r), kind="stable")]
@@ -239,37 +285,58 @@ def avg_scores(matrix: RecallMatrix) -> np.ndarray:
     return _nanmean(matrix.values, axis=0)
 
 
+#: ``avgp`` = AVGP_SIGN * the authors' AvgP column (``emmia.py``: ``recall_all_scores.mean(1)``).
+AVGP_SIGN = -1.0
+
+
 def avgp_scores(matrix: RecallMatrix) -> np.ndarray:
-    """``-AvgP(x)`` for texts in the pool (NaN elsewhere): high AvgP marks a non-member prefix."""
+    """``-AvgP(x)`` for texts in the pool (NaN elsewhere), i.e. the *negation* of the authors' column.
+
+    ``AvgP(p) = mean_x R[p, x]`` describes ``p`` as a prefix. This project reads a high AvgP as
+    the mark of a non-member prefix (the same reading as neg-prefix's ``-r``) and negates it to
+    obey higher = member. The authors' ``emmia.py`` saves ``recall_all_scores.mean(1)`` as is
+    and evaluates it with higher = member, so a paper figure for AvgP corresponds to ``1 - AUC``
+    of this column.
+    """
     out = np.full(matrix.values.shape[1], np.nan)
-    out[matrix.pool] = -_nanmean(matrix.values, axis=1)
+    out[matrix.pool] = AVGP_SIGN * _nanmean(matrix.values, axis=1)
     return out
 
 
 def rand_prefix_texts(texts: Sequence[str], pool: Sequence[int], shots: int, seed: int) -> list[int]:
-    """Indices of the ``shots`` pool texts (seeded) that make the Rand prefix."""
+    """``shots + 1`` pool texts (seeded): the first ``shots`` make the Rand prefix, the spare one
+    replaces a shot in the prefix of that shot itself when self-pairs are not allowed."""
     rng = np.random.default_rng(seed)
     pool = np.asarray(pool)
     return [int(i) for i in rng.choice(pool, size=min(shots + 1, len(pool)), replace=False)]
 
 
-def _rand_groups(texts: Sequence[str], pool: Sequence[int], shots: int, seed: int) -> dict[str, list[int]]:
-    """Rand prefix -> indices of the texts scored with it. Texts outside the prefix share it; a
-    text inside it gets a prefix without itself (the spare ``shots+1``-th draw replaces it)."""
+def _rand_groups(
+    texts: Sequence[str], pool: Sequence[int], shots: int, seed: int, self_pairs: bool, sep: str
+) -> dict[str, list[int]]:
+    """Rand prefix -> indices of the texts scored with it. With ``self_pairs`` every text shares
+    the one prefix (the authors' ``run.py``: the shots stay in the test set); without, a text
+    inside the prefix gets a prefix without itself (the spare draw replaces it)."""
     chosen = rand_prefix_texts(texts, pool, shots, seed)
     main = chosen[:shots]
     groups: dict[str, list[int]] = {}
     for j in range(len(texts)):
-        shots_j = main if j not in main else [c for c in chosen if c != j][:shots]
-        groups.setdefault(build_prefix([texts[c] for c in shots_j]), []).append(j)
+        shots_j = main if self_pairs or j not in main else [c for c in chosen if c != j][:shots]
+        groups.setdefault(build_prefix([texts[c] for c in shots_j], sep), []).append(j)
     return groups
 
 
 def rand_calls(
-    texts: Sequence[str], pool: Sequence[int], *, shots: int = DEFAULT_SHOTS, seed: int = 0
+    texts: Sequence[str],
+    pool: Sequence[int],
+    *,
+    shots: int = DEFAULT_SHOTS,
+    seed: int = 0,
+    self_pairs: bool = SELF_PAIRS,
+    sep: str = EM_SEP,
 ) -> list[FetchCall]:
     """The conditional calls of the Rand baseline (for dry-runs)."""
-    groups = _rand_groups(texts, pool, shots, seed)
+    groups = _rand_groups(texts, pool, shots, seed, self_pairs, sep)
     return [FetchCall("conditional", tuple(texts[j] for j in js), prefix=p) for p, js in groups.items()]
 
 
@@ -281,14 +348,17 @@ def rand_scores(
     *,
     shots: int = DEFAULT_SHOTS,
     seed: int = 0,
+    self_pairs: bool = SELF_PAIRS,
+    first_token: bool = FIRST_TOKEN,
+    sep: str = EM_SEP,
     progress: bool = False,
 ) -> np.ndarray:
     """``Rand``: ReCaLL with one prefix of ``shots`` random pool texts (higher = member)."""
     out = np.full(len(texts), np.nan)
-    for prefix, js in _rand_groups(texts, pool, shots, seed).items():
+    for prefix, js in _rand_groups(texts, pool, shots, seed, self_pairs, sep).items():
         recs = target.conditional_logprobs(prefix, [texts[j] for j in js], progress=progress)
-        out[js] = [conditional_ll(r) for r in recs]
-    return out / ll
+        out[js] = [conditional_ll(r, first_token=first_token) for r in recs]
+    return np.array([mean_ratio(c, d) for c, d in zip(out, ll, strict=True)])
 
 
 def iteration_metrics(result: EMResult, labels: Sequence[int]) -> list[dict[str, Any]]:
@@ -339,6 +409,9 @@ def run_em_mia(
     topk: int = DEFAULT_TOPK,
     baselines: Sequence[str] = BASELINES,
     rand_shots: int = DEFAULT_SHOTS,
+    self_pairs: bool = SELF_PAIRS,
+    first_token: bool = FIRST_TOKEN,
+    sep: str = EM_SEP,
     ids: Sequence[str] | None = None,
     progress: bool = True,
 ) -> EMRun:
@@ -347,7 +420,9 @@ def run_em_mia(
     ``init``: a score spec computed through ``compute_scores`` (``min_k_pp``, ``loss``, ...), a
     baseline name (``avg``, ``avgp``, ``rand``) or ``auto`` (``default_init``). ``pool_size``: the
     number of texts used as prefixes (seeded subset by ``pool_seed``; default all). Defaults
-    follow the paper (§6.3): 10 iterations, AUC prefix scores, neg-prefix update on a full pool.
+    follow the paper (§6.3): 10 iterations, AUC prefix scores, neg-prefix update on a full pool;
+    ``self_pairs``/``first_token``/``sep`` the authors' code (module doc), shared by the ReCaLL
+    matrix and the Rand baseline.
     """
     from blackbox_audit.scores import compute_scores
 
@@ -365,7 +440,8 @@ def run_em_mia(
         table = compute_scores(target, texts, init, ids=ids, progress=progress)
         init_field = next(iter(table))
         init_values = table[init_field]
-    matrix = recall_matrix(target, texts, pool, progress=progress)
+    conventions = {"self_pairs": self_pairs, "first_token": first_token, "sep": sep}
+    matrix = recall_matrix(target, texts, pool, progress=progress, **conventions)
     base: dict[str, np.ndarray] = {}
     for name in dict.fromkeys([*baselines, *([init] if init in BASELINES else [])]):
         if name == "avg":
@@ -373,10 +449,11 @@ def run_em_mia(
         elif name == "avgp":
             base[name] = avgp_scores(matrix)
         else:
-            base[name] = rand_scores(target, texts, pool, matrix.ll, shots=rand_shots, seed=pool_seed)
+            base[name] = rand_scores(target, texts, pool, matrix.ll, shots=rand_shots, seed=pool_seed, **conventions)
     if init_values is None:
         init_values = base[init]
     result = em_mia(matrix, init_values, iterations=iterations, update=update, topk=topk)
+    result.params.update(conventions)
     columns = {"em_mia": result.final, init_field: init_values, **base}
     return EMRun(result=result, matrix=matrix, columns=columns, init_field=init_field)
 
