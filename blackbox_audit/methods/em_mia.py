@@ -469,6 +469,8 @@ class EMMIAConfig(MethodConfig):
     or ``auto`` (Min-K%++ on white-box targets, else loss); ``prefix_pool``: how many texts serve
     as prefixes (seeded subset by ``pool_seed``; None = all; cost ~ pool x texts); ``update``:
     ``neg-prefix``, ``topk-recall`` or ``auto``; ``baselines``: label-free columns to add.
+    ``self_pairs``/``first_token``/``sep``: the ReCaLL-matrix conventions (module docstring;
+    defaults = the authors' code, docs/CONFORMANCE.md has the measured alternatives).
     """
 
     init: str = "auto"
@@ -479,10 +481,14 @@ class EMMIAConfig(MethodConfig):
     topk: int = DEFAULT_TOPK
     baselines: tuple[str, ...] = BASELINES
     rand_shots: int = DEFAULT_SHOTS
+    self_pairs: bool = SELF_PAIRS
+    first_token: bool = FIRST_TOKEN
+    sep: str = EM_SEP
 
     def validate(self) -> None:
         from blackbox_audit.scores import parse_specs
 
+        check_sep(self.sep)
         check_positive(self.iterations, "iterations")
         check_positive(self.topk, "topk")
         check_positive(self.rand_shots, "rand_shots")
@@ -523,9 +529,11 @@ class EMMIA(Method):
         init = self._init(inputs.target)
         pool = pool_indices(len(texts), pool_size or cfg.prefix_pool, seed=cfg.pool_seed)
         calls = [] if init in BASELINES else list(plan_requests(texts, init).calls)
-        calls += plan_calls(texts, pool)
+        calls += plan_calls(texts, pool, self_pairs=cfg.self_pairs, sep=cfg.sep)
         if "rand" in cfg.baselines or init == "rand":
-            calls += rand_calls(texts, pool, shots=cfg.rand_shots, seed=cfg.pool_seed)
+            calls += rand_calls(
+                texts, pool, shots=cfg.rand_shots, seed=cfg.pool_seed, self_pairs=cfg.self_pairs, sep=cfg.sep
+            )
         return CostPlan(calls=calls)
 
     def check(self, inputs: AuditInputs) -> None:
@@ -550,6 +558,9 @@ class EMMIA(Method):
             topk=cfg.topk,
             baselines=cfg.baselines,
             rand_shots=cfg.rand_shots,
+            self_pairs=cfg.self_pairs,
+            first_token=cfg.first_token,
+            sep=cfg.sep,
             ids=inputs.ids,
             progress=inputs.progress,
         )
@@ -566,7 +577,9 @@ class EMMIA(Method):
                 "init": run_.init_field,
                 "update": result.update,
                 "pool_size": len(pool),
-                "conditional_scorings": int(sum(len(c.texts) for c in plan_calls(inputs.texts, pool))),
+                "conditional_scorings": int(
+                    sum(len(c.texts) for c in plan_calls(inputs.texts, pool, self_pairs=cfg.self_pairs, sep=cfg.sep))
+                ),
             },
         )
         metrics = evaluation_metrics(run_.columns, inputs.labels)
