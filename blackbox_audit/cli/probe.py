@@ -11,6 +11,8 @@ import argparse
 import json
 from typing import Any
 
+from blackbox_audit.engine.cli import add_engine_arguments, engine_kwargs_from_args
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -26,6 +28,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cache-dir", help="request cache (default: $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
     p.add_argument("--no-cache", action="store_true", help="send every probe request")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_engine_arguments(p, dry_run=False)  # --max-retries, --concurrency, caps: the probe buys requests too
     p.set_defaults(func=run)
 
 
@@ -34,16 +37,23 @@ def run(args: argparse.Namespace) -> int:
     from blackbox_audit.adapters.probe import ladder_summary
     from blackbox_audit.cache import open_cache
     from blackbox_audit.errors import UserError
+    from blackbox_audit.redaction import redact_text
 
     if not args.target.startswith(("openai:", "compat:")):
         raise UserError(f"probe needs an API target, got '{args.target}'", "use openai:MODEL or compat:BASE_URL#MODEL")
     cache = None if args.no_cache else open_cache(args.cache_dir)
     given = {"tokenizer": args.tokenizer, "api_key_env": args.api_key_env, "api": args.api}
     opts = {k: v for k, v in given.items() if v}
-    target = load_target(args.target, cache=cache, **opts)
+    opts["engine_options"] = engine_kwargs_from_args(args)
+    try:
+        target = load_target(args.target, cache=cache, **opts)
+    except BaseException:
+        if cache is not None:
+            cache.close()
+        raise
     try:
         report = {
-            "target": args.target,
+            "target": redact_text(args.target),
             "api": target.cond.api,
             "token_id_prompts": target.cond.id_prompts,
             "tokenizer": target.table.name,
@@ -55,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(report, indent=2))
         else:
-            print(f"target     {args.target}  ({report['api']} API, tokenizer {report['tokenizer']})")
+            print(f"target     {report['target']}  ({report['api']} API, tokenizer {report['tokenizer']})")
             print("evidence:")
             for line in report["evidence"]:
                 print(f"  - {line}")

@@ -1,0 +1,164 @@
+"""Fixtures of the reliability suite: a planted API key, the emulator, the fault stub, CLI runners.
+
+Tests drive the real command line: ``cli`` calls ``blackbox_audit.cli.main`` in this process
+(fast; stdout/stderr captured at the file-descriptor level, log records included), ``run_cli``
+runs ``python -m blackbox_audit`` in a subprocess where the test needs a real process (signals,
+a file-size limit standing in for a full disk, two runs at once). The emulator (tiny model
+backend) and the fault stub run in this process on 127.0.0.1. ``no_key_anywhere`` greps every
+stream and every file under the test's folder (outputs, cache.db and its -wal, rescue files)
+for the planted key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+KEY_ENV = "RELIABILITY_AUDIT_KEY"
+# A planted key that does NOT look like sk-...: only exact-match redaction can catch it.
+KEY = "rel" + secrets.token_hex(16) + "Zq"
+TEXTS = [
+    "The committee met on Tuesday to review the annual budget.",
+    "Rain fell over the harbour while the ferries waited.",
+    "A small library opened in the old station building.",
+]
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+    def error_lines(self) -> list[str]:
+        return [ln for ln in self.err.splitlines() if ln.startswith("blackbox-audit ")]
+
+    def one_error(self) -> str:
+        """The single error line, after checking that nothing else went wrong on the way."""
+        assert "Traceback" not in self.err, self.err[-3000:]
+        lines = self.error_lines()
+        assert len(lines) == 1, self.err[-3000:]
+        return lines[0]
+
+
+@pytest.fixture(autouse=True)
+def fresh_secret_registry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """Each test starts with no registered secret (so masking must come from this run) and the
+    key in the environment, as a user would export it."""
+    from blackbox_audit.redaction import forget_secrets
+
+    forget_secrets()
+    monkeypatch.setenv(KEY_ENV, KEY)
+    monkeypatch.setenv("BLACKBOX_AUDIT_CACHE", str(tmp_path / "default-cache"))
+    yield
+    forget_secrets()
+
+
+@pytest.fixture
+def cli(capfd: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> Callable[..., Result]:
+    """``cli(*args)`` -> ``Result``: ``main(args)`` in this process; ``err`` holds stderr and logs."""
+    from blackbox_audit.cli import main
+
+    def run(*args: str) -> Result:
+        capfd.readouterr()
+        caplog.clear()
+        rc = main(list(args))
+        out, err = capfd.readouterr()
+        logs = "\n".join(f"{r.levelname} {r.name}: {r.getMessage()}" for r in caplog.records)
+        return Result(rc, out, err + ("\n" + logs if logs else ""))
+
+    return run
+
+
+@pytest.fixture
+def run_cli(tmp_path: Path) -> Callable[..., Result]:
+    """``run_cli(*args, env=None, key=KEY, limits=None, timeout=180)`` -> ``Result``."""
+
+    def run(*args: str, env: dict | None = None, key: str | None = KEY, preexec=None, timeout: float = 180) -> Result:
+        e = {k: v for k, v in os.environ.items() if k != KEY_ENV}
+        e["BLACKBOX_AUDIT_CACHE"] = str(tmp_path / "default-cache")
+        e["PYTHONUNBUFFERED"] = "1"
+        if key is not None:
+            e[KEY_ENV] = key
+        e.update(env or {})
+        proc = subprocess.run(
+            [sys.executable, "-m", "blackbox_audit", *args],
+            capture_output=True,
+            text=True,
+            env=e,
+            timeout=timeout,
+            preexec_fn=preexec,
+        )
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+@pytest.fixture
+def data_file(tmp_path: Path) -> Path:
+    path = tmp_path / "data.jsonl"
+    path.write_text("".join(json.dumps({"id": f"t{i}", "text": t, "label": i % 2}) + "\n" for i, t in enumerate(TEXTS)))
+    return path
+
+
+@pytest.fixture
+def emulator(tiny_target) -> Iterator[Callable]:
+    """``emulator(profile="forced-token", **options)``: a context manager (emulator, tiny model)."""
+    from blackbox_audit.fixtures.emulator import run_emulator
+
+    def start(profile: str = "forced-token", **kw):
+        return run_emulator(tiny_target, profile, **kw)
+
+    yield start
+
+
+def files_under(root: Path) -> list[Path]:
+    return [Path(d) / f for d, _, fs in os.walk(root) for f in fs]
+
+
+@pytest.fixture
+def no_key_anywhere(tmp_path: Path) -> Callable[..., None]:
+    """``no_key_anywhere(*results_or_texts, key=KEY)``: the key is in no stream and no file."""
+
+    def check(*streams: object, key: str = KEY) -> None:
+        needle = key.strip()
+        for s in streams:
+            text = f"{s.out}\n{s.err}" if isinstance(s, Result) else str(s)
+            assert needle not in text, "the planted key reached a stream"
+            for i in range(0, len(needle) - 9):  # not even a 10-character piece of it
+                assert needle[i : i + 10] not in text, "a piece of the planted key reached a stream"
+        for f in files_under(tmp_path):
+            data = f.read_bytes()
+            assert needle.encode() not in data, f"the planted key is in {f}"
+
+    return check
+
+
+def scan_args(tiny_lm_dir: Path, target: str, data: Path, out: Path, cache: Path, *extra: str) -> list[str]:
+    """A ``score`` command line against an API target with the tiny model's local tokenizer."""
+    return [
+        "score",
+        "--target",
+        target,
+        "--data",
+        str(data),
+        "--scores",
+        "loss",
+        "--out",
+        str(out),
+        "--cache-dir",
+        str(cache),
+        "--tokenizer",
+        str(tiny_lm_dir),
+        "--api-key-env",
+        KEY_ENV,
+        *extra,
+    ]
