@@ -82,7 +82,7 @@ def _atomic_write(path: str | os.PathLike[str], text: str) -> Path:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UserError(
             f"cannot write {path}: {why}",
-            "free space or pass a writable --out folder, then re-run: computed results are cached and cost nothing",
+            "free space or pass a writable --out folder and re-run (what the cache holds is not bought again)",
         ) from None
     except BaseException:
         if tmp is not None:

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 ENVELOPE_VERSION = 1
 DEFAULT_RESCUE_BYTES = 1 << 20  # room for several hundred chat answers when the disk is full
+MIN_RESCUE_BYTES = 64 << 10  # below this much free room, a run does not start
 _HOST = socket.gethostname().replace("-", "_") or "host"
 
 
@@ -288,24 +289,35 @@ class AnswerStore:
         self.full: CacheFull | None = None
         self._token = f"{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._rescue: RescueFile | None = None
+        self._rescue_path: str | None = None
         self._shared = self.directory is not None and hasattr(cache, "add") and hasattr(cache, "transact")
         if self.directory is not None and rescue_bytes > 0:
             self._import_rescues()
+            self._rescue = self._allocate_rescue(rescue_bytes)
+            self._rescue_path = str(self._rescue.path)
+
+    def _allocate_rescue(self, size: int) -> RescueFile:
+        """The rescue file, as large as the disk allows down to ``MIN_RESCUE_BYTES``; a disk
+        without even that much room stops the run before anything is sent."""
+        assert self.directory is not None
+        while True:
             try:
-                self._rescue = RescueFile(self.directory, rescue_bytes)
+                return RescueFile(self.directory, size)
             except OSError as exc:
-                if classify_error(exc) == "full":
-                    raise CacheFull.before_start(
-                        self.directory, f"cannot set aside {rescue_bytes} bytes of rescue space ({exc.strerror})"
+                if classify_error(exc) != "full":
+                    raise UserError(
+                        f"cannot write to the cache folder {self.directory}: {exc.strerror}",
+                        "pass a writable --cache-dir, or --no-cache",
                     ) from None
-                raise UserError(
-                    f"cannot write to the cache folder {self.directory}: {exc.strerror}",
-                    "pass a writable --cache-dir, or --no-cache",
-                ) from None
+                if size <= MIN_RESCUE_BYTES:
+                    raise CacheFull.before_start(
+                        self.directory, f"not even {size} bytes free for rescue space ({exc.strerror})"
+                    ) from None
+                size = max(MIN_RESCUE_BYTES, size // 4)
 
     @property
     def rescue_path(self) -> str:
-        return str(self._rescue.path) if self._rescue else "(no rescue file)"
+        return self._rescue_path or "(no rescue file)"
 
     # ---- raw access with error classification
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -347,10 +359,11 @@ class AnswerStore:
         except (sqlite3.Error, OSError, KeyError, TypeError):
             pass
 
-    def put(self, key: str, data: Any) -> None:
+    def put(self, key: str, data: Any, *, answer: bool = True) -> None:
         """Store ``data``; on a full disk it goes to the rescue file and the store turns ``full``.
 
-        Raises ``CacheFull`` only when the answer could be kept nowhere (counted as lost).
+        Raises ``CacheFull`` only when the value could be kept nowhere (an answer: counted as
+        lost). ``answer=False`` for the caller's own values (probe reports): not counted.
         """
         value = encode_value(key, data)
         try:
@@ -363,11 +376,11 @@ class AnswerStore:
                 self.full = CacheFull(self, self.directory, why)
                 log.error("cache disk full at %s (%s): sending nothing more", self.directory, why)
             if self._rescue is not None and self._rescue.write(key, value):
-                self.rescued += 1
+                self.rescued += answer
                 return
-            self.lost += 1
+            self.lost += answer
             raise self.full from None
-        self.kept += 1
+        self.kept += answer
 
     # ---- leases between processes
     def _lease(self, key: str) -> str:

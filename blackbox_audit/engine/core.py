@@ -368,7 +368,7 @@ class RequestEngine:
     def cache_put(self, key: str, value: Any) -> None:
         """Store a value of the caller's (e.g. a probe report) with a checksum."""
         if self.store is not None:
-            self.store.put(key, value)
+            self.store.put(key, value, answer=False)
 
     # --- the one public request method ---------------------------------------------------
     async def post_json(
