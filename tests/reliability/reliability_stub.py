@@ -14,6 +14,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,8 +66,11 @@ class _Server(ThreadingHTTPServer):
 class FaultStub:
     """``with FaultStub(emulator_root_url) as stub:`` -> ``stub.base_url`` (ends in /v1)."""
 
-    def __init__(self, upstream_root: str, fault: Fault | None = None, mutate: Mutate | None = None) -> None:
+    def __init__(
+        self, upstream_root: str, fault: Fault | None = None, mutate: Mutate | None = None, delay_s: float = 0.0
+    ) -> None:
         up = urlsplit(upstream_root)
+        self.delay_s = delay_s  # added to every provider answer: keeps a run busy long enough to interrupt
         self.upstream = (up.hostname or "127.0.0.1", up.port or 80)
         self.fault = fault
         self.mutate = mutate
@@ -74,6 +78,7 @@ class FaultStub:
         self.provider_requests = 0
         self.by_path: Counter[str] = Counter()
         self.answered_ok: Counter[str] = Counter()  # canonical body -> successful answers delivered
+        self.ok_requests: list[tuple[str, Any]] = []  # (path, body) of every successful answer, in order
         self.seen_headers: list[dict[str, str]] = []
         stub = self
 
@@ -127,6 +132,8 @@ class FaultStub:
             self.by_path[path] += 1
             self.seen_headers.append(headers)
         req = Request(method, path, headers, body, index if provider else -1)
+        if provider and self.delay_s:
+            time.sleep(self.delay_s)
         reply = self.fault(req) if (self.fault is not None and provider) else None
         if reply is None:
             status, payload, ctype = self._forward(method, path, body, headers)
@@ -140,6 +147,7 @@ class FaultStub:
             canon = f"{path} " + json.dumps(req.json(), sort_keys=True)
             with self.lock:
                 self.answered_ok[canon] += 1
+                self.ok_requests.append((path, req.json()))
         data = reply.payload()
         h.send_response(reply.status)
         h.send_header("Content-Type", reply.content_type)
