@@ -170,12 +170,16 @@ class FaultStub:
 
 # ---- ready-made hooks ----------------------------------------------------------------------
 def fail_first(n: int, status: int = 503, headers: dict[str, str] | None = None) -> Fault:
-    """The first ``n`` provider requests fail with ``status`` (then everything is forwarded)."""
+    """The first ``n`` provider requests fail with ``status`` (then everything is forwarded).
+
+    The default ``retry-after-ms: 10`` keeps the client's backoff short, so tests stay fast.
+    """
+    hdrs = {"retry-after-ms": "10"} if headers is None else dict(headers)
 
     def hook(req: Request) -> Reply | None:
         if req.index < n:
             msg = "Rate limit reached (stub)." if status == 429 else "The server is overloaded (stub)."
-            return Reply(status, {"error": {"message": msg, "type": "server_error", "code": None}}, dict(headers or {}))
+            return Reply(status, {"error": {"message": msg, "type": "server_error", "code": None}}, hdrs)
         return None
 
     return hook

@@ -41,7 +41,7 @@ def _many_texts(tmp_path: Path, n: int) -> Path:
 def test_full_cache_disk_stops_at_once_and_loses_no_answer(
     run_cli, cli, emulator, tiny_lm_dir, tmp_path, no_key_anywhere
 ):
-    data = _many_texts(tmp_path, 12)
+    data = _many_texts(tmp_path, 6)
     cache = tmp_path / "cache"
     with emulator() as emu, FaultStub(emu.root_url) as stub:
         target = f"compat:{stub.base_url}#{emu.model}"
@@ -65,7 +65,7 @@ def test_full_cache_disk_stops_at_once_and_loses_no_answer(
 
 
 def test_two_runs_sharing_a_cache_never_pay_twice(tiny_lm_dir, emulator, tmp_path, run_cli):
-    data = _many_texts(tmp_path, 12)
+    data = _many_texts(tmp_path, 6)
     cache = tmp_path / "shared-cache"
     with emulator() as emu, FaultStub(emu.root_url) as stub:
         target = f"compat:{stub.base_url}#{emu.model}"
