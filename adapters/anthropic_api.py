@@ -32,6 +32,7 @@ from typing import Any
 
 from blackbox_audit.engine import RequestEngine
 from blackbox_audit.errors import CapabilityError, UserError
+from blackbox_audit.redaction import read_api_key
 from blackbox_audit.types import TokenLogprobs
 
 from .api_common import LoopThread
@@ -163,9 +164,7 @@ def load_anthropic(rest: str, **options: Any) -> AnthropicTarget:
             "write anthropic:MODEL (e.g. anthropic:claude-3-5-haiku-latest) or anthropic:BASE_URL#MODEL",
         )
     key_env = options.get("api_key_env") or "ANTHROPIC_API_KEY"
-    api_key = options.get("api_key") or os.environ.get(key_env)
-    if not api_key:
-        raise UserError(f"no API key: {key_env} is not set", f"export {key_env}=... (or pass --api-key-env NAME)")
+    api_key = read_api_key(key_env, options.get("api_key"), required=True)  # stripped, checked, never echoed
     base_url = url or options.get("base_url") or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
     engine = RequestEngine(
         base_url,
