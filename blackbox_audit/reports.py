@@ -102,6 +102,7 @@ OUTPUT_NAMES = (
     "logprobs.jsonl",
     "selection.jsonl",
     "summary.json",
+    "verdict.json",
     "ptdi_eval.json",
     "matrix.json",
     "report.md",

@@ -117,13 +117,15 @@ def test_ptdi_calibration_too_small_to_select_warns_and_records_the_minimum(cli,
         r = cli("ptdi", "--test", str(test), "--calibration", str(cal), "--score", "loss", "--alpha", "0.1",
                 "--method", "vanilla", "--out", str(out))  # fmt: skip
         assert r.rc == 0
-        summary = json.loads((out / "summary.json").read_text())
+        summary = json.loads((out / "verdict.json").read_text())["details"]
+        run = json.loads((out / "run.json").read_text())
         assert summary["n_selected"] == 0 and summary["min_calibration"] == 9
         assert "below the minimum of 9" in r.err and summary["warnings"][0]["minimum"] == 9
+        assert "below the minimum of 9" in run["warnings"][0]
     enough = _scores_file(tmp_path / "cal9.jsonl", [0.1 * i for i in range(9)])
     r = cli("ptdi", "--test", str(test), "--calibration", str(enough), "--score", "loss", "--alpha", "0.1",
             "--method", "vanilla", "--out", str(tmp_path / "o9"))  # fmt: skip
-    summary = json.loads((tmp_path / "o9" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "o9" / "verdict.json").read_text())["details"]
     assert r.rc == 0 and summary["n_selected"] == 30 and "warnings" not in summary  # the stated minimum is exact
 
 
