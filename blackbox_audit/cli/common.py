@@ -34,15 +34,17 @@ def positive_int(value: str) -> int:
     return n
 
 
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    """--target/--data/--out plus data-field, cache and device options."""
+def add_common_arguments(parser: argparse.ArgumentParser, *, data: bool = True) -> None:
+    """--target/--data/--out plus data-field, cache and device options (``data=False``: a command
+    that reads its texts its own way gets everything but --data and its field options)."""
     g = parser.add_argument_group("target and data")
     g.add_argument("--target", required=True, help="model under audit: hf:PATH, gguf:PATH, smollm2, ...")
-    g.add_argument("--data", required=True, help="samples: .jsonl, .csv/.tsv (header row) or .txt (one per line)")
-    g.add_argument("--text-field", help="field holding the text (default: 'text', then 'input')")
-    g.add_argument("--label-field", default="label", help="0/1 membership label field, 1 = member (default: label)")
-    g.add_argument("--id-field", default="id", help="sample id field (default: id; else the 0-based row number)")
-    g.add_argument("--limit", type=positive_int, help="use only the first N samples")
+    if data:
+        g.add_argument("--data", required=True, help="samples: .jsonl, .csv/.tsv (header row) or .txt (one per line)")
+        g.add_argument("--text-field", help="field holding the text (default: 'text', then 'input')")
+        g.add_argument("--label-field", default="label", help="0/1 membership label field, 1 = member (default: label)")
+        g.add_argument("--id-field", default="id", help="sample id field (default: id; else the 0-based row number)")
+        g.add_argument("--limit", type=positive_int, help="use only the first N samples")
     g.add_argument("--out", required=True, help="output folder (created if missing)")
     c = parser.add_argument_group("execution")
     c.add_argument("--cache-dir", help=f"cache folder (default: $BLACKBOX_AUDIT_CACHE or {default_cache_dir()})")
@@ -137,24 +139,29 @@ def load_data(args: argparse.Namespace) -> Dataset:
     )
 
 
-def dry_run(args: argparse.Namespace, plan: CostPlan) -> int:
-    """``--dry-run``: print what ``plan`` (a method's ``plan``) would send to ``--target``; send nothing.
+def planning_view_of_args(args: argparse.Namespace) -> Any:
+    """The ``--target``'s planning view (``adapters.planning_view``) for a dry-run; sends nothing.
 
-    The target is not loaded (loading an API target probes it): its planning view
-    (``adapters.planning_view``) tokenizes locally and takes the ladder's shape from a probe
-    report already in the cache for that target, else the unprobed (widest) range.
+    The target is not loaded (loading an API target probes it): the view tokenizes locally and
+    takes the ladder's shape from a probe report already in the cache for that target, else the
+    unprobed (widest) range.
     """
     from blackbox_audit.adapters import planning_view
-    from blackbox_audit.planning import price_plan
 
     cache = None if getattr(args, "no_cache", False) else open_cache(args.cache_dir)
     try:
         opts = {k: getattr(args, k, None) for k in ("tokenizer", "api", "pricing")}
-        view = planning_view(args.target, cache=cache, **{k: v for k, v in opts.items() if v})
+        return planning_view(args.target, cache=cache, **{k: v for k, v in opts.items() if v})
     finally:
         if cache is not None:
             cache.close()
-    print(price_plan(plan, view).format())
+
+
+def dry_run(args: argparse.Namespace, plan: CostPlan) -> int:
+    """``--dry-run``: print what ``plan`` (a method's ``plan``) would send to ``--target``; send nothing."""
+    from blackbox_audit.planning import price_plan
+
+    print(price_plan(plan, planning_view_of_args(args)).format())
     return 0
 
 

@@ -1,0 +1,141 @@
+"""``blackbox-audit contamination``: has a model seen a benchmark? With the spend capped in advance.
+
+Runs the ``contamination`` method (``blackbox_audit.methods.contamination``) on a benchmark
+(``gsm8k``, ``mmlu[:SUBJECT]`` or a file with question/answer fields, ``blackbox_audit.benchmarks``)
+against known non-members (``--heldout FILE``). It writes the result with the one result writer:
+``scores.jsonl`` (benchmark items: score, p_value, flagged), ``flagged.jsonl``, ``heldout.jsonl``,
+``verdict.json`` (dataset-level test, rate with CI, flagged count, PAC-style rate, power, what
+the budget bought) and ``run.json`` (with the engine's spend ledger for API targets).
+``--dry-run`` prices the whole check through the target's planning view and sends nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from blackbox_audit.cli.common import (
+    Session,
+    add_common_arguments,
+    load_cached_target,
+    planning_view_of_args,
+    positive_int,
+    prepare_out_dir,
+)
+from blackbox_audit.engine.cli import add_engine_arguments
+from blackbox_audit.methods.base import AuditInputs
+from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
+from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA
+from blackbox_audit.reports import RunRecorder
+
+SYNTHETIC = "synthetic"
+
+
+def _fraction(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got '{value}'") from None
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "contamination",
+        help="benchmark contamination check with a cost cap -> OUT/verdict.json, scores.jsonl, flagged.jsonl",
+        description="Has the target seen a benchmark? Compares the benchmark's membership scores with known "
+        "non-members of the same distribution: a dataset-level test, a contamination rate with a confidence "
+        "interval, the items flagged at FDR alpha, and (for comparison only) PAC's thresholded rate. "
+        "--dry-run prices it first; --budget-usd caps the spend and the run stops cleanly at the cap.",
+    )
+    b = p.add_argument_group("benchmark")
+    b.add_argument("--benchmark", required=True, help="gsm8k, mmlu, mmlu:SUBJECT, or a .jsonl/.csv file")
+    b.add_argument("--question-field", default="question", help="file benchmarks: question field (default question)")
+    b.add_argument("--answer-field", default="answer", help="file benchmarks: answer field (default answer)")
+    b.add_argument("--id-field", default="id", help="file benchmarks: id field (default id; else the row number)")
+    b.add_argument("--label-field", default="label", help="optional 0/1 labels, for evaluation only (default label)")
+    b.add_argument(
+        "--prompt-template", help="file benchmarks: prompt format (default 'Question: {question}\\nAnswer:')"
+    )
+    b.add_argument("--output-template", help="file benchmarks: answer format (default ' {answer}')")
+    b.add_argument(
+        "--heldout",
+        default=SYNTHETIC,
+        metavar="FILE|synthetic",
+        help="known non-members in the benchmark's format (items the model cannot have seen); 'synthetic' = "
+        "calibrated dataset inference's generated answers (not in this build yet; default, for planning)",
+    )
+    m = p.add_argument_group("method")
+    m.add_argument(
+        "--part",
+        choices=("auto", "output", "whole"),
+        default="auto",
+        help="score the answer given the question (output) or the whole item (default auto: gsm8k output, "
+        "mmlu whole, files output)",
+    )
+    m.add_argument("--score", default="loss", help="membership score, fixed before the run (default loss)")
+    m.add_argument("--alpha", type=_fraction, default=0.05, help="test level and FDR of the list (default 0.05)")
+    m.add_argument("--confidence", type=_fraction, default=0.95, help="rate CI level (default 0.95)")
+    m.add_argument("--lam", type=_fraction, default=DEFAULT_LAMBDA, help=f"PTDI region size (default {DEFAULT_LAMBDA})")
+    m.add_argument("--bootstrap", type=positive_int, default=2000, help="bootstrap resamples for the CI (2000)")
+    m.add_argument("--items", type=positive_int, help="score at most N random items per side (default all)")
+    m.add_argument("--seed", type=int, default=0, help="item order and bootstrap seed (default 0)")
+    m.add_argument(
+        "--bounded",
+        choices=("error", "upper"),
+        default="error",
+        help="positions known only as an upper bound: refuse (error, default) or use the bounds (upper)",
+    )
+    add_common_arguments(p, data=False)
+    add_engine_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from blackbox_audit.benchmarks import load_benchmark
+
+    method = Contamination(
+        ContaminationConfig(
+            score=args.score,
+            part=args.part,
+            alpha=args.alpha,
+            confidence=args.confidence,
+            lam=args.lam,
+            n_bootstrap=args.bootstrap,
+            items=args.items,
+            seed=args.seed,
+            bounded=args.bounded,
+            heldout="synthetic" if args.heldout == SYNTHETIC else "known",
+        )
+    )
+    fields = {
+        "question_field": args.question_field,
+        "answer_field": args.answer_field,
+        "id_field": args.id_field,
+        "label_field": args.label_field,
+    }
+    bench = load_benchmark(
+        args.benchmark, prompt_template=args.prompt_template, output_template=args.output_template, **fields
+    )
+    sets = {}
+    if args.heldout != SYNTHETIC:
+        sets["heldout"] = load_benchmark(args.heldout, fmt=bench.fmt, **fields)
+    inputs = AuditInputs(data=bench, sets=sets)
+    if args.dry_run:  # before the target is loaded: loading an API target probes it
+        print(method.budget_plan(inputs, planning_view_of_args(args), args.budget_usd).format())
+        return 0
+    method.sides(inputs)  # a bad held-out set fails before the target is loaded (or probed)
+    recorder = RunRecorder("contamination", args)
+    out_dir = prepare_out_dir(args.out)
+    from blackbox_audit.cache import open_cache
+
+    cache = None if args.no_cache else open_cache(args.cache_dir)
+    try:
+        target = load_cached_target(args.target, args, cache)
+    except BaseException:
+        if cache is not None:
+            cache.close()
+        raise
+    session = Session(dataset=bench, target=target, recorder=recorder, out_dir=out_dir, cache=cache)
+    try:
+        return session.finish(method.run(session.inputs(sets=sets)))
+    finally:
+        session.close()

@@ -1,0 +1,653 @@
+"""``contamination``: has a model seen a benchmark? A cost-capped check that holds statistically.
+
+PAC's case study (§6) reports contamination rates such as "95.3% of GSM8K", obtained by
+thresholding a score: no error bars, no false-discovery control and no check that a clean
+model reads as clean. This method compares the benchmark with **known non-members of the
+same distribution** (the held-out side) under one membership score, chosen before the run
+(default ``loss``, the fine-tuning objective), and reports four numbers:
+
+1. **dataset-level test**: is the benchmark, as a set, distinguishable from the held-out
+   items? One-sided rank test at ``alpha`` (``contamination_stats.rank_test``), exact under
+   exchangeability, so a clean model is flagged with probability ``alpha``;
+2. **contamination rate with a CI**: PTDI's member-share estimator against the held-out
+   items, with a percentile bootstrap CI. The estimator is conservative (it tends to
+   under-state the rate);
+3. **flagged items**: PTDI's FDR-controlled selection at ``alpha`` (conformal p-values against
+   the held-out items, scaled by the estimated non-member share, then Benjamini–Hochberg);
+4. **PAC-style thresholded rate**, shown only beside the others, with a warning and the share of
+   known non-members the same threshold marks.
+
+**Held-out side.** ``known``: a set of items the model cannot have seen, written in the same
+format, for example items written after the model's cutoff or a private split (``--heldout
+FILE``). The rate and the list need these. ``synthetic``: the calibrated dataset-inference
+generator (SPEC §5). It is not built yet, and the seam is ``synthetic_heldout``.
+
+**Parts.** ``output``: the answer given the question (PAC §5.6's "output" setting; a
+conditional record per item, ``scores.output``). ``whole``: the whole item ``prompt + output``.
+``auto``: the benchmark format's default (gsm8k: output, mmlu: whole; see ``benchmarks``).
+
+**Budget first.** Items are scored in a seeded random order with the benchmark and the
+held-out side interleaved in proportion, so whatever the budget buys is a random sample of
+both. A budget stop (the engine's reserved caps, ``--budget-usd``/``--max-requests``) ends
+scoring cleanly. The verdict is computed on the items bought, and the result says what the
+budget bought. Every answer already received is cached, so re-running with a larger budget
+resumes. ``budget_plan`` is the dry-run: it prices each item through the target's planning
+view without sending anything, shows how cost grows with text length, how many items the
+budget buys, and the power statement at that size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from blackbox_audit.benchmarks import PARTS, Benchmark
+from blackbox_audit.data import Dataset
+from blackbox_audit.errors import UserError
+from blackbox_audit.methods.base import (
+    AuditInputs,
+    CostItem,
+    CostPlan,
+    Method,
+    MethodConfig,
+    MethodResult,
+    Needs,
+    Verdict,
+    check_fraction_open,
+    check_positive,
+    register_method,
+)
+from blackbox_audit.methods.contamination_stats import (
+    format_power,
+    member_share_ci,
+    pac_style_rate,
+    power_statement,
+    rank_test,
+)
+from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, check_level, fdp_and_power, select
+
+#: fewest items per side the statistics are computed on (below it the verdict is "inconclusive")
+MIN_ITEMS = 5
+#: items per scoring call: API targets score a pair at a time (a budget stop loses at most that;
+#: its answers stay cached), local models batch whole items
+API_CHUNK, LOCAL_CHUNK = 2, 16
+
+
+@dataclass(frozen=True)
+class ContaminationConfig(MethodConfig):
+    """``score``: the membership score (higher = member), fixed before the run. ``part``: which text
+    is scored (module doc). ``alpha``: the level of the dataset-level test and the FDR of the
+    flagged list. ``confidence``: the rate CI's level. ``lam``: PTDI's region size (SPEC §4).
+    ``items``: score at most this many items per side, drawn at random (seeded); None = all.
+    ``heldout``: ``known`` (a set of known non-members) or ``synthetic`` (DI's generator)."""
+
+    score: str = "loss"
+    part: Literal["auto", "output", "whole"] = "auto"
+    alpha: float = 0.05
+    confidence: float = 0.95
+    lam: float = DEFAULT_LAMBDA
+    n_bootstrap: int = 2000
+    items: int | None = None
+    seed: int = 0
+    bounded: Literal["error", "upper"] = "error"
+    heldout: Literal["known", "synthetic"] = "known"
+
+    def validate(self) -> None:
+        check_fraction_open(self.alpha, "alpha")
+        check_fraction_open(self.confidence, "confidence")
+        check_level(self.lam, "lambda", "--lam")
+        check_positive(self.n_bootstrap, "n_bootstrap")
+        if self.items is not None:
+            check_positive(self.items, "items")
+        from blackbox_audit.scores import parse_specs
+
+        parse_specs([self.score])  # an unknown score fails here, before any work
+
+
+def as_benchmark(data: Dataset, role: str) -> Benchmark:
+    """``data`` as a ``Benchmark``; a plain ``Dataset`` becomes whole items with empty prompts."""
+    if isinstance(data, Benchmark):
+        return data
+    n = len(data)
+    return Benchmark(
+        samples=list(data.samples),
+        path=data.path,
+        prompts=("",) * n,
+        outputs=tuple(data.texts),
+        name=role,
+        source="plain text file",
+    )
+
+
+def interleave(n_a: int, n_b: int) -> list[tuple[int, int]]:
+    """(side, index) pairs visiting side 0's ``n_a`` and side 1's ``n_b`` items in proportion.
+
+    Item ``i`` of a side of size ``n`` sits at ``(i + 0.5) / n``; a prefix of the merged order is
+    then close to the same share of each side, wherever a budget stop cuts it.
+    """
+    keys = [((i + 0.5) / n_a, 0, i) for i in range(n_a)] + [((j + 0.5) / n_b, 1, j) for j in range(n_b)]
+    return [(side, i) for _, side, i in sorted(keys)]
+
+
+def synthetic_heldout(benchmark: Benchmark, config: ContaminationConfig) -> Any:
+    """Seam for the calibrated-DI held-out side (SPEC §5): generated answers paired with real ones.
+
+    Not in this build: the generator and the calibrated test belong to ``methods/di.py``.
+    """
+    raise UserError(
+        "a synthetic held-out side needs calibrated dataset inference (SPEC §5), which this build does not have yet",
+        "pass --heldout FILE with known non-members in the benchmark's format (e.g. items written after the "
+        "model's cutoff)",
+    )
+
+
+@dataclass
+class SideScores:
+    """Scores of one side (benchmark or held-out) for the items bought, in scoring order."""
+
+    bench: Benchmark
+    order: list[int] = field(default_factory=list)  # indices into ``bench`` that were scored
+    score: list[float] = field(default_factory=list)
+    n_tokens: list[int] = field(default_factory=list)
+    n_bounded: list[int] = field(default_factory=list)
+
+    def add(self, idx: Sequence[int], table: Any, field_name: str) -> None:
+        self.order += list(idx)
+        self.score += [float(v) for v in table[field_name]]
+        self.n_tokens += [int(v) for v in table.n_tokens]
+        self.n_bounded += [int(v) for v in table.n_bounded]
+
+    @property
+    def values(self) -> np.ndarray:
+        return np.asarray(self.score, dtype=np.float64)
+
+    @property
+    def ids(self) -> list[str]:
+        return [self.bench.ids[i] for i in self.order]
+
+
+@register_method
+class Contamination(Method):
+    """Benchmark contamination check (module doc). ``inputs.data``: the benchmark (a ``Benchmark``);
+    ``inputs.sets["heldout"]``: known non-members in the same format (``heldout="known"``)."""
+
+    name = "contamination"
+    title = "benchmark contamination: set test, rate with CI, FDR-controlled list (cost-capped)"
+    config_class = ContaminationConfig
+    outputs = {
+        "flagged.jsonl": "benchmark items selected at FDR alpha: id, score, p_value, scaled_p_value",
+        "heldout.jsonl": "held-out (known non-member) items scored: id, n_tokens, n_bounded, score",
+    }
+
+    # ------------------------------------------------------------------ inputs
+    def needs(self) -> Needs:
+        sets = ("heldout",) if self.config.heldout == "known" else ()
+        return Needs(sets=sets, capabilities=("conditional",) if self.config.part == "output" else ())
+
+    def part_for(self, bench: Benchmark) -> str:
+        part = self.config.part if self.config.part != "auto" else bench.default_part
+        if part == "output" and not any(bench.prompts):
+            raise UserError(
+                f"{bench.name} has no question/answer split, so its answers cannot be scored given the questions",
+                "load it as a benchmark with --question-field/--answer-field, or use --part whole",
+            )
+        assert part in PARTS
+        return part
+
+    def sides(self, inputs: AuditInputs) -> tuple[Benchmark, Benchmark]:
+        """The benchmark and held-out items to score, each sampled to ``items`` (seeded)."""
+        if inputs.data is None:
+            raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
+        bench = as_benchmark(inputs.data, "benchmark")
+        if self.config.heldout == "synthetic":
+            held = synthetic_heldout(bench, self.config)
+        else:
+            held = as_benchmark(inputs.side("heldout"), "heldout")
+            labels = held.labels
+            if labels is not None and any(labels):
+                raise UserError(
+                    f"the held-out set {held.path or held.name} has items labelled 1 (member)",
+                    "the held-out side must be known non-members: drop those rows or their labels",
+                )
+            if not held.same_format(bench):
+                raise UserError(
+                    f"the held-out set is in format '{held.format}' but the benchmark in '{bench.format}'",
+                    "write both in the same prompt format (the same --prompt-template/--output-template)",
+                )
+        overlap = set(bench.texts) & set(held.texts)
+        if overlap:
+            raise UserError(
+                f"{len(overlap)} held-out item(s) also appear in the benchmark",
+                "the held-out side must be items outside the benchmark: drop the duplicates",
+            )
+        return self._sample(bench, 0), self._sample(held, 1)
+
+    def _sample(self, bench: Benchmark, side: int) -> Benchmark:
+        order = np.random.default_rng([self.config.seed, side]).permutation(len(bench))
+        if self.config.items is not None:
+            order = order[: self.config.items]
+        return bench.subset(order)
+
+    # ------------------------------------------------------------------ plan (dry-run)
+    def _calls(self, bench: Benchmark, part: str, indices: Sequence[int] | None = None) -> list[Any]:
+        from blackbox_audit.scores import FetchCall
+        from blackbox_audit.scores.output import plan_output_calls
+
+        idx = range(len(bench)) if indices is None else indices
+        if part == "output":
+            return plan_output_calls([bench.prompts[i] for i in idx], [bench.outputs[i] for i in idx])
+        texts = tuple(bench.texts[i] for i in idx)
+        return [FetchCall("plain", texts)] if texts else []
+
+    def plan(self, inputs: AuditInputs) -> CostPlan:
+        bench = as_benchmark(inputs.data, "benchmark") if inputs.data is not None else None
+        if bench is None:
+            raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
+        part = self.part_for(bench)
+        notes: list[str] = []
+        items: list[CostItem] = []
+        if self.config.heldout == "known":
+            bench, held = self.sides(inputs)
+        else:  # the generated answers are as long as the real ones they pair with: price those
+            bench, held = self._sample(bench, 0), self._sample(bench, 0)
+            notes.append("held-out side priced as generated answers of the benchmark's own lengths (DI generator)")
+            items.append(CostItem("DI generator fine-tune and generation (local model, no API cost)", usd=(0.0, 0.0)))
+        return CostPlan(calls=self._calls(bench, part) + self._calls(held, part), items=items, notes=notes)
+
+    def budget_plan(self, inputs: AuditInputs, view: Any, budget_usd: float | None) -> ContaminationPlan:
+        """The dry-run: price every item on ``view`` (nothing sent); see ``ContaminationPlan``."""
+        from blackbox_audit.planning import call_cost, price_plan
+
+        bench = as_benchmark(inputs.data, "benchmark") if inputs.data is not None else None
+        if bench is None:
+            raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
+        part = self.part_for(bench)
+        plan = self.plan(inputs)
+        total = price_plan(plan, view)
+        if self.config.heldout == "known":
+            b, h = self.sides(inputs)
+        else:
+            b = h = self._sample(bench, 0)
+        rows: list[ItemCost] = []
+        for side, i in interleave(len(b), len(h)):
+            src = b if side == 0 else h
+            cc = call_cost(self._calls(src, part, [i]), view.tokenize)
+            est = cc.estimate(view.shape, price=view.price, prompt_overhead=view.prompt_overhead, probe=False)
+            n_prompt = len(view.tokenize(src.prompts[i])) if part == "output" and src.prompts[i] else 0
+            rows.append(
+                ItemCost(
+                    side=side,
+                    tokens=n_prompt + cc.positions + (0 if part == "output" else 1),
+                    prompt_tokens=n_prompt,
+                    positions=cc.positions,
+                    requests=est.requests if view.api else (0, 0),
+                    billed_prompt=est.prompt_tokens if view.api else (0, 0),
+                    usd=est.cost_usd if view.api else (0.0, 0.0),
+                )
+            )
+        probe = (0.0, 0.0)
+        if view.api and not view.probed and total.estimate is not None and total.estimate.cost_usd is not None:
+            items_usd = [r.usd for r in rows]
+            if all(u is not None for u in items_usd):
+                probe = (
+                    max(0.0, total.estimate.cost_usd[0] - sum(u[0] for u in items_usd)),
+                    max(0.0, total.estimate.cost_usd[1] - sum(u[1] for u in items_usd)),
+                )
+        return ContaminationPlan(
+            benchmark=bench.name,
+            part=part,
+            score=self.config.score,
+            heldout=self.config.heldout,
+            alpha=self.config.alpha,
+            view=view,
+            total=total,
+            items=rows,
+            probe_usd=probe,
+            budget_usd=budget_usd,
+        )
+
+    # ------------------------------------------------------------------ run
+    def _score_all(
+        self, target: Any, bench: Benchmark, held: Benchmark, part: str, progress: bool
+    ) -> tuple[SideScores, SideScores, str | None]:
+        """Score both sides in the interleaved order until done or a budget cap stops it."""
+        from tqdm.auto import tqdm
+
+        from blackbox_audit.engine.budget import BudgetExceeded
+        from blackbox_audit.scores import compute_scores
+        from blackbox_audit.scores.output import compute_output_scores
+
+        sides = (SideScores(bench), SideScores(held))
+        order = interleave(len(bench), len(held))
+        chunk = API_CHUNK if getattr(target, "engine", None) is not None else LOCAL_CHUNK
+        field_name = self.config.score
+        stopped: str | None = None
+        bar = tqdm(total=len(order), desc=f"contamination ({part})", unit="item", disable=not progress)
+        try:
+            for start in range(0, len(order), chunk):
+                part_order = order[start : start + chunk]
+                tables = []
+                try:
+                    for side in (0, 1):
+                        idx = [i for s, i in part_order if s == side]
+                        if not idx:
+                            continue
+                        src = sides[side].bench
+                        ids = [src.ids[i] for i in idx]
+                        if part == "output":
+                            table = compute_output_scores(
+                                target,
+                                [src.prompts[i] for i in idx],
+                                [src.outputs[i] for i in idx],
+                                [field_name],
+                                bounded=self.config.bounded,
+                                progress=False,
+                                ids=ids,
+                            )
+                        else:
+                            texts = [src.texts[i] for i in idx]
+                            table = compute_scores(
+                                target, texts, [field_name], bounded=self.config.bounded, progress=False, ids=ids
+                            )
+                        tables.append((side, idx, table))
+                except BudgetExceeded as exc:
+                    stopped = exc.problem
+                    break
+                for side, idx, table in tables:  # a chunk counts only when all of it was scored
+                    sides[side].add(idx, table, field_name)
+                bar.update(len(part_order))
+        finally:
+            bar.close()
+        return sides[0], sides[1], stopped
+
+    def run(self, inputs: AuditInputs) -> MethodResult:
+        from blackbox_audit.results import evaluation_metrics
+
+        self.check(inputs)
+        cfg = self.config
+        full_bench = as_benchmark(inputs.data, "benchmark")  # type: ignore[arg-type]
+        part = self.part_for(full_bench)
+        bench, held = self.sides(inputs)
+        b, h, stopped = self._score_all(inputs.target, bench, held, part, inputs.progress)
+        bought = {
+            "benchmark_items": len(b.order),
+            "heldout_items": len(h.order),
+            "benchmark_planned": len(bench),
+            "heldout_planned": len(held),
+            "stopped": stopped,
+        }
+        labels = None if bench.labels is None else [bench.labels[i] for i in b.order]
+        provenance: dict[str, Any] = {
+            "contamination": {
+                "benchmark": full_bench.describe(),
+                "heldout": held.describe() if cfg.heldout == "known" else {"kind": "synthetic"},
+                "part": part,
+                "score": cfg.score,
+                "budget": bought,
+            }
+        }
+        summary: list[str] = []
+        warnings: list[str] = []
+        if stopped:
+            warnings.append(
+                f"stopped at the budget cap after {len(b.order)} of {len(bench)} benchmark and {len(h.order)} of "
+                f"{len(held)} held-out items ({stopped}); the verdict covers the items bought. Re-run with a larger "
+                "cap to extend it: answers so far are cached and cost nothing"
+            )
+        if len(b.order) < MIN_ITEMS or len(h.order) < MIN_ITEMS:
+            verdict = Verdict(
+                decision="inconclusive",
+                statement=(
+                    f"only {len(b.order)} benchmark and {len(h.order)} held-out items were scored (at least "
+                    f"{MIN_ITEMS} each are needed): nothing can be concluded"
+                ),
+                alpha=cfg.alpha,
+                details={"budget": bought},
+            )
+            return self.new_result(
+                ids=b.ids,
+                labels=labels,
+                scores={cfg.score: b.values},
+                fields={"n_tokens": b.n_tokens, "n_bounded": b.n_bounded},
+                verdict=verdict,
+                extras={"heldout.jsonl": _side_rows(h, cfg.score)},
+                provenance=provenance,
+                warnings=warnings,
+            )
+        bv, hv = b.values, h.values
+        test = rank_test(bv, hv, cfg.alpha)
+        share = member_share_ci(
+            bv, hv, lam=cfg.lam, confidence=cfg.confidence, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed
+        )
+        sel = select(bv, hv, cfg.alpha, lam=cfg.lam, method="subtraction")
+        mask = sel.selected_mask()
+        pac = pac_style_rate(bv, hv)
+        power = power_statement(len(bv), len(hv), cfg.alpha)
+        k = int(mask.sum())
+        name = full_bench.name
+        decision = "contaminated" if test.flagged else "not detected"
+        statement = (
+            f"{name} is {'' if test.flagged else 'not '}distinguishable from known non-members of the same "
+            f"distribution (one-sided rank test p = {test.p_value:.3g}, level {cfg.alpha:g}); estimated contamination "
+            f"rate {share.estimate:.1%} ({cfg.confidence:.0%} CI {share.low:.1%} – {share.high:.1%}); {k} of "
+            f"{len(bv)} items flagged at FDR {cfg.alpha:g}"
+        )
+        verdict = Verdict(
+            decision=decision,
+            statement=statement,
+            alpha=cfg.alpha,
+            p_value=test.p_value,
+            estimate={
+                "rate": share.estimate,
+                "rate_ci": [share.low, share.high],
+                "confidence": cfg.confidence,
+                "n_flagged": k,
+                "n_items": len(bv),
+            },
+            details={
+                "dataset_test": test.to_json(),
+                "rate": share.to_json(),
+                "flagged_list": {**sel.summary(), "rule": "PTDI subtraction + Benjamini-Hochberg"},
+                "pac_style": pac,
+                "power": power,
+                "budget": bought,
+                "part": part,
+                "score": cfg.score,
+            },
+        )
+        summary += [
+            f"scored {len(bv)} benchmark and {len(hv)} held-out items ({part}, score {cfg.score}; AUC benchmark vs "
+            f"held-out {test.auc:.3f})",
+            f"dataset-level test: p = {test.p_value:.3g} -> {'FLAGGED' if test.flagged else 'not flagged'} "
+            f"at {cfg.alpha:g}",
+            f"contamination rate: {share.estimate:.1%} ({cfg.confidence:.0%} CI {share.low:.1%} – {share.high:.1%}; "
+            "conservative estimator)",
+            f"flagged at FDR {cfg.alpha:g}: {k} items (flagged.jsonl)",
+            f"PAC-style thresholded rate (for comparison only): {pac['rate']:.1%}; WARNING: {pac['warning']}",
+            format_power(power),
+        ]
+        flagged = [
+            {
+                "id": b.ids[j],
+                cfg.score: float(bv[j]),
+                "p_value": float(sel.p_values[j]),
+                "scaled_p_value": float(sel.scaled_p_values[j]),
+            }
+            for j in np.lexsort((-bv, sel.p_values))  # most significant first, ties by score
+            if mask[j]
+        ]
+        result = self.new_result(
+            ids=b.ids,
+            labels=labels,
+            scores={cfg.score: bv},
+            fields={
+                "n_tokens": b.n_tokens,
+                "n_bounded": b.n_bounded,
+                "p_value": sel.p_values.tolist(),
+                "scaled_p_value": sel.scaled_p_values.tolist(),
+                "flagged": mask.tolist(),
+            },
+            verdict=verdict,
+            extras={"flagged.jsonl": flagged, "heldout.jsonl": _side_rows(h, cfg.score)},
+            provenance=provenance,
+            summary=summary,
+            warnings=warnings + [w["message"] for w in sel.extra.get("warnings", [])],
+        )
+        if labels is not None:
+            y = np.asarray(labels)
+            metrics: dict[str, Any] = evaluation_metrics({cfg.score: bv}, labels) or {}
+            fdp, pw = fdp_and_power(mask, y)
+            true_rate = float(y.mean())
+            metrics["selection"] = {"fdp": float(fdp), "power": None if np.isnan(pw) else float(pw)}
+            metrics["rate"] = {"true": true_rate, "covered": bool(share.low <= true_rate <= share.high)}
+            result.metrics = metrics
+            result.summary.append(
+                f"labels (evaluation only): true rate {true_rate:.1%} "
+                f"({'inside' if metrics['rate']['covered'] else 'OUTSIDE'} the CI), flagged list FDP {float(fdp):.3f}"
+            )
+        return result
+
+
+def _side_rows(side: SideScores, score: str) -> list[dict[str, Any]]:
+    return [
+        {"id": sid, "n_tokens": nt, "n_bounded": nb, score: v if math.isfinite(v) else None}
+        for sid, nt, nb, v in zip(side.ids, side.n_tokens, side.n_bounded, side.score, strict=True)
+    ]
+
+
+# ---------------------------------------------------------------------- dry-run report
+@dataclass(frozen=True)
+class ItemCost:
+    """What one item costs on the planned target (ranges: every token in the top-n .. every miss)."""
+
+    side: int  # 0 benchmark, 1 held-out
+    tokens: int  # prompt + output tokens (whole item)
+    prompt_tokens: int  # the conditioning prompt (output part), else 0
+    positions: int  # scored positions
+    requests: tuple[int, int]
+    billed_prompt: tuple[int, int]
+    usd: tuple[float, float] | None
+
+
+@dataclass
+class ContaminationPlan:
+    """The contamination dry-run: totals, cost by text length, what the budget buys, power."""
+
+    benchmark: str
+    part: str
+    score: str
+    heldout: str
+    alpha: float
+    view: Any
+    total: Any  # planning.PlanEstimate of every item
+    items: list[ItemCost]
+    probe_usd: tuple[float, float]
+    budget_usd: float | None
+
+    def affordable(self) -> dict[str, Any] | None:
+        """Items bought in scoring order if every item costs its high (low) end; None without a budget."""
+        if self.budget_usd is None or not self.view.api or any(r.usd is None for r in self.items):
+            return None
+
+        def count(end: int) -> tuple[int, int]:
+            spent = self.probe_usd[end]
+            n = [0, 0]
+            for r in self.items:
+                spent += r.usd[end]  # type: ignore[index]
+                if spent > self.budget_usd + 1e-12:
+                    break
+                n[r.side] += 1
+            return n[0], n[1]
+
+        return {"worst_case": count(1), "best_case": count(0)}
+
+    def length_table(self, buckets: int = 4) -> list[dict[str, Any]]:
+        """Benchmark items grouped by token length (quantiles): how the per-item cost grows."""
+        rows = sorted((r for r in self.items if r.side == 0), key=lambda r: r.tokens)
+        out = []
+        for k in range(buckets):
+            part = rows[k * len(rows) // buckets : (k + 1) * len(rows) // buckets]
+            if not part:
+                continue
+            usd = (
+                None
+                if any(r.usd is None for r in part)
+                else tuple(float(np.mean([r.usd[e] for r in part])) for e in (0, 1))
+            )
+            out.append(
+                {
+                    "items": len(part),
+                    "tokens": (part[0].tokens, part[-1].tokens),
+                    "positions": float(np.mean([r.positions for r in part])),
+                    "requests": tuple(float(np.mean([r.requests[e] for r in part])) for e in (0, 1)),
+                    "billed_prompt_tokens": tuple(float(np.mean([r.billed_prompt[e] for r in part])) for e in (0, 1)),
+                    "usd": usd,
+                }
+            )
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        n_b = sum(1 for r in self.items if r.side == 0)
+        return {
+            "benchmark": self.benchmark,
+            "part": self.part,
+            "score": self.score,
+            "items": {"benchmark": n_b, "heldout": len(self.items) - n_b},
+            "total": self.total.to_json(),
+            "by_length": self.length_table(),
+            "budget_usd": self.budget_usd,
+            "affordable": self.affordable(),
+        }
+
+    def format(self) -> str:
+        from blackbox_audit.adapters.recovery import LadderConfig
+
+        v = self.view
+        n_b = sum(1 for r in self.items if r.side == 0)
+        n_h = len(self.items) - n_b
+        lines = [
+            f"contamination check of {self.benchmark} on {v.name}: {n_b} benchmark + {n_h} held-out "
+            f"({self.heldout}) items, part '{self.part}', score {self.score}",
+        ]
+        if v.api:
+            shape = getattr(v.shape, "label", "?")
+            lines.append(
+                f"recovery: rung {shape} ({v.shape_source}); precision: exact on echo / top-n / forced-token "
+                f"rungs, within {LadderConfig().eps:g} nats per position on bisection (eps)"
+            )
+        lines.append(self.total.format())
+        if v.api:
+            lines.append(
+                "cost grows with text length: each scored position resends its context (one request per "
+                "position), so an answer of L tokens after a P-token question bills about L*P + L^2/2 prompt "
+                "tokens; echo / prompt-logprob endpoints bill P + L once"
+            )
+            lines.append("  benchmark items by length (tokens) -> per item: requests, billed prompt tokens, USD")
+            for row in self.length_table():
+                usd = "unpriced" if row["usd"] is None else f"${row['usd'][0]:.5f} – ${row['usd'][1]:.5f}"
+                lines.append(
+                    f"  {row['tokens'][0]:>4}–{row['tokens'][1]:<4} tokens ({row['items']} items): "
+                    f"{row['requests'][0]:,.0f} – {row['requests'][1]:,.0f} requests, "
+                    f"{row['billed_prompt_tokens'][0]:,.0f} – {row['billed_prompt_tokens'][1]:,.0f} prompt tokens, "
+                    f"{usd}"
+                )
+        aff = self.affordable()
+        if aff is not None:
+            (wb, wh), (bb, bh) = aff["worst_case"], aff["best_case"]
+            lines.append(
+                f"budget ${self.budget_usd:g} buys {wb} benchmark + {wh} held-out items if every token misses the "
+                f"top-n, up to {bb} + {bh} if every token is a top-n hit (the run stops cleanly at the cap)"
+            )
+            sizes = [(wb, wh), (bb, bh)] if (wb, wh) != (bb, bh) else [(wb, wh)]
+        else:
+            if self.budget_usd is None and v.api:
+                lines.append("no --budget-usd: nothing caps the spend (pass --budget-usd to cap it)")
+            sizes = [(n_b, n_h)]
+        for nb, nh in sizes:
+            if nb and nh:
+                lines.append(format_power(power_statement(nb, nh, self.alpha)))
+        return "\n".join(lines)

