@@ -191,6 +191,23 @@ def test_conditional_logprobs(tiny_target, load):
         np.testing.assert_allclose(rec.logprobs, ex, atol=1e-4)
 
 
+@pytest.mark.parametrize("profile", ["openai-chat", "openai-legacy-echo", "vllm"])
+def test_conditional_records_answer_given_question(tiny_target, load, profile):
+    """Output-only scoring (an answer given its question, ``scores.output``) through chat and
+    completions APIs: every answer token scored, each value equal to the backend's under that
+    API's conditioning (chat: the decoded question + answer so far in the user turn)."""
+    from blackbox_audit.scores.output import compute_output_scores
+
+    question, answer = "Question: How many taxes?\nAnswer:", " Three taxes, duties and imposts."
+    with run_emulator(tiny_target, profile) as emu:
+        t = load(emu)
+        rec = t.conditional_logprobs(question, [answer], progress=False)[0]
+        assert list(rec.context_ids) == t.tokenize(question) and len(rec) == len(t.tokenize(answer))
+        check_records(emu, tiny_target, t, [rec])
+        table = compute_output_scores(t, [question], [answer], ["loss"], progress=False)
+        assert table["loss"][0] == pytest.approx(float(np.mean(rec.logprobs)))
+
+
 def test_proxy_prior_saves_requests_and_stays_correct(tiny_target, load):
     with run_emulator(tiny_target, "argmax-only", strict_bias=False) as emu:
         plain = load(emu)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
 from blackbox_audit.adapters.recovery import LadderConfig, Semantics, recover_many
@@ -200,3 +201,30 @@ def test_compat_token_logprobs_agree_with_server_full_vocabulary(compat, client)
         f"by strategy {usage['requests_by_strategy']}"
     )
     assert max(errors) <= 1e-5
+
+
+def test_compat_conditional_records_answer_given_question(compat, client):
+    """Output-only scoring through llama.cpp: an answer given its question, every answer token
+    either equal to the server's own full-vocabulary answer or, where the decoded context would
+    reach the server as other ids, reported as an upper bound (never a value for another context)."""
+    from blackbox_audit.scores.output import compute_output_scores
+
+    question, answer = "Question: Who wrote four papers in 1905?\nAnswer:", " Albert Einstein wrote them."
+    rec = compat.conditional_logprobs(question, [answer], progress=False)[0]
+    ids = list(rec.context_ids) + [int(t) for t in rec.token_ids]
+    assert list(rec.context_ids) == compat.tokenize(question) and len(rec) == len(compat.tokenize(answer))
+    bad = set(rec.meta.get("non_roundtrip_positions", []))
+    checked = 0
+    for j, (t, lp, st, eb) in enumerate(zip(rec.token_ids, rec.logprobs, rec.status, rec.error_bound, strict=True)):
+        ctx = ids[: len(rec.context_ids) + j]
+        if j in bad:
+            assert st == Status.BOUNDED and not client.round_trips(ctx)
+            continue
+        if len(client.by_piece[client.piece(int(t))]) != 1:
+            continue
+        truth = run(client.full_distribution(ctx))[client.piece(int(t))]
+        assert abs(float(lp) - truth) <= float(eb) + 1e-5, (j, lp, truth)
+        checked += 1
+    assert checked >= len(rec) - 2
+    table = compute_output_scores(compat, [question], [answer], ["loss"], progress=False, bounded="upper")
+    assert table["loss"][0] == float(np.mean(rec.logprobs)) and table.n_bounded[0] == len(bad)
