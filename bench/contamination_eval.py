@@ -1,0 +1,249 @@
+"""Contaminated-model check of ``blackbox-audit contamination`` (issue 16, "done when").
+
+1. Builds, or reuses from the cache, a SmolLM2 canary (``fixtures.canary``, corpus
+   ``benchmark:gsm8k``). It draws a seeded random subset of GSM8K test items and fine-tunes
+   SmolLM2 on a random half of the audited benchmark (``--members``), with each item written
+   exactly as the contamination check scores it (``Question: ...\\nAnswer: ...``). The other items
+   (``--nonmembers`` + ``--calibration``) are never trained on. The benchmark is a subset of
+   GSM8K because CPU time is scarce here; the sizes are printed.
+2. Each random split draws, from the never-trained items, as many benchmark non-members as there
+   are members (true rate 50%) and uses the rest as the known non-members (held-out side).
+   ``Contamination`` then runs on the fine-tuned model and on unmodified SmolLM2. Scores are
+   cached (``CachedTarget``), so only the first split runs the models.
+3. It prints, per model: how often the dataset-level test flags the benchmark, the rate's
+   estimate and how often its CI covers 50% (or includes 0 on the clean model), the flagged
+   list's FDR (mean FDP over splits, with its standard error) and power, and the PAC-style rate
+   beside what it reads on known non-members. Split 0's files and the equivalent CLI command
+   are written to ``--out``.
+
+The splits share one fine-tuned model and one pool of items, so they are not independent
+draws of the whole experiment. The standard errors describe split-to-split variation only.
+
+Run from the repository root: ``.venv/bin/python bench/contamination_eval.py`` (defaults: 100
+members, 100 + 200 never-trained items, 50 splits, alpha 0.05, score loss on the answer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def labelled(bench, indices, labels):
+    """``bench.subset(indices)`` with 0/1 evaluation labels."""
+    from blackbox_audit.benchmarks import Benchmark
+    from blackbox_audit.data import Sample
+
+    sub = bench.subset(indices)
+    return Benchmark(
+        samples=[Sample(s.id, s.text, int(y)) for s, y in zip(sub.samples, labels, strict=True)],
+        path=sub.path,
+        prompts=sub.prompts,
+        outputs=sub.outputs,
+        name=sub.name,
+        fmt=sub.fmt,
+        source=sub.source,
+    )
+
+
+def write_items(path: Path, indices: list[int], labels: list[int] | None = None) -> None:
+    """GSM8K rows (question, answer) at ``indices`` as a benchmark file for the CLI."""
+    from blackbox_audit.benchmarks import GSM8K_FILE, package_data
+
+    raw = package_data(GSM8K_FILE).read_text(encoding="utf-8").splitlines()
+    rows = []
+    for k, i in enumerate(indices):
+        row = {"id": f"gsm8k-{i}", **json.loads(raw[i])}
+        if labels is not None:
+            row["label"] = int(labels[k])
+        rows.append(row)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--members", type=int, default=100, help="items trained on (half of the audited benchmark)")
+    p.add_argument("--nonmembers", type=int, default=100, help="never-trained items (canary non-members)")
+    p.add_argument("--calibration", type=int, default=200, help="more never-trained items (canary calibration)")
+    p.add_argument("--seed", type=int, default=0, help="canary seed (which items, which half)")
+    p.add_argument("--splits", type=int, default=50, help="random benchmark/held-out splits (>= 20)")
+    p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--score", default="loss")
+    p.add_argument("--part", default="output", choices=("output", "whole"))
+    p.add_argument("--bootstrap", type=int, default=2000)
+    p.add_argument("--epochs", type=int, help="canary epochs (default: the canary's smollm2 default)")
+    p.add_argument("--cache-dir", help="cache (default $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
+    p.add_argument("--out", default="runs/contamination_eval", help="split 0's files and CLI command go here")
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args(argv)
+    if a.splits < 20:
+        p.error("--splits must be at least 20 (the FDR claim is measured across splits)")
+
+    import torch
+
+    torch.set_num_threads(a.threads)
+    from dataclasses import replace
+
+    from blackbox_audit.adapters import load_target
+    from blackbox_audit.benchmarks import load_gsm8k
+    from blackbox_audit.cache import CachedTarget, open_cache
+    from blackbox_audit.fixtures.canary import CanaryOptions, build_canary, default_train_config
+    from blackbox_audit.methods import AuditInputs
+    from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
+
+    command = ".venv/bin/python bench/contamination_eval.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    print(f"$ {command}")
+    train = default_train_config("smollm2")
+    if a.epochs:
+        train = replace(train, epochs=a.epochs)
+    opts = CanaryOptions(
+        corpus="benchmark:gsm8k",
+        base="smollm2",
+        seed=a.seed,
+        n_members=a.members,
+        n_nonmembers=a.nonmembers,
+        n_calibration=a.calibration,
+        train=train,
+    )
+    t0 = time.perf_counter()
+    canary = build_canary(opts, cache_dir=a.cache_dir)
+    print(
+        f"canary {canary.path} ({time.perf_counter() - t0:.0f} s; card: epochs {canary.card.get('epochs')}, "
+        f"final train loss {canary.card.get('final_train_loss')})"
+    )
+    gsm = load_gsm8k()
+
+    def index(row) -> int:
+        i = int(str(row["id"]).rsplit("-", 1)[1])
+        if gsm.texts[i] != row["text"]:
+            raise SystemExit(f"canary row {row['id']} is not GSM8K item {i} as formatted now: rebuild the canary")
+        return i
+
+    members = [index(r) for r in canary.members]
+    never = [index(r) for r in canary.nonmembers + canary.calibration]
+    n_m = len(members)
+    print(
+        f"GSM8K subset: {n_m} members (trained) + {len(never)} never-trained items; each split: benchmark = "
+        f"{n_m} members + {n_m} never-trained (true rate 50%), held-out = the other {len(never) - n_m}"
+    )
+    cfg = ContaminationConfig(score=a.score, part=a.part, alpha=a.alpha, n_bootstrap=a.bootstrap)
+    cache = open_cache(a.cache_dir)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {}
+    try:
+        for name, spec in (("fine-tuned on half", canary.target_spec), ("unmodified SmolLM2", "smollm2")):
+            target = CachedTarget(load_target(spec, device="cpu", progress=False), cache)
+            rows = []
+            t1 = time.perf_counter()
+            for s in range(a.splits):
+                rng = np.random.default_rng([a.seed, 1000 + s])
+                order = rng.permutation(len(never))
+                bench_idx = members + [never[j] for j in order[:n_m]]
+                held_idx = [never[j] for j in order[n_m:]]
+                labels = [1] * n_m + [0] * n_m
+                bench = labelled(gsm, bench_idx, labels)
+                held = gsm.subset(held_idx)
+                res = Contamination(replace(cfg, seed=s)).run(
+                    AuditInputs(data=bench, target=target, sets={"heldout": held}, progress=s == 0)
+                )
+                v = res.verdict
+                truth = 1.0 if name.startswith("fine") else 0.0  # share of items the model was trained on
+                lo, hi = v.estimate["rate_ci"]
+                y = np.asarray(res.labels)
+                flagged = np.asarray(res.fields["flagged"], dtype=bool)
+                real_fdp = float((flagged & (y == 0)).sum() / max(1, flagged.sum())) if truth else float(flagged.any())
+                rows.append(
+                    {
+                        "p": v.p_value,
+                        "flagged_set": v.decision == "contaminated",
+                        "rate": v.estimate["rate"],
+                        "lo": lo,
+                        "hi": hi,
+                        "covers_truth": lo <= 0.5 * truth <= hi,
+                        "includes_zero": lo <= 0.0,
+                        "n_flagged": v.estimate["n_flagged"],
+                        "fdp": real_fdp,
+                        "power": res.metrics.get("selection", {}).get("power") if truth else None,
+                        "auc_members": res.metrics.get(a.score, {}).get("auc"),
+                        "pac_rate": v.details["pac_style"]["rate"],
+                        "pac_heldout": v.details["pac_style"]["heldout_rate"],
+                    }
+                )
+                if s == 0:
+                    print(f"[{name}] split 0: {v.statement} ({time.perf_counter() - t1:.0f} s incl. scoring)")
+                    write_items(out / "split0_benchmark.jsonl", bench_idx, labels)
+                    write_items(out / "split0_heldout.jsonl", held_idx)
+                    cli = [
+                        ".venv/bin/blackbox-audit",
+                        "contamination",
+                        "--benchmark",
+                        str(out / "split0_benchmark.jsonl"),
+                    ]
+                    cli += ["--heldout", str(out / "split0_heldout.jsonl"), "--target", spec, "--score", a.score]
+                    cli += [
+                        "--part",
+                        a.part,
+                        "--alpha",
+                        str(a.alpha),
+                        "--out",
+                        str(out / f"cli_{'ft' if truth else 'clean'}"),
+                    ]
+                    print(f"  the same split through the CLI: {shlex.join(cli)}")
+            target.close()
+            summary[name] = rows
+            report(name, rows, a.alpha, truth=bool(name.startswith("fine")))
+    finally:
+        cache.close()
+    (out / "summary.json").write_text(json.dumps({"command": command, "rows": summary}, indent=2))
+    print(f"per-split rows: {out / 'summary.json'}")
+    return 0
+
+
+def report(name: str, rows: list[dict], alpha: float, *, truth: bool) -> None:
+    def mean_se(key: str) -> tuple[float, float]:
+        v = np.asarray([r[key] for r in rows if r[key] is not None], dtype=np.float64)
+        return float(v.mean()), float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan")
+
+    n = len(rows)
+    fl = sum(r["flagged_set"] for r in rows)
+    rate, rate_se = mean_se("rate")
+    width = float(np.mean([r["hi"] - r["lo"] for r in rows]))
+    pac, _ = mean_se("pac_rate")
+    pac_h, _ = mean_se("pac_heldout")
+    auc = [r["auc_members"] for r in rows if r["auc_members"] is not None]
+    print(f"== {name} ({n} splits, alpha {alpha:g}) ==")
+    print(f"  member-vs-non-member AUC of the score inside the benchmark: {np.mean(auc):.3f}" if auc else "")
+    print(
+        f"  dataset-level test flags the benchmark: {fl}/{n} splits (median p {np.median([r['p'] for r in rows]):.3g})"
+    )
+    if truth:
+        cov = sum(r["covers_truth"] for r in rows)
+        fdr, fdr_se = mean_se("fdp")
+        pw, pw_se = mean_se("power")
+        print(
+            f"  rate: mean estimate {rate:.3f} ± {rate_se:.3f} (SE), mean CI width {width:.3f}; "
+            f"CI covers 50%: {cov}/{n}"
+        )
+        print(
+            f"  flagged list: mean {np.mean([r['n_flagged'] for r in rows]):.1f} items; FDR (mean FDP) {fdr:.4f} ± "
+            f"{fdr_se:.4f} (SE) vs alpha {alpha:g}; power {pw:.3f} ± {pw_se:.3f}"
+        )
+    else:
+        inc = sum(r["includes_zero"] for r in rows)
+        any_flag = sum(r["n_flagged"] > 0 for r in rows)
+        print(f"  rate: mean estimate {rate:.3f}, mean CI width {width:.3f}; CI includes 0: {inc}/{n}")
+        print(f"  flagged list: non-empty in {any_flag}/{n} splits (every flag here is false: nothing was trained)")
+    print(
+        f"  PAC-style thresholded rate: {pac:.3f} on the benchmark, {pac_h:.3f} on known non-members (same threshold)"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
