@@ -16,6 +16,7 @@ from blackbox_audit.fixtures.canary import (
     TrainConfig,
     build_canary,
     default_train_config,
+    draw_shifted,
     draw_split,
     heldout_texts,
     load_canary,
@@ -105,14 +106,49 @@ def test_split_is_disjoint_sized_and_deterministic(pool: list[str]) -> None:
         draw_split(pool[:100], opts)
 
 
+def test_sotu_era_corpus_and_errors() -> None:
+    from blackbox_audit.fixtures.corpora import corpus_label, load_documents, sotu_era
+
+    early = load_documents("sotu:1790-1799")
+    assert 5 <= len(early) < 20  # Washington and Adams: one or two addresses a year
+    assert set(early) < set(load_documents("sotu"))
+    assert sotu_era("sotu:1790-1839") == (1790, 1839) and sotu_era("sotu") is None
+    assert corpus_label("sotu:1790-1839") == "sotu1790-1839" and corpus_label("sotu") == "sotu"
+    with pytest.raises(UserError, match="empty era"):
+        load_documents("sotu:1900-1800")
+    with pytest.raises(UserError, match="no State of the Union"):
+        load_documents("sotu:1700-1750")
+
+
+def test_shifted_pool_is_disjoint_from_the_split_and_seeded(pool: list[str]) -> None:
+    opts = CanaryOptions(n_members=300, n_nonmembers=300, n_calibration=100, n_shifted=200)
+    split = draw_split(pool, opts)
+    shifted = draw_shifted(split, opts)
+    assert shifted == draw_shifted(split, opts) and len(shifted) == 200
+    assert {r["label"] for r in shifted} == {0}
+    assert all(r["id"].startswith("sotu1790-1839-") for r in shifted)
+    texts = {r["text"] for r in shifted}
+    assert len(texts) == 200 and not texts & {r["text"] for rows in split.values() for r in rows}
+    early = set(corpus_samples("sotu:1790-1839"))
+    assert texts <= early  # from the shift corpus only
+    assert draw_shifted(split, replace(opts, n_shifted=0)) == []
+    assert {r["id"] for r in draw_shifted(split, replace(opts, seed=1))} != {r["id"] for r in shifted}
+    with pytest.raises(UserError, match="shift corpus"):
+        draw_shifted(split, replace(opts, n_shifted=100_000))
+
+
 def test_options_key_tracks_every_option() -> None:
     base = CanaryOptions()
     assert base.key() == CanaryOptions().key()
     assert base.resolved().train == default_train_config("tiny")
     assert base.key() == replace(base, train=default_train_config("tiny")).key()
+    assert base.key() == replace(base, n_members=500, max_tokens=128).key()  # None = the base's default
     changed = [replace(base, seed=1), replace(base, n_members=499), replace(base, max_tokens=100)]
     changed.append(replace(base, train=replace(default_train_config("tiny"), epochs=1)))
-    assert len({base.key(), *(c.key() for c in changed)}) == 5
+    changed += [replace(base, n_shifted=0), replace(base, shift_corpus="sotu:1800-1850")]
+    assert len({base.key(), *(c.key() for c in changed)}) == 7
+    smol = CanaryOptions(base="smollm2").resolved()
+    assert smol.train == default_train_config("smollm2") and smol.n_members is not None
     with pytest.raises(UserError, match="base"):
         CanaryOptions(base="gpt5").key()
 
@@ -124,6 +160,8 @@ def test_build_writes_every_file_and_is_cached(small_canary, tmp_path: Path) -> 
     c = small_canary
     for name in ("members.jsonl", "nonmembers.jsonl", "calibration.jsonl", "dataset.jsonl", "card.json"):
         assert (c.path / name).is_file(), name
+    assert len(c.shifted) == 500 and c.card["shifted"]["n"] == 500  # written by default, no training cost
+    assert not {r["text"] for r in c.shifted} & {r["text"] for r in c.members + c.nonmembers + c.calibration}
     assert (c.model_dir / "config.json").is_file()
     data = c.dataset()
     assert len(data) == 200 and sum(r["label"] for r in data) == 100
@@ -202,9 +240,60 @@ def test_cli_canary_build(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "samples" in capsys.readouterr().err
 
 
+def _tiny_llama(seed: int = 0):
+    """A 4-layer random Llama (SmolLM2's architecture, tiny widths) and a tiny tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from blackbox_audit.fixtures.tiny_models import build_tiny_tokenizer, sample_texts
+
+    tok = build_tiny_tokenizer(sample_texts(50), vocab_size=300)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg).eval(), tok
+
+
+def test_top_layer_training_reads_the_cache_exactly_and_freezes_the_rest() -> None:
+    """Cached lower-layer outputs give the same loss as the full model; only the top layers move."""
+    import torch
+
+    from blackbox_audit.fixtures.canary import train_top_layers
+    from blackbox_audit.fixtures.tiny_models import sample_texts
+
+    model, tok = _tiny_llama()
+    texts = [" ".join(t.split()[:n]) for t, n in zip(sample_texts(6), (9, 14, 20, 11, 17, 25), strict=True)]
+    encoded = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    with torch.no_grad():  # token-weighted mean loss of the untouched model, one text at a time
+        full = [float(model(input_ids=torch.tensor([e]), labels=torch.tensor([e])).loss) for e in encoded]
+    n = [len(e) - 1 for e in encoded]
+    expected = sum(x * k for x, k in zip(full, n, strict=True)) / sum(n)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    cfg = TrainConfig(epochs=1, lr=0.0, batch_size=3, top_layers=2, warmup_steps=1)
+    (loss,) = train_top_layers(model, encoded, cfg, seed=0, pad_id=tok.pad_token_id, progress=False)
+    assert loss == pytest.approx(expected, rel=1e-4)  # lr 0: the cached path computes the full model's loss
+    cfg = replace(cfg, lr=1e-2, epochs=2)
+    losses = train_top_layers(model, encoded, cfg, seed=0, pad_id=tok.pad_token_id, progress=False)
+    assert losses[1] < losses[0]
+    after = model.state_dict()
+    moved = {k for k in after if not torch.equal(after[k], before[k])}
+    assert moved and all(k.startswith(("model.layers.2.", "model.layers.3.", "model.norm.")) for k in moved)
+    assert any(k.startswith("model.layers.2.") for k in moved)
+    assert len(model.model.layers) == 4 and all(p.requires_grad for p in model.parameters())  # restored
+
+
 @pytest.mark.slow
-def test_smollm2_lora_canary_smoke(tmp_path: Path, smollm2_target) -> None:
-    """One LoRA step on SmolLM2 (4 short members): the merged model saves, loads as hf: and differs from the base."""
+def test_smollm2_canary_smoke(tmp_path: Path, smollm2_target) -> None:
+    """One step on SmolLM2's top layers (4 short members): the model saves, loads as hf: and differs from the base."""
     from blackbox_audit.adapters import load_target
 
     opts = CanaryOptions(
@@ -212,11 +301,13 @@ def test_smollm2_lora_canary_smoke(tmp_path: Path, smollm2_target) -> None:
         n_members=4,
         n_nonmembers=4,
         n_calibration=0,
+        n_shifted=3,
         max_tokens=48,
-        train=replace(default_train_config("smollm2"), epochs=1, batch_size=4, lr=1e-2, warmup_steps=1),
+        train=replace(default_train_config("smollm2"), epochs=1, batch_size=4, lr=1e-3, warmup_steps=1),
     )
     canary = build_canary(opts, cache_dir=tmp_path, progress=False)
     assert canary.card["base"] == "smollm2" and len(canary.card["train_loss_per_epoch"]) == 1
+    assert len(canary.shifted) == 3
     text = canary.members[0]["text"]
     tuned = load_target(canary.target_spec, progress=False)
     base = smollm2_target

@@ -166,34 +166,87 @@ def dry_run(args: argparse.Namespace, plan: CostPlan) -> int:
 
 
 def add_canary_arguments(parser: argparse.ArgumentParser, *, defaults: dict[str, int] | None = None) -> None:
-    """Options shared by ``canary build`` and ``demo`` (``defaults`` overrides the sizes)."""
-    from blackbox_audit.fixtures.canary import BASES, CanaryOptions
+    """Options shared by ``canary build`` and ``demo`` (``defaults``: flag -> value, overrides the sizes).
 
-    d = {"members": CanaryOptions.n_members, "nonmembers": CanaryOptions.n_nonmembers}
-    d |= {"calibration": CanaryOptions.n_calibration, **(defaults or {})}
+    Sizes and sample lengths default per base (``BASE_DEFAULTS``), so they are resolved after
+    parsing (``options_from_args``); ``None`` here means "the base's default".
+    """
+    from blackbox_audit.fixtures.canary import BASE_DEFAULTS, BASES, DEFAULT_SHIFT_CORPUS, CanaryOptions
+
+    tiny, smol = BASE_DEFAULTS["tiny"], BASE_DEFAULTS["smollm2"]
+    given = {flag: (defaults or {}).get(flag) for flag in ("members", "nonmembers", "calibration")}
+    given |= {flag: (defaults or {}).get(flag) for flag in ("min_tokens", "max_tokens")}
+
+    def per_base(key: str, flag: str) -> str:
+        if given[flag] is not None:
+            return str(given[flag])
+        return f"tiny {tiny[key]}, smollm2 {smol[key]}"
+
     g = parser.add_argument_group("canary")
-    g.add_argument("--corpus", default="sotu", help="built-in corpus (sotu) or a .jsonl/.txt file (default: sotu)")
-    g.add_argument("--base", choices=BASES, default="tiny", help="tiny (from scratch, minutes) or smollm2 (LoRA)")
-    g.add_argument("--seed", type=int, default=0, help="split and training seed (default: 0)")
-    g.add_argument("--members", type=positive_int, default=d["members"], help=f"members (default: {d['members']})")
     g.add_argument(
-        "--nonmembers", type=positive_int, default=d["nonmembers"], help=f"non-members (default: {d['nonmembers']})"
+        "--corpus",
+        default="sotu",
+        help="built-in corpus: sotu, or an era sotu:FROM-TO (e.g. sotu:1900-2026); or a .jsonl/.txt file "
+        "(default: sotu)",
+    )
+    g.add_argument(
+        "--base",
+        choices=BASES,
+        default="tiny",
+        help="tiny (2-layer GPT trained from scratch, minutes) or smollm2 (SmolLM2-135M with its top layers "
+        "fine-tuned on the members, ~10 min on 2 cores)",
+    )
+    g.add_argument("--seed", type=int, default=0, help="split and training seed (default: 0)")
+    g.add_argument(
+        "--members",
+        type=positive_int,
+        default=given["members"],
+        help=f"members (default: {per_base('n_members', 'members')})",
+    )
+    g.add_argument(
+        "--nonmembers",
+        type=positive_int,
+        default=given["nonmembers"],
+        help=f"non-members (default: {per_base('n_nonmembers', 'nonmembers')})",
     )
     g.add_argument(
         "--calibration",
         type=int,
-        default=d["calibration"],
-        help=f"extra non-members for calibration (default: {d['calibration']})",
+        default=given["calibration"],
+        help=f"extra non-members for calibration (default: {per_base('n_calibration', 'calibration')})",
     )
-    g.add_argument("--min-tokens", type=positive_int, default=32, help="shortest sample, in words+punctuation (32)")
-    g.add_argument("--max-tokens", type=positive_int, default=128, help="longest sample, in words+punctuation (128)")
+    g.add_argument(
+        "--min-tokens",
+        type=positive_int,
+        default=given["min_tokens"],
+        help=f"shortest sample, in words+punctuation ({per_base('min_tokens', 'min_tokens')})",
+    )
+    g.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        default=given["max_tokens"],
+        help=f"longest sample, in words+punctuation ({per_base('max_tokens', 'max_tokens')})",
+    )
     g.add_argument("--epochs", type=positive_int, help="training epochs (default: per base, see card.json)")
+    g.add_argument(
+        "--shift-pool",
+        type=int,
+        default=CanaryOptions.n_shifted,
+        help=f"non-members from another distribution written to shifted.jsonl, for distribution-shift "
+        f"experiments (no training cost; 0 = none; default: {CanaryOptions.n_shifted})",
+    )
+    g.add_argument(
+        "--shift-corpus",
+        default=DEFAULT_SHIFT_CORPUS,
+        help=f"where the shifted pool comes from (a corpus as for --corpus; texts of the split are excluded; "
+        f"default: {DEFAULT_SHIFT_CORPUS}, the addresses of the early republic)",
+    )
     g.add_argument("--rebuild", action="store_true", help="ignore a cached build with the same options")
     g.add_argument("--cache-dir", help="cache folder (default: $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
 
 
 def options_from_args(args: argparse.Namespace) -> Any:
-    """``CanaryOptions`` from the parsed ``add_canary_arguments`` flags."""
+    """``CanaryOptions`` from the parsed ``add_canary_arguments`` flags (unset sizes: the base's defaults)."""
     from dataclasses import replace
 
     from blackbox_audit.fixtures.canary import CanaryOptions, default_train_config
@@ -211,4 +264,6 @@ def options_from_args(args: argparse.Namespace) -> Any:
         min_tokens=args.min_tokens,
         max_tokens=args.max_tokens,
         train=train,
-    )
+        n_shifted=args.shift_pool,
+        shift_corpus=args.shift_corpus,
+    ).resolved()
