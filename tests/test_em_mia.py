@@ -87,7 +87,7 @@ def test_baselines_by_hand() -> None:
     matrix = em.RecallMatrix(values=v, pool=np.array([0, 1]), ll=-np.ones(3))
     np.testing.assert_allclose(em.avg_scores(matrix), [1.0, 2.0, 3.5])
     avgp = em.avgp_scores(matrix)
-    np.testing.assert_allclose(avgp[:2], [-3.0, -2.0])
+    np.testing.assert_allclose(avgp[:2], [3.0, 2.0])  # the authors' AvgP, not negated
     assert np.isnan(avgp[2])  # not in the pool
     top1 = em.topk_recall(matrix, np.array([0.2, 0.9]), 1)  # prefix 1 is best; text 1 falls back to prefix 0
     np.testing.assert_allclose(top1, [1.0, 2.0, 3.0])

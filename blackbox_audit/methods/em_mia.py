@@ -33,9 +33,10 @@ report AUC per iteration. Every membership score here is oriented higher = membe
      its k terms, as the texts inside a concatenated TopPref prefix do. It works with a pool
      smaller than the data (App. C's subset).
 3. Label-free baselines (paper §6.2.1; ``emmia.py`` ``Avg``): ``Avg(x) = mean_p R[p, x]``
-   (higher = member as is); ``AvgP(p) = mean_x R[p, x]`` is a *prefix* statistic, see
-   ``avgp_scores`` for its orientation; ``Rand``: ReCaLL with one prefix of ``shots`` random
-   test texts (``rand_scores``), every text scored against it — the shots themselves included
+   (higher = member as is); ``AvgP(p) = mean_x R[p, x]`` is a *prefix* statistic used as the
+   membership score of ``p``, oriented as the authors do (``avgp_scores``); ``Rand``: ReCaLL
+   with one prefix of ``shots`` random test texts (``rand_scores``), every text scored against
+   it — the shots themselves included
    when ``self_pairs`` (as the authors do; paper §6.2.1 notes they then look like non-members),
    else a shot gets a prefix of the other shots.
 
@@ -286,17 +287,21 @@ def avg_scores(matrix: RecallMatrix) -> np.ndarray:
 
 
 #: ``avgp`` = AVGP_SIGN * the authors' AvgP column (``emmia.py``: ``recall_all_scores.mean(1)``).
-AVGP_SIGN = -1.0
+AVGP_SIGN = 1.0
 
 
 def avgp_scores(matrix: RecallMatrix) -> np.ndarray:
-    """``-AvgP(x)`` for texts in the pool (NaN elsewhere), i.e. the *negation* of the authors' column.
+    """``AvgP(x) = mean_p' R[x, p']`` for texts in the pool (NaN elsewhere): the authors' column as is.
 
-    ``AvgP(p) = mean_x R[p, x]`` describes ``p`` as a prefix. This project reads a high AvgP as
-    the mark of a non-member prefix (the same reading as neg-prefix's ``-r``) and negates it to
-    obey higher = member. The authors' ``emmia.py`` saves ``recall_all_scores.mean(1)`` as is
-    and evaluates it with higher = member, so a paper figure for AvgP corresponds to ``1 - AUC``
-    of this column.
+    ``AvgP(p) = mean_x R[p, x]`` describes ``p`` as a prefix; the authors' ``emmia.py`` saves
+    ``recall_all_scores.mean(1)`` and evaluates it with higher = member, and their Table 1 gives
+    it an AUC above 0.5 in all 18 WikiMIA settings (55.4 to 95.1). Until issue 11 this project
+    negated it, reasoning that a high AvgP marks a non-member prefix like a high prefix score
+    ``r`` does; nothing supported that (``r`` measures how well a prefix separates texts, AvgP
+    only its mean level), and on the tiny canary the negated column scored AUC 0.47-0.48 against
+    0.52-0.53 for the authors' sign (100 texts, SE 0.06: weak, but the same direction as the
+    paper). So the authors' orientation is also the higher = member one, and no conversion is
+    applied (``AVGP_SIGN``; ``bench/conformance_auc.py`` prints both signs).
     """
     out = np.full(matrix.values.shape[1], np.nan)
     out[matrix.pool] = AVGP_SIGN * _nanmean(matrix.values, axis=1)
