@@ -20,14 +20,17 @@ a label-free choice. ``conrecall:...:gamma=sweep`` computes the grid 0.1, 0.2, .
 column per value, from the same records; the authors' ``run.py`` lists the same grid without
 0.4); picking the best column afterwards uses labels, so report it as such.
 
-Conventions, as in the authors' code (``DEVELOPERS``: departures are named parameters):
+Conventions, as in the authors' code; each alternative is a named parameter, its measured
+effect in ``docs/CONFORMANCE.md``:
 - **Shots are concatenated directly**: ``"".join(shots)`` (``sep=none``). ``sep=space`` joins
   with one space (EM-MIA's code); ``sep=paragraph`` joins *and ends* the prefix with a blank
   line (this project's default before issue 11, so that ``x`` starts a new paragraph). The
   prefix and the text are tokenized separately and their ids concatenated, as in the authors'
   ``get_conditional_ll``: the boundary is always a token boundary. On an API target that is
-  sent text rather than ids, a directly joined boundary may not survive re-tokenization; those
-  positions come back ``bounded`` (never silently exact) and ``sep=paragraph`` avoids them.
+  sent text rather than ids, a boundary may not survive re-tokenization (e.g. a shot ending in
+  a space, then a text starting with a letter); those positions come back ``bounded`` (never
+  silently exact). Shots ending in punctuation joined to a text round-trip with either
+  ``none`` or ``paragraph`` on the canary's byte-level BPE.
 - **Positions**: an unconditional record covers ``u_2..u_L`` (the first token has no context,
   see ``blackbox_audit.types``; the authors' ``get_ll`` is the same); a conditional record
   covers ``u_1..u_L``. The authors' ``get_conditional_ll`` masks only the prefix, so ``LL(x|p)``
