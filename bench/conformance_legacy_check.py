@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import logging
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +44,8 @@ def main() -> None:
     from blackbox_audit.scores import compute_scores
 
     torch.set_num_threads(2)
+    logging.getLogger("blackbox_audit").setLevel(logging.ERROR)  # prefix truncation is expected here
+    warnings.filterwarnings("ignore", message="prefix of")
     new = "self_pairs" in inspect.signature(em.recall_matrix).parameters
     canary = load_canary(args.canary)
     target = load_target(canary.target_spec, device="cpu", progress=False)
