@@ -12,6 +12,7 @@ import argparse
 import importlib
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
 
 from blackbox_audit import __version__
@@ -67,3 +68,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt as exc:
             print(resume_line(args.command, argv, exc), file=sys.stderr)
             return exit_code(exc)
+        except Exception:  # a bug: keep the traceback (it is needed to fix it), minus any secret
+            print(redact_text(traceback.format_exc()), file=sys.stderr, end="")
+            return 1

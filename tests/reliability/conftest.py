@@ -49,17 +49,35 @@ class Result:
         return lines[0]
 
 
+_RESULTS: list[Result] = []  # every CLI result of the running test, scanned for the key at its end
+
+
 @pytest.fixture(autouse=True)
 def fresh_secret_registry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     """Each test starts with no registered secret (so masking must come from this run) and the
-    key in the environment, as a user would export it."""
+    key in the environment, as a user would export it. After the test, the planted key must be
+    in none of its CLI streams and in no file under its folder (outputs, cache, rescue files)."""
     from blackbox_audit.redaction import forget_secrets
 
     forget_secrets()
+    _RESULTS.clear()
     monkeypatch.setenv(KEY_ENV, KEY)
     monkeypatch.setenv("BLACKBOX_AUDIT_CACHE", str(tmp_path / "default-cache"))
     yield
     forget_secrets()
+    _assert_no_key(tmp_path, *_RESULTS)
+    _RESULTS.clear()
+
+
+def _assert_no_key(root: Path, *streams: object, key: str = KEY) -> None:
+    needle = key.strip()
+    for s in streams:
+        text = f"{s.out}\n{s.err}" if isinstance(s, Result) else str(s)
+        assert needle not in text, "the planted key reached a stream"
+        for i in range(0, len(needle) - 9):  # not even a 10-character piece of it
+            assert needle[i : i + 10] not in text, "a piece of the planted key reached a stream"
+    for f in files_under(root):
+        assert needle.encode() not in f.read_bytes(), f"the planted key is in {f}"
 
 
 @pytest.fixture
@@ -73,7 +91,9 @@ def cli(capfd: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> Calla
         rc = main(list(args))
         out, err = capfd.readouterr()
         logs = "\n".join(f"{r.levelname} {r.name}: {r.getMessage()}" for r in caplog.records)
-        return Result(rc, out, err + ("\n" + logs if logs else ""))
+        result = Result(rc, out, err + ("\n" + logs if logs else ""))
+        _RESULTS.append(result)
+        return result
 
     return run
 
@@ -97,7 +117,9 @@ def run_cli(tmp_path: Path) -> Callable[..., Result]:
             timeout=timeout,
             preexec_fn=preexec,
         )
-        return Result(proc.returncode, proc.stdout, proc.stderr)
+        result = Result(proc.returncode, proc.stdout, proc.stderr)
+        _RESULTS.append(result)
+        return result
 
     return run
 
@@ -126,18 +148,11 @@ def files_under(root: Path) -> list[Path]:
 
 @pytest.fixture
 def no_key_anywhere(tmp_path: Path) -> Callable[..., None]:
-    """``no_key_anywhere(*results_or_texts, key=KEY)``: the key is in no stream and no file."""
+    """``no_key_anywhere(*results_or_texts, key=KEY)``: the key is in no stream and no file
+    (run at the end of every test anyway; call it for other secrets or extra streams)."""
 
     def check(*streams: object, key: str = KEY) -> None:
-        needle = key.strip()
-        for s in streams:
-            text = f"{s.out}\n{s.err}" if isinstance(s, Result) else str(s)
-            assert needle not in text, "the planted key reached a stream"
-            for i in range(0, len(needle) - 9):  # not even a 10-character piece of it
-                assert needle[i : i + 10] not in text, "a piece of the planted key reached a stream"
-        for f in files_under(tmp_path):
-            data = f.read_bytes()
-            assert needle.encode() not in data, f"the planted key is in {f}"
+        _assert_no_key(tmp_path, *streams, key=key)
 
     return check
 

@@ -99,3 +99,17 @@ def test_url_password_is_sent_as_basic_auth_and_shown_nowhere(
     run = json.loads((tmp_path / "o" / "run.json").read_text())
     assert "***@127.0.0.1" in run["options"]["target"] and run["target"]["base_url"].startswith("http://127.0.0.1")
     no_key_anywhere(r, key=password)  # streams and every file
+
+
+def test_an_unexpected_error_keeps_its_traceback_but_not_the_key(cli, monkeypatch, tmp_path, data_file):
+    """A bug is not a UserError: its traceback stays (it is needed to fix it), redacted."""
+    import blackbox_audit.cli.score as score_cli
+    from blackbox_audit.redaction import read_api_key
+
+    def boom(*a, **k):
+        key = read_api_key(KEY_ENV)  # as an adapter would have read it
+        raise RuntimeError(f"unexpected failure while sending with header Bearer {key}")
+
+    monkeypatch.setattr(score_cli, "open_session", boom)
+    r = cli("score", "--target", "smollm2", "--data", str(data_file), "--out", str(tmp_path / "o"))
+    assert r.rc == 1 and "Traceback" in r.err and "RuntimeError: unexpected failure" in r.err
