@@ -13,41 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-KEY_ENV = "RELIABILITY_AUDIT_KEY"
-# A planted key that does NOT look like sk-...: only exact-match redaction can catch it.
-KEY = "rel" + secrets.token_hex(16) + "Zq"
-TEXTS = [
-    "The committee met on Tuesday to review the annual budget.",
-    "Rain fell over the harbour while the ferries waited.",
-    "A small library opened in the old station building.",
-]
-
-
-@dataclass
-class Result:
-    rc: int
-    out: str
-    err: str
-
-    def error_lines(self) -> list[str]:
-        return [ln for ln in self.err.splitlines() if ln.startswith("blackbox-audit ")]
-
-    def one_error(self) -> str:
-        """The single error line, after checking that nothing else went wrong on the way."""
-        assert "Traceback" not in self.err, self.err[-3000:]
-        lines = self.error_lines()
-        assert len(lines) == 1, self.err[-3000:]
-        return lines[0]
-
+from reliability_helpers import KEY, KEY_ENV, TEXTS, Result, assert_no_key
 
 _RESULTS: list[Result] = []  # every CLI result of the running test, scanned for the key at its end
 
@@ -65,19 +37,8 @@ def fresh_secret_registry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> It
     monkeypatch.setenv("BLACKBOX_AUDIT_CACHE", str(tmp_path / "default-cache"))
     yield
     forget_secrets()
-    _assert_no_key(tmp_path, *_RESULTS)
+    assert_no_key(tmp_path, *_RESULTS)
     _RESULTS.clear()
-
-
-def _assert_no_key(root: Path, *streams: object, key: str = KEY) -> None:
-    needle = key.strip()
-    for s in streams:
-        text = f"{s.out}\n{s.err}" if isinstance(s, Result) else str(s)
-        assert needle not in text, "the planted key reached a stream"
-        for i in range(0, len(needle) - 9):  # not even a 10-character piece of it
-            assert needle[i : i + 10] not in text, "a piece of the planted key reached a stream"
-    for f in files_under(root):
-        assert needle.encode() not in f.read_bytes(), f"the planted key is in {f}"
 
 
 @pytest.fixture
@@ -142,38 +103,12 @@ def emulator(tiny_target) -> Iterator[Callable]:
     yield start
 
 
-def files_under(root: Path) -> list[Path]:
-    return [Path(d) / f for d, _, fs in os.walk(root) for f in fs]
-
-
 @pytest.fixture
 def no_key_anywhere(tmp_path: Path) -> Callable[..., None]:
     """``no_key_anywhere(*results_or_texts, key=KEY)``: the key is in no stream and no file
     (run at the end of every test anyway; call it for other secrets or extra streams)."""
 
     def check(*streams: object, key: str = KEY) -> None:
-        _assert_no_key(tmp_path, *streams, key=key)
+        assert_no_key(tmp_path, *streams, key=key)
 
     return check
-
-
-def scan_args(tiny_lm_dir: Path, target: str, data: Path, out: Path, cache: Path, *extra: str) -> list[str]:
-    """A ``score`` command line against an API target with the tiny model's local tokenizer."""
-    return [
-        "score",
-        "--target",
-        target,
-        "--data",
-        str(data),
-        "--scores",
-        "loss",
-        "--out",
-        str(out),
-        "--cache-dir",
-        str(cache),
-        "--tokenizer",
-        str(tiny_lm_dir),
-        "--api-key-env",
-        KEY_ENV,
-        *extra,
-    ]

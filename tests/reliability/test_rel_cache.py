@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import KEY_ENV, scan_args
+from reliability_helpers import KEY_ENV, many_texts, scan_args
 from reliability_stub import FaultStub
 
 
@@ -29,19 +29,10 @@ def _scores(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
 
 
-def _many_texts(tmp_path: Path, n: int) -> Path:
-    from blackbox_audit.fixtures.tiny_models import sample_texts
-
-    path = tmp_path / "many.jsonl"
-    texts = [t[:90] for t in sample_texts(200) if len(t) > 60][:n]
-    path.write_text("".join(json.dumps({"id": f"m{i}", "text": t, "label": i % 2}) + "\n" for i, t in enumerate(texts)))
-    return path
-
-
 def test_full_cache_disk_stops_at_once_and_loses_no_answer(
     run_cli, cli, emulator, tiny_lm_dir, tmp_path, no_key_anywhere
 ):
-    data = _many_texts(tmp_path, 6)
+    data = many_texts(tmp_path, 6)
     cache = tmp_path / "cache"
     with emulator() as emu, FaultStub(emu.root_url) as stub:
         target = f"compat:{stub.base_url}#{emu.model}"
@@ -65,7 +56,7 @@ def test_full_cache_disk_stops_at_once_and_loses_no_answer(
 
 
 def test_two_runs_sharing_a_cache_never_pay_twice(tiny_lm_dir, emulator, tmp_path, run_cli):
-    data = _many_texts(tmp_path, 6)
+    data = many_texts(tmp_path, 6)
     cache = tmp_path / "shared-cache"
     with emulator() as emu, FaultStub(emu.root_url) as stub:
         target = f"compat:{stub.base_url}#{emu.model}"

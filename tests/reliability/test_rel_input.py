@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import scan_args
+from reliability_helpers import probe_keys, scan_args
 from reliability_stub import FaultStub
 
 
@@ -157,8 +157,6 @@ def test_malformed_200_answer_is_retried_then_one_line_naming_the_field(
     line = r.one_error()
     assert r.rc == 2 and f"malformed answer: field '{field}'" in line and "after 4 attempts" in line, line
     assert sent == 4  # bounded: 1 + --max-retries, then stop
-    from test_rel_probe import probe_keys
-
     assert probe_keys(tmp_path / "c") == []
 
 

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import KEY, KEY_ENV, scan_args
+from reliability_helpers import KEY, KEY_ENV, many_texts, scan_args
 from reliability_stub import FaultStub
 
 from blackbox_audit.engine.cache import request_key
@@ -32,9 +32,7 @@ def _stored_request_keys(cache_dir: Path) -> set[str]:
 
 
 def test_signals_stop_cleanly_keep_answers_and_resume_every_time(cli, emulator, tiny_lm_dir, tmp_path, no_key_anywhere):
-    from test_rel_cache import _many_texts
-
-    data = _many_texts(tmp_path, 12)
+    data = many_texts(tmp_path, 12)
     cache = tmp_path / "cache"
     stops = []
     with emulator() as emu, FaultStub(emu.root_url, delay_s=0.03) as stub:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import KEY, KEY_ENV, scan_args
+from reliability_helpers import KEY, KEY_ENV, scan_args
 from reliability_stub import FaultStub, Reply, always
 
 

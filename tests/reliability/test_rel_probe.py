@@ -10,21 +10,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from conftest import KEY, KEY_ENV
+from reliability_helpers import KEY, KEY_ENV, probe_keys
 from reliability_stub import FaultStub, Reply, always, fail_first
-
-
-def probe_keys(cache_dir: Path) -> list[str]:
-    """Probe reports stored in a cache folder (none when the folder holds no cache)."""
-    from blackbox_audit.engine.cache import open_diskcache
-
-    if not (cache_dir / "cache.db").exists():
-        return []
-    cache = open_diskcache(cache_dir)
-    try:
-        return [k for k in cache.iterkeys() if str(k).startswith("probe:")]
-    finally:
-        cache.close()
 
 
 def probe_args(target: str, cache: Path, tiny_lm_dir: Path, *extra: str) -> list[str]:
