@@ -46,15 +46,16 @@ def test_prefix_score_auc_matches_sklearn_with_ties_and_nan() -> None:
 
 
 def test_recovers_planted_structure_from_a_weak_start() -> None:
-    matrix, y, init = planted()
+    matrix, y, init = planted(n=200)
     start = auc(init, y)
     assert 0.6 < start < 0.85
-    res = em.em_mia(matrix, init, iterations=10)
+    res = em.em_mia(matrix, init, iterations=10)  # auto: the premise check passes, so neg-prefix runs
+    assert res.premise[0].passed and res.stopped is None and not res.warnings
     assert res.update == "neg-prefix" and len(res.scores) == 11 and len(res.prefix) == 10
     assert auc(res.final, y) > 0.97 > start
     assert auc(res.prefix[-1], 1 - y) > 0.97  # non-members make the discriminative prefixes
     # a subset pool with the top-k ensemble update still recovers it for every text
-    sub = em.RecallMatrix(values=matrix.values[:20], pool=np.arange(20), ll=matrix.ll)
+    sub = em.RecallMatrix(values=matrix.values[:40], pool=np.arange(40), ll=matrix.ll)
     res_sub = em.em_mia(sub, init, iterations=10, update="auto", topk=5)
     assert res_sub.update == "topk-recall"
     assert not np.isnan(res_sub.final).any() and auc(res_sub.final, y) > 0.95
@@ -63,7 +64,33 @@ def test_recovers_planted_structure_from_a_weak_start() -> None:
 def test_no_signal_stays_near_chance() -> None:
     """Guard against a procedure that 'recovers' labels from its own initial score alone."""
     matrix, y, init = planted(signal=0.0)
-    assert abs(auc(em.em_mia(matrix, init).final, y) - 0.5) < 0.2
+    assert abs(auc(em.em_mia(matrix, init, update="neg-prefix").final, y) - 0.5) < 0.2
+
+
+def test_auto_stops_at_the_initialiser_when_the_premise_fails() -> None:
+    """No prefix structure: the label-free premise check fails and auto hands back f0, with a warning."""
+    for seed in range(3):
+        matrix, _, init = planted(n=200, signal=0.0, seed=seed)
+        res = em.em_mia(matrix, init)
+        assert not res.premise[0].passed and res.premise[0].statistic < res.premise[0].threshold
+        assert len(res.scores) == 1 and np.array_equal(res.final, init)
+        assert res.stopped and "premise" in res.warnings[0] and "initial score" in res.warnings[0]
+    # reversed structure (members make the discriminative prefixes): statistic well below 0.5
+    rng = np.random.default_rng(5)
+    y = rng.permutation(np.arange(200) % 2)
+    values = 1.0 + 0.3 * np.outer(y, y) + rng.normal(0, 0.05, (200, 200))
+    reversed_ = em.RecallMatrix(values=values, pool=np.arange(200), ll=-np.ones(200))
+    check = em.premise_check(reversed_, y + rng.normal(0, 1.5, 200))
+    assert check.statistic < 0.45 and not check.passed
+
+
+def test_premise_check_ignores_self_pairs() -> None:
+    """A self-pair sits at the bottom of its row by copying; it must not move the statistic."""
+    matrix, _, init = planted(n=100, signal=0.0)
+    with_diag = np.where(np.isnan(matrix.values), 0.0, matrix.values)  # self-pairs scored, lowest of each row
+    a = em.premise_check(matrix, init)
+    b = em.premise_check(em.RecallMatrix(values=with_diag, pool=matrix.pool, ll=matrix.ll), init)
+    assert a.statistic == pytest.approx(b.statistic)
 
 
 def test_update_rules_and_argument_errors() -> None:

@@ -56,6 +56,7 @@ key/value cache in batches.
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -212,16 +213,73 @@ def topk_recall(matrix: RecallMatrix, r: np.ndarray, k: int) -> np.ndarray:
     return np.where(n > 0, total / np.maximum(n, 1), np.nan)
 
 
+@dataclass(frozen=True)
+class PremiseCheck:
+    """Label-free test of neg-prefix's premise on the current scores (``premise_check``)."""
+
+    statistic: float  # AUC of the prefix scores against "the current scores call p a non-member"
+    threshold: float  # 0.5 + PREMISE_Z null standard deviations
+    n_pool: int
+
+    @property
+    def passed(self) -> bool:
+        return self.statistic > self.threshold
+
+    def to_json(self) -> dict[str, Any]:
+        return {"statistic": self.statistic, "threshold": self.threshold, "passed": self.passed, "n_pool": self.n_pool}
+
+
+#: auto's premise check passes when the statistic clears 0.5 by this many standard deviations of
+#: an AUC between unrelated scores (Mann-Whitney null), i.e. a one-sided ~2% false pass rate.
+PREMISE_Z = 2.0
+
+
+def premise_check(matrix: RecallMatrix, f: np.ndarray) -> PremiseCheck:
+    """Do the texts that ``f`` calls non-members make the more discriminative prefixes?
+
+    neg-prefix sets ``f(x) = -r(x)``: it rests on non-members being better prefixes than members
+    (paper §4). With pseudo-labels ``z = 1[f > median f]`` (the same split the prefix scores use),
+    the statistic is ``AUC(r(p), 1 - z(p))`` over the pool: how well a prefix's own score ranks
+    the pool texts that ``f`` calls non-members above those it calls members — equivalently the
+    agreement of the neg-prefix update with the split it was computed from. 0.5 = no relation
+    (the update would be noise), below 0.5 = the premise is reversed. Only the matrix and ``f``
+    are read, never labels. Self-pairs are left out of ``r`` here: a text scored against itself
+    is copied (``LL(p|p) ~ 0``), which puts it at the bottom of its own row and ties ``r(p)`` to
+    ``z(p)`` by construction rather than by evidence.
+    """
+    f = np.asarray(f, dtype=np.float64)
+    ok = ~np.isnan(f)
+    z = np.zeros(len(f), dtype=np.int64)
+    z[ok] = f[ok] > np.median(f[ok])
+    values = np.where(ok[None, :], matrix.values, np.nan)
+    values[np.arange(len(matrix.pool)), matrix.pool] = np.nan
+    r = np.array([_row_auc(row, z) for row in values], dtype=np.float64)
+    in_pool = ok[matrix.pool]
+    nonmember = 1 - z[matrix.pool][in_pool]
+    n1, n0 = int(nonmember.sum()), int(len(nonmember) - nonmember.sum())
+    stat = _row_auc(r[in_pool], nonmember)
+    sd = math.sqrt((n0 + n1 + 1) / (12.0 * n0 * n1)) if n0 and n1 else 0.5
+    return PremiseCheck(statistic=stat, threshold=0.5 + PREMISE_Z * sd, n_pool=n0 + n1)
+
+
 @dataclass
 class EMResult:
     """``scores[t]``: membership scores after iteration t (``scores[0]`` = the initial score);
-    ``prefix[t]``: the prefix scores computed in iteration t+1. ``final`` = ``scores[-1]``."""
+    ``prefix[t]``: the prefix scores computed in iteration t+1. ``final`` = ``scores[-1]``.
+
+    ``premise[t]``: the premise check on ``scores[t]`` (``auto`` runs it before every neg-prefix
+    update); ``stopped``: why ``auto`` ended before the requested iterations (None if it did
+    not); ``warnings``: the same reasons, one line each, for the person running it.
+    """
 
     scores: list[np.ndarray]
     prefix: list[np.ndarray]
     update: str
     topk: int
     params: dict[str, Any] = field(default_factory=dict)
+    premise: list[PremiseCheck] = field(default_factory=list)
+    stopped: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def final(self) -> np.ndarray:
@@ -229,11 +287,9 @@ class EMResult:
 
 
 def resolve_update(update: str, matrix: RecallMatrix) -> str:
-    """``auto`` = ``neg-prefix`` on a full pool, ``topk-recall`` on a subset."""
+    """The rule ``update`` names; ``auto`` stays ``auto`` (decided from evidence in ``em_mia``)."""
     if update not in UPDATES:
         raise UserError(f"unknown EM-MIA update '{update}'", f"use one of {', '.join(UPDATES)}")
-    if update == "auto":
-        return "neg-prefix" if matrix.full_pool else "topk-recall"
     if update == "neg-prefix" and not matrix.full_pool:
         raise UserError(
             f"the neg-prefix update scores only texts in the prefix pool ({len(matrix.pool)} of "
@@ -241,6 +297,15 @@ def resolve_update(update: str, matrix: RecallMatrix) -> str:
             "use --update topk-recall (or auto) with a pool smaller than the data, or drop --prefix-pool",
         )
     return update
+
+
+def _update(matrix: RecallMatrix, f: np.ndarray, rule: str, topk: int) -> tuple[np.ndarray, np.ndarray]:
+    r = prefix_scores(matrix, f)
+    if rule == "neg-prefix":
+        out = np.full(matrix.values.shape[1], np.nan)
+        out[matrix.pool] = -r
+        return out, r
+    return topk_recall(matrix, r, topk), r
 
 
 def em_mia(
@@ -253,8 +318,13 @@ def em_mia(
 ) -> EMResult:
     """Run EM-MIA on a precomputed ReCaLL matrix from the initial scores ``init`` (higher = member).
 
-    Defaults follow the paper (§6.3): 10 iterations, AUC prefix scores against the median split,
-    ``neg-prefix`` update (``auto`` picks ``topk-recall`` when the pool is a subset). No labels.
+    Defaults follow the paper (§6.3): 10 iterations, AUC prefix scores against the median split.
+    ``neg-prefix`` / ``topk-recall`` run the named update every iteration. ``auto`` decides from
+    evidence, never from labels: before every neg-prefix update it runs ``premise_check`` on the
+    current scores; if the premise holds it updates, else it stops there (keeping the scores
+    the premise last held for — the initial score if it never did) with a warning naming the
+    statistic. With a prefix pool smaller than the data neg-prefix cannot score every text, so
+    ``auto`` uses ``topk-recall`` (the premise is still measured and reported).
     """
     init = np.asarray(init, dtype=np.float64)
     if init.shape != (matrix.values.shape[1],):
@@ -264,18 +334,29 @@ def em_mia(
     if iterations < 1:
         raise UserError(f"iterations must be >= 1, got {iterations}", "pass --iterations 10")
     rule = resolve_update(update, matrix)
-    scores, prefix = [init], []
+    auto = rule == "auto"
+    if auto:
+        rule = "neg-prefix" if matrix.full_pool else "topk-recall"
+    result = EMResult(scores=[init], prefix=[], update=rule, topk=topk, params={"iterations": iterations})
     f = init
-    for _ in range(iterations):
-        r = prefix_scores(matrix, f)
-        if rule == "neg-prefix":
-            f = np.full(matrix.values.shape[1], np.nan)
-            f[matrix.pool] = -r
-        else:
-            f = topk_recall(matrix, r, topk)
-        prefix.append(r)
-        scores.append(f)
-    return EMResult(scores=scores, prefix=prefix, update=rule, topk=topk, params={"iterations": iterations})
+    for t in range(iterations):
+        check = premise_check(matrix, f)
+        result.premise.append(check)
+        if auto and rule == "neg-prefix" and not check.passed:
+            where = "the initial score" if t == 0 else f"iteration {t}"
+            result.stopped = (
+                f"premise check failed on {where}: statistic {check.statistic:.3f} <= {check.threshold:.3f} "
+                "(texts the scores call non-members are not the more discriminative prefixes, so the neg-prefix "
+                f"update would not carry membership); EM-MIA returns the scores of {where}"
+            )
+            result.warnings.append(f"EM-MIA stopped: {result.stopped}")
+            break
+        f, r = _update(matrix, f, rule, topk)
+        result.prefix.append(r)
+        result.scores.append(f)
+    else:
+        result.premise.append(premise_check(matrix, f))
+    return result
 
 
 # ---- label-free baselines (paper §6.2.1)
@@ -570,26 +651,45 @@ class EMMIA(Method):
             progress=inputs.progress,
         )
         result, pool, ids = run_.result, run_.matrix.pool, inputs.ids
+        final_r = result.prefix[-1] if result.prefix else prefix_scores(run_.matrix, result.final)
+        premise = [c.to_json() for c in result.premise]
         out = self.new_result(
             inputs,
             scores=dict(run_.columns),
             extras={
                 "prefix_scores.jsonl": [
-                    {"id": ids[int(p)], "prefix_score": float(result.prefix[-1][k])} for k, p in enumerate(pool)
+                    {"id": ids[int(p)], "prefix_score": float(final_r[k])} for k, p in enumerate(pool)
                 ]
             },
             provenance={
                 "init": run_.init_field,
                 "update": result.update,
+                "requested_update": cfg.update,
+                "iterations_run": len(result.scores) - 1,
+                "stopped": result.stopped,
+                "premise": premise,
                 "pool_size": len(pool),
                 "conditional_scorings": int(
                     sum(len(c.texts) for c in plan_calls(inputs.texts, pool, self_pairs=cfg.self_pairs, sep=cfg.sep))
                 ),
             },
         )
+        out.warnings += result.warnings
+        first = result.premise[0]
+        out.summary.append(
+            f"premise check (non-members make the better prefixes; label-free): statistic {first.statistic:.3f} "
+            f"vs threshold {first.threshold:.3f} on the initial score -> {'holds' if first.passed else 'fails'}; "
+            f"update {result.update}, {len(result.scores) - 1} of {cfg.iterations} iterations run"
+        )
         metrics = evaluation_metrics(run_.columns, inputs.labels)
         if metrics is not None:
             per_iter = iteration_metrics(result, inputs.labels)
-            out.metrics = {**metrics, "per_iteration": per_iter, "final": per_iter[-1]}
-            out.summary += [f"iteration {m['iteration']:>2}: auc {m['auc']:.3f}" for m in per_iter]
+            for m, c in zip(per_iter, result.premise, strict=False):
+                m["premise_statistic"] = c.statistic
+            out.metrics = {**metrics, "per_iteration": per_iter, "final": per_iter[-1], "premise": premise}
+            nan = float("nan")
+            out.summary += [
+                f"iteration {m['iteration']:>2}: auc {m['auc']:.3f}  premise {m.get('premise_statistic', nan):.3f}"
+                for m in per_iter
+            ]
         return out
