@@ -182,7 +182,7 @@ def test_cli_output_does_not_depend_on_labels(tiny_lm_dir, tmp_path: Path, capsy
     labelled = _write(tmp_path / "l.jsonl", [{"id": f"s{i}", "text": t, "label": i % 2} for i, t in enumerate(texts)])
     bare = _write(tmp_path / "u.jsonl", [{"id": f"s{i}", "text": t} for i, t in enumerate(texts)])
     common = ["--target", f"hf:{tiny_lm_dir}", "--cache-dir", str(tmp_path / "cache"), "--iterations", "3"]
-    common += ["--rand-shots", "2"]
+    common += ["--rand-shots", "2", "--update", "neg-prefix"]  # 6 texts: too few for auto's premise check
     assert main(["em-mia", "--data", labelled, "--out", str(tmp_path / "a"), *common]) == 0
     assert main(["em-mia", "--data", bare, "--out", str(tmp_path / "b"), *common]) == 0
     a, b = _rows(tmp_path / "a" / "scores.jsonl"), _rows(tmp_path / "b" / "scores.jsonl")
@@ -195,6 +195,8 @@ def test_cli_output_does_not_depend_on_labels(tiny_lm_dir, tmp_path: Path, capsy
     assert len(_rows(tmp_path / "a" / "prefix_scores.jsonl")) == 6
     run = json.loads((tmp_path / "a" / "run.json").read_text())
     assert run["update"] == "neg-prefix" and run["pool_size"] == 6
+    assert len(run["premise"]) == 4 and "statistic" in run["premise"][0] and run["stopped"] is None
+    assert len(metrics["premise"]) == 4 and "premise_statistic" in metrics["per_iteration"][0]
     err = capsys.readouterr().err
     assert "EM-MIA cost" in err
 
