@@ -21,6 +21,7 @@ thread so that sync callers (``Target`` methods) and async fan-out coexist.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
@@ -43,11 +44,13 @@ from .recovery import (
     LadderConfig,
     LpGuess,
     PositionResult,
+    Prior,
     Semantics,
+    eps_for_tolerance,
     recover_position,
 )
 from .tokenizers import TokenTable
-from .wire import ApiOracle, Conditioning
+from .wire import ApiOracle, Conditioning, chatml_text
 
 log = logging.getLogger(__name__)
 ADAPTER_VERSION = "api-1"
@@ -116,10 +119,12 @@ class ApiTarget(Target):
         loop: LoopThread | None = None,
         extra_engines: Sequence[RequestEngine] = (),
         prior: Any = None,
+        prior_template: str = "chatml",
     ) -> None:
         self.name, self.kind, self.engine, self.model = name, kind, engine, model
         self.table, self.cond, self.sem = table, cond, sem
         self.ladder = ladder or LadderConfig()
+        self._full_eps = self.ladder.eps  # what ``set_tolerance(None)`` returns to
         self.probe_evidence = list(probe_evidence or [])
         self._loop = loop or LoopThread()
         self._extra_engines = list(extra_engines)
@@ -129,6 +134,7 @@ class ApiTarget(Target):
         self._echo_requests = 0
         self._echo_hits = [0, 0]  # top-n hits among echoed positions, echoed positions
         self.prior = prior  # white-box proxy with the same tokenizer (``logprob_matrix``), or None
+        self.prior_template = prior_template  # chat: how the proxy renders the messages (``_chat_prior``)
         # search statistics shared by every call on this target: later batches search faster
         self._gaps = GapModel(self.ladder.initial_step, self.ladder.prior_halfwidth, self.ladder.learned_brackets)
         self._guess = LpGuess()
@@ -165,6 +171,15 @@ class ApiTarget(Target):
             usage=self.usage(),
         )
         return out
+
+    def set_tolerance(self, per_token: float | None) -> dict[str, Any]:
+        """Bisect only as finely as a per-token error bound of ``per_token`` nats needs
+        (``recovery.eps_for_tolerance``); None returns to the configured tolerance. The
+        tolerance is part of ``fingerprint``, so cached records never cross precisions."""
+        jitter = self.sem.jitter if self.sem is not None else 0.0
+        eps, how = eps_for_tolerance(per_token, jitter, self._full_eps)
+        self.ladder = dataclasses.replace(self.ladder, eps=eps)
+        return {"eps": eps, "full_eps": self._full_eps, "jitter": jitter, "how": how}
 
     def tokenize(self, text: str) -> list[int]:
         return self.table.encode(text)
@@ -211,20 +226,48 @@ class ApiTarget(Target):
         return self._loop.run(self._score(self._with_priors(items), progress))
 
     def _with_priors(self, items: list[tuple[str, list[int], list[int]]]) -> list[tuple[Any, ...]]:
-        """Attach the proxy model's logprobs of each position (a search prior, never a result).
+        """Attach the proxy model's view of each position (a search prior, never a result).
 
-        The proxy must share the tokenizer: texts whose ids differ under it get no prior.
+        The proxy must share the tokenizer: texts whose ids differ under it get no prior. It is
+        asked under the target's conditioning: raw continuation for ``completions``, and for
+        ``chat`` the same messages the ladder sends (``_chat_prior``), since under a chat template
+        the text's tokens sit many nats below where a raw continuation puts them.
         """
         proxy = self.prior
         out: list[tuple[Any, ...]] = []
         for text, ctx, ids in items:
-            pri: list[float | None] | None = None
+            pri: list[Prior] | None = None
             full = ctx + ids
             if proxy is not None and len(full) >= 2 and list(proxy.tokenize(self.table.decode(full))) == full:
-                mat = proxy.logprob_matrix(full)
-                pri = [float(mat[len(ctx) + j - 1][full[len(ctx) + j]]) for j in range(len(ids))]
+                if self.cond.api == "chat":
+                    pri = self._chat_prior(full, len(ctx))
+                else:
+                    mat = proxy.logprob_matrix(full)
+                    pri = [
+                        Prior(float(mat[len(ctx) + j - 1][full[len(ctx) + j]]), float(mat[len(ctx) + j - 1].max()))
+                        for j in range(len(ids))
+                    ]
             out.append((text, ctx, ids, pri))
         return out
+
+    def _chat_prior(self, full: list[int], n_ctx: int) -> list[Prior]:
+        """The proxy's next-token distribution after each position's chat prompt. ``prior_template``
+        ``chatml``: bare ChatML (``wire.chatml_text``, what OpenAI-compatible servers of ChatML
+        models and the emulator render); ``model``: the proxy tokenizer's own chat template (which
+        may add a default system message)."""
+        proxy = self.prior
+        tok = getattr(proxy, "tokenizer", None)
+        own = self.prior_template == "model" and getattr(tok, "chat_template", None)
+        contexts = []
+        for j in range(n_ctx, len(full)):
+            msgs = self.cond.messages(self.table.decode(full[:j]))
+            if own:
+                text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+            else:
+                text = chatml_text(msgs)
+            contexts.append(list(proxy.tokenize(text)))
+        rows = proxy.next_token_logprobs(contexts)
+        return [Prior(float(row[t]), float(row.max())) for row, t in zip(rows, full[n_ctx:], strict=True)]
 
     def conditional_logprobs(self, prefix: str, texts: Sequence[str], *, progress: bool = True) -> list[TokenLogprobs]:
         self._require_logprobs()
@@ -417,8 +460,9 @@ def build_api_target(
     """Engine + probe + target. Options: ``cache`` (diskcache-like), ``api`` (auto, chat,
     completions), ``system``, ``user_template``, ``eps``, ``max_concurrency``, ``semantics``
     (a ``Semantics`` to skip the probe, for tests), ``prior`` (a white-box target or spec with
-    the same tokenizer: its logprobs centre the bisection). White-box options (device, batch_size)
-    are ignored."""
+    the same tokenizer: its logprobs under the same conditioning centre the bisection),
+    ``prior_template`` (chat: ``chatml`` or ``model``, see ``ApiTarget._chat_prior``). White-box
+    options (device, batch_size) are ignored."""
     engine = RequestEngine(
         base_url,
         api_key=api_key,
@@ -458,6 +502,9 @@ def build_api_target(
     )
     eps = float(options.get("eps", LadderConfig().eps))
     prior = options.get("prior")
+    prior_template = options.get("prior_template") or "chatml"
+    if prior_template not in ("chatml", "model"):
+        raise UserError(f"unknown prior_template '{prior_template}'", "use chatml or model")
     if isinstance(prior, str):
         from . import load_target
 
@@ -477,4 +524,5 @@ def build_api_target(
         loop=loop,
         extra_engines=extra_engines,
         prior=prior,
+        prior_template=prior_template,
     )

@@ -91,6 +91,12 @@ class Target(abc.ABC):
         to the k most likely tokens where the target supports it)."""
         raise CapabilityError(f"target {self.name} cannot generate text", "use a target that supports generation")
 
+    def set_tolerance(self, per_token: float | None) -> dict[str, Any] | None:
+        """Recover logprobs only within ``per_token`` nats (None: full precision); returns what
+        was chosen, or None for a target whose logprobs are exact anyway (white-box). A target
+        that changes its tolerance must change its ``fingerprint`` with it."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         """What run.json records about the target (never credentials)."""
         return {"name": self.name, "fingerprint": self.fingerprint(), "capabilities": self.capabilities.__dict__}

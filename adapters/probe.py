@@ -9,7 +9,8 @@ Checks, in order: which API answers (completions vs chat); token-id prompts; whe
 are refused (403); the top-n cap; integer-only bias (a 0.5 bias → 400); bias-reflecting (+3
 on the 3rd-ranked token: its logprob relative to the top-1 rises by ≈3); forced token and
 argmax movement (the cap on a token outside the top-n: emitted? with a real logprob below
-lp_n?); echo and its position offset (compared with a plain request at the same context);
+lp_n?); whether a biased answer still carries the unbiased top-n (then a bisection's first flip
+test doubles as its unbiased request); echo and its position offset (compared with a plain request at the same context);
 determinism (the same request twice, made distinct by the ``user`` field) and order jitter
 (the same context again after another context was asked: the largest logprob change is
 added to every error bound); vLLM ``prompt_logprobs`` (token-id prompts only); and the bias
@@ -64,7 +65,9 @@ class ProbeReport:
         }
 
 
-PROBE_VERSION = "probe-4"  # probe-2 could cache verdicts drawn from errors; probe-4 adds cap, jitter, prompt logprobs
+# probe-2 could cache verdicts drawn from errors; probe-4 adds cap, jitter, prompt logprobs; probe-5 the
+# unbiased top-n under a bias (``Semantics.top_under_bias``)
+PROBE_VERSION = "probe-5"
 
 
 def probe_cache_key(
@@ -198,6 +201,9 @@ async def probe_endpoint(
     delta = 3
     refl = oracle.parse((await engine.post_json(path, oracle.body(ctx, {third: delta}))), {third: delta})
     bias_reflecting = False
+    # the same top-n (ids and values) as the unbiased request: the list ignores the bias
+    same_list = bool(refl.top) and refl.top.keys() == base.top.keys()
+    list_change = max((abs(refl.top[k] - base.top[k]) for k in base.top), default=math.inf) if same_list else math.inf
     if third in refl.top and r in refl.top:
         rise = (refl.top[third] - refl.top[r]) - (base.top[third] - base.top[r])
         bias_reflecting = abs(rise - delta) < 0.5
@@ -264,6 +270,10 @@ async def probe_endpoint(
         f"same context after another one: largest logprob change {jitter:.3g} nats"
         + ("; added to every error bound" if jitter else "")
     )
+    # a bias-reflecting list moves the biased token by ~delta; an unbiased one stays put (up to jitter)
+    top_under_bias = not bias_reflecting and list_change <= max(1e-4, 2 * jitter)
+    shown = "the unbiased list (a flip test doubles as the unbiased request)" if top_under_bias else "not unbiased"
+    ev.append(f"top-n under a bias: {shown}")
     sem = Semantics(
         top_n=top_n,
         bias_reflecting=bias_reflecting,
@@ -276,6 +286,7 @@ async def probe_endpoint(
         echo_offset=offset,
         prompt_logprobs=prompt_lp,
         jitter=jitter,
+        top_under_bias=top_under_bias,
     )
     return ProbeReport(api, id_prompts, sem, ev)
 

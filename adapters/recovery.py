@@ -80,6 +80,9 @@ class Semantics:
     echo_offset: int = 0
     prompt_logprobs: bool = False  # vLLM ``prompt_logprobs``: every position of a text in one request
     jitter: float = 0.0  # nats: largest change of a reported logprob with the request order (probe)
+    # a biased answer still carries the *unbiased* top-n (OpenAI chat since 2024): the first flip
+    # test of a bisection doubles as the position's unbiased request (``_opening``)
+    top_under_bias: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -94,6 +97,55 @@ class LadderConfig:
     # search prior from the gaps recovered so far in this run (a kernel density over them)
     # instead of an exponential with their mean; False reproduces the earlier search
     learned_brackets: bool = True
+    # with a proxy prior: centre the search on lp(r) - proxy lp(t) ("lp") or on the proxy's own
+    # flip bias lp_top - lp ("flip"); search by expanding brackets ("bracket") or by the median of
+    # a density of the run's own prior residuals around the centre ("density")
+    prior_center: str = "lp"
+    prior_search: str = "bracket"
+
+
+MIN_EPS = 1e-4  # finest bisection tolerance a precision choice may ask for
+
+
+def eps_for_tolerance(per_token: float | None, jitter: float, full_eps: float) -> tuple[float, str]:
+    """The bisection tolerance that keeps every recovered position's error bound within
+    ``per_token`` nats (``--precision auto``, ``blackbox_audit.scores.precision``).
+
+    A bisection stops once its bracket on lp is at most ``eps`` wide and reports half of it, and
+    the endpoint's order jitter is added to every bound (``recover_position``), so
+    ``eps = 2 (per_token - jitter)``. ``None`` keeps ``full_eps``; so does a tolerance the jitter
+    alone already exceeds (no tolerance can reach it: the note says so). Other rungs (top-n, echo,
+    forced token, bias-reflecting) are exact whatever eps is."""
+    if per_token is None:
+        return full_eps, "full precision"
+    room = per_token - jitter
+    if room <= 0:
+        return full_eps, (
+            f"the endpoint's jitter ({jitter:.3g} nats) alone exceeds the tolerated {per_token:.3g}: full precision"
+        )
+    eps = max(MIN_EPS, 2 * room)
+    return eps, f"eps {eps:.4g} = 2 x ({per_token:.4g} tolerated - {jitter:.3g} jitter)"
+
+
+@dataclass(frozen=True)
+class Prior:
+    """A proxy model's view of one position under the target's conditioning (a search prior,
+    never a result): its logprob of the target token ``lp`` and of its own top-1 ``lp_top``.
+    ``lp_top - lp`` predicts the flip bias B* before the target's top-1 is known."""
+
+    lp: float
+    lp_top: float | None = None
+
+    @property
+    def flip_bias(self) -> float | None:
+        return None if self.lp_top is None else max(0.0, self.lp_top - self.lp)
+
+
+def as_prior(prior: float | Prior | None) -> Prior | None:
+    """Plain floats (a predicted lp(t)) are accepted where a ``Prior`` is."""
+    if prior is None or isinstance(prior, Prior):
+        return prior
+    return Prior(float(prior))
 
 
 @dataclass
@@ -212,7 +264,7 @@ async def recover_position(
     context: Sequence[int],
     target: int,
     cfg: LadderConfig = LadderConfig(),  # noqa: B008 - frozen dataclass
-    prior: float | None = None,
+    prior: float | Prior | None = None,
     gaps: GapModel | None = None,
     base: Answer | None = None,
     guess: LpGuess | None = None,
@@ -224,7 +276,7 @@ async def recover_position(
     target: their answer holds lp(t) whether or not t was in the top-n, so one request per
     position suffices (the floor of SPEC §1) instead of an unbiased request plus a biased one.
     """
-    res = await _recover(oracle, sem, context, target, cfg, prior, gaps, base, guess)
+    res = await _recover(oracle, sem, context, target, cfg, as_prior(prior), gaps, base, guess)
     if sem.jitter > 0 and math.isfinite(res.error_bound):
         # every reported logprob (and every flip point) may move by the endpoint's order jitter
         res.error_bound += sem.jitter
@@ -238,7 +290,7 @@ async def _recover(
     context: Sequence[int],
     target: int,
     cfg: LadderConfig,
-    prior: float | None,
+    prior: Prior | None,
     gaps: GapModel | None,
     base: Answer | None,
     guess: LpGuess | None,
@@ -250,7 +302,7 @@ async def _recover(
     upper = math.inf
 
     if sem.bias_reflecting:
-        res = await _reflect(ask, sem, target, prior, guess)
+        res = await _reflect(ask, sem, target, None if prior is None else prior.lp, guess)
         if res is not None:
             return res
         notes.append("not in the biased top-n even at the cap")
@@ -266,6 +318,14 @@ async def _recover(
             return PositionResult(upper, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, ["not emitted at the cap"])
         notes.append("forced token reported no usable logprob")
 
+    opening: tuple[float, bool | None] | None = None
+    if base is None and sem.top_under_bias and sem.argmax_moves and sem.deterministic:
+        # the first flip test doubles as the unbiased request: its top-n ignores the bias
+        gaps = gaps if gaps is not None else GapModel(cfg.initial_step, cfg.prior_halfwidth, cfg.learned_brackets)
+        b1 = gaps.opening_bias(prior, cfg.eps)
+        b1 = min(sem.bias_cap, float(math.ceil(b1)) if sem.integer_bias else b1)
+        base = await ask({target: b1})
+        opening = (b1, None if base.emitted is None else base.emitted == target)
     if base is None:
         base = await ask({})
     top = dict(base.top)
@@ -278,7 +338,7 @@ async def _recover(
     lp_n = base.floor if base.floor is not None else min(vals)
     upper = min(upper, lp_n)  # free bound: not in the top-n
     if sem.argmax_moves:
-        res = await _bisect(ask, sem, cfg, target, top, lp_r, lp_n, prior, gaps)
+        res = await _bisect(ask, sem, cfg, target, top, lp_r, lp_n, prior, gaps, opening)
         res.notes = notes + res.notes
         return res
     return PositionResult(upper, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, notes)
@@ -295,11 +355,36 @@ class GapModel:
     def __init__(self, mean: float = 1.0, prior_sigma: float = 1.0, learned: bool = True) -> None:
         self.total, self.count, self.default = 0.0, 0, mean
         self.res_sq, self.res_n, self.sigma0 = 0.0, 0, prior_sigma
+        self.residuals: list[float] = []  # B* - prior centre, recovered so far
         self.learned = learned
         self.seen: list[float] = []  # recovered gaps (the most recent MAX_SEEN)
+        self.flip_seen: list[float] = []  # recovered flip biases B* (the most recent MAX_SEEN)
+        self.flip_residuals: list[float] = []  # B* - the proxy's predicted flip bias
 
     MIN_SEEN = 6  # gaps needed before their density replaces the exponential
     MAX_SEEN = 512
+    OPENING = 8.0  # first flip test before anything is known (B* of a typical missed token, nats)
+
+    def opening_bias(self, prior: Prior | None, eps: float) -> float:
+        """Where to test the first flip when the top-n comes with it (``Semantics.top_under_bias``):
+        the proxy's predicted B* (just above it, as ``_bracket_prior`` would), else the median of
+        the flip biases recovered so far, else ``OPENING``. Any choice is correct; a good one
+        halves the search at no extra request."""
+        if prior is not None and prior.flip_bias is not None:
+            if self.flip_residuals and len(self.flip_residuals) >= self.MIN_SEEN:
+                import numpy as np
+
+                return prior.flip_bias + float(np.median(self.flip_residuals[-self.MAX_SEEN :]))
+            return prior.flip_bias + eps
+        if len(self.flip_seen) >= self.MIN_SEEN:
+            import numpy as np
+
+            return float(np.median(self.flip_seen[-self.MAX_SEEN :]))
+        return self.OPENING
+
+    def update_flip(self, bstar: float) -> None:
+        if math.isfinite(bstar):
+            self.flip_seen.append(bstar)
 
     def density(self) -> tuple[Any, float] | None:
         """(gaps, bandwidth) of the learned kernel density, or None while too few are known.
@@ -331,6 +416,22 @@ class GapModel:
         if math.isfinite(residual):
             self.res_sq += residual * residual
             self.res_n += 1
+
+    def update_residual(self, residual: float) -> None:
+        if math.isfinite(residual):
+            self.residuals.append(residual)
+
+    def residual_density(self, offset: float) -> tuple[Any, float]:
+        """(points, bandwidth) of the prior's error density placed at ``offset`` above the bracket's
+        floor: a kernel density over the run's own residuals, or one kernel of the configured
+        width until ``MIN_SEEN`` are known."""
+        import numpy as np
+
+        if len(self.residuals) < self.MIN_SEEN:
+            return np.array([offset]), self.sigma0
+        r = np.asarray(self.residuals[-self.MAX_SEEN :], dtype=np.float64)
+        bw = max(0.02, 1.06 * float(r.std()) * len(r) ** -0.2)
+        return offset + r, bw
 
     @property
     def mean(self) -> float:
@@ -404,8 +505,9 @@ async def _bisect(
     top: dict[int, float],
     lp_r: float,
     lp_n: float,
-    prior: float | None,
+    prior: Prior | None,
     gaps: GapModel | None = None,
+    opening: tuple[float, bool | None] | None = None,
 ) -> PositionResult:
     """Strategy 5 on the bias B*: flips(B) <=> lp(t) + B > lp(r); lp(t) = lp(r) - B*.
 
@@ -432,20 +534,20 @@ async def _bisect(
         return sum(votes) * 2 > len(votes)
 
     try:
-        return await _bisect_core(ask, sem, cfg, target, top, lp_r, lp_n, prior, gaps, flips, disputed, notes)
+        return await _bisect_core(ask, sem, cfg, target, top, lp_r, lp_n, prior, gaps, flips, disputed, notes, opening)
     except _Unidentified as exc:
         note = f"emitted token not identifiable at bias {exc.args[0]:.3f}: only the top-n bound is known"
         return PositionResult(lp_n, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, notes + [note])
 
 
 async def _bracket_prior(
-    flips: Any, sem: Semantics, cfg: LadderConfig, c: float, lo: float, hi: float
+    flips: Any, sem: Semantics, cfg: LadderConfig, c: float, lo: float, hi: float, hi_seen: bool = False
 ) -> tuple[float, float, bool]:
     """Bracket B* around a proxy's estimate ``c``: test c ± w/2 with w = 2·eps, growing w
     fourfold on each miss. A good prior costs ~2 requests for a 2·eps bracket; a bad one
-    costs ~log4 of its error extra. Returns (lo, hi, hi_seen)."""
+    costs ~log4 of its error extra. ``(lo, hi]``/``hi_seen``: what earlier answers proved.
+    Returns (lo, hi, hi_seen)."""
     quant = (lambda b: float(math.ceil(b))) if sem.integer_bias else (lambda b: b)
-    hi_seen = False
     w = 2 * cfg.eps
     while True:  # upper end: smallest tested bias that flips
         q = quant(min(c + w / 2, hi))
@@ -482,22 +584,38 @@ async def _bisect_core(
     top: dict[int, float],
     lp_r: float,
     lp_n: float,
-    prior: float | None,
+    prior: Prior | None,
     gaps: GapModel,
     flips: Any,
     disputed: list[float],
     notes: list[str],
+    opening: tuple[float, bool | None] | None = None,
 ) -> PositionResult:
     cap = sem.bias_cap
     lo0 = lp_r - lp_n  # flips(lo0) is False: t is not in the top-n
     lo, hi, hi_seen = lo0, cap, False
-    if prior is not None and lo0 < lp_r - prior < cap:
-        lo, hi, hi_seen = await _bracket_prior(flips, sem, cfg, lp_r - prior, lo, hi)
+    if opening is not None and opening[1] is not None and lo0 < opening[0] <= cap:
+        b1, flipped = opening  # the first answer was already a flip test (``_recover``)
+        if flipped:
+            hi, hi_seen = b1, True
+        elif b1 >= cap:
+            ub = min(lp_n, lp_r - cap)
+            return PositionResult(ub, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, ["no flip at the bias cap"])
+        else:
+            lo = b1
+    c = None
+    if prior is not None:
+        c = lp_r - prior.lp
+        if cfg.prior_center == "flip" and prior.flip_bias is not None:
+            c = prior.flip_bias
+    if c is not None and cfg.prior_search == "bracket" and lo < c < hi:
+        lo, hi, hi_seen = await _bracket_prior(flips, sem, cfg, c, lo, hi, hi_seen)
     seen = -1
     while hi - lo > cfg.eps:
         if gaps.count != seen:  # positions finishing meanwhile sharpen the prior of this one
             seen = gaps.count
-            cdf = _prior_cdf(lo0, cap, gaps.mean, None, gaps.prior_sigma, gaps.uniform_weight, gaps.density())
+            dens = gaps.density() if c is None or cfg.prior_search == "bracket" else gaps.residual_density(c - lo0)
+            cdf = _prior_cdf(lo0, cap, gaps.mean, None, gaps.prior_sigma, gaps.uniform_weight, dens)
         q = _mass_median(cdf, lo, hi)
         if sem.integer_bias:
             ints = range(math.floor(lo) + 1, math.ceil(hi))
@@ -515,8 +633,13 @@ async def _bisect_core(
             ub = min(lp_n, lp_r - cap)
             return PositionResult(ub, Status.BOUNDED, Strategy.BOUNDED, math.inf, ask.n, ["no flip at the bias cap"])
     gaps.update((lo + hi) / 2 - lo0)
+    gaps.update_flip((lo + hi) / 2)
     if prior is not None:
-        gaps.update_prior((lp_r - (lo + hi) / 2) - prior)
+        gaps.update_prior((lp_r - (lo + hi) / 2) - prior.lp)
+        if c is not None:
+            gaps.update_residual((lo + hi) / 2 - c)
+        if prior.flip_bias is not None:
+            gaps.flip_residuals.append((lo + hi) / 2 - prior.flip_bias)
     # bracket on lp(t): [lp_r - hi, lp_r - lo)
     lp_lo, lp_hi = lp_r - hi, min(lp_r - lo, lp_n)
     if sem.integer_bias and lp_hi - lp_lo > cfg.eps:

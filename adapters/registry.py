@@ -23,7 +23,7 @@ from .base import Capabilities, Target
 
 #: command-line options (argparse dest names) that reach local / API loaders
 LOCAL_OPTIONS = ("device", "batch_size")
-API_OPTIONS = ("tokenizer", "api_key_env", "api")
+API_OPTIONS = ("tokenizer", "api_key_env", "api", "prior", "prior_template")
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,13 @@ class Conditioning:
         return out
 
 
+def chatml_text(messages: Sequence[Mapping[str, str]]) -> str:
+    """``messages`` in bare ChatML with the assistant's generation prompt (no default system
+    message): what a proxy model sees for a chat request (``ApiTarget._chat_prior``)."""
+    turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return turns + "<|im_start|>assistant\n"
+
+
 def _bias_json(bias: Mapping[int, float]) -> dict[str, int | float]:
     """OpenAI wants string keys; integral values go as JSON integers (strict endpoints reject 3.0)."""
     return {str(int(k)): (int(v) if float(v).is_integer() else float(v)) for k, v in bias.items()}
@@ -231,4 +238,4 @@ class ApiOracle:
         return out
 
 
-__all__ = ["ApiOracle", "Conditioning"]
+__all__ = ["ApiOracle", "Conditioning", "chatml_text"]

@@ -15,7 +15,10 @@ truth from ``/emulator/exact``):
 
 Prints requests per position, requests per out-of-top-n token, max and mean |error| (exact and
 recovered positions; bounded ones are counted separately), and the ratios ours/PAC and
-ours/floor. Run:  .venv/bin/python bench/recovery.py [--texts 6] [--tokens 24] [--backend hf:PATH|smollm2]
+ours/floor. ``--proxy SPEC`` adds openai-chat rows whose bisection is centred by a *different*
+local model with the backend's tokenizer, asked under the same chat template (e.g. the backend a
+SmolLM2 fine-tune, the proxy SmolLM2 itself); ``--texts-from FILE.jsonl`` benchmarks those texts.
+Run:  .venv/bin/python bench/recovery.py [--texts 6] [--tokens 24] [--backend hf:PATH|smollm2] [--proxy SPEC]
 """
 
 from __future__ import annotations
@@ -42,11 +45,18 @@ def build_backend(spec: str | None, device: str):
     return load_hf(d, device=device, progress=False), d
 
 
-def pick_texts(backend, n: int, tokens: int) -> list[str]:
+def pick_texts(backend, n: int, tokens: int, source: str | None = None) -> list[str]:
     from blackbox_audit.fixtures.tiny_models import sample_texts
 
+    if source:
+        import json
+
+        with open(source, encoding="utf-8") as fh:
+            pool = [json.loads(line)["text"] for line in fh if line.strip()]
+    else:
+        pool = sample_texts(200)[50:]
     out = []
-    for t in sample_texts(200)[50:]:
+    for t in pool:
         ids = backend.tokenize(t)
         if len(ids) >= tokens:
             out.append(backend.decode(ids[:tokens]))
@@ -134,13 +144,16 @@ def bench_samia(backend, tok_dir, texts, n=2, max_new=8):
             target.close()
 
 
-def bench_profile(backend, tok_dir, texts, profile, label, *, pac: bool, pac_hi=200.0, old=False, **overrides):
+def bench_profile(
+    backend, tok_dir, texts, profile, label, *, pac: bool, pac_hi=200.0, old=False, prior=None, **overrides
+):
     from blackbox_audit.adapters import load_target
     from blackbox_audit.fixtures.emulator import run_emulator
 
     with run_emulator(backend, profile, **overrides) as emu:
         opts = {"tokenizer": tok_dir} if tok_dir else {}
-        target = load_target(emu.target_spec, max_concurrency=16, **opts)
+        extra = {"prior": prior, "prior_template": "chatml"} if prior is not None else {}
+        target = load_target(emu.target_spec, max_concurrency=16, **opts, **extra)
         try:
             emu.reset()
             t0 = time.time()
@@ -203,13 +216,19 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=24, help="tokens per text")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--only", help="comma-separated profile labels' prefixes to run (default: all)")
+    ap.add_argument(
+        "--proxy",
+        help="a white-box proxy with the backend's tokenizer but other weights (smollm2 or hf:PATH): adds "
+        "openai-chat rows whose bisection is centred by it under the same chat template",
+    )
+    ap.add_argument("--texts-from", help="a .jsonl whose texts are benchmarked instead (e.g. a canary's members)")
     args = ap.parse_args(argv)
     backend, tok_dir = build_backend(args.backend, args.device)
     if args.backend == "smollm2":
         from blackbox_audit.adapters.hf import smollm2_gguf_path
 
         tok_dir = str(smollm2_gguf_path())
-    texts = pick_texts(backend, args.texts, args.tokens)
+    texts = pick_texts(backend, args.texts, args.tokens, args.texts_from)
     print(f"backend {args.backend or 'tiny random GPT-2'}; {len(texts)} texts x {args.tokens} tokens", flush=True)
     loose = {"strict_bias": False}
     plan = [
@@ -222,6 +241,13 @@ def main(argv=None) -> int:
         ("openai-legacy-echo", "openai-legacy-echo", False, {}),
         ("vllm", "vllm (prompt_logprobs)", False, {}),
     ]
+    if args.proxy:
+        proxy, _ = build_backend(args.proxy, args.device)
+        name = args.proxy.rsplit("/", 1)[-1]
+        plan[2:2] = [
+            ("openai-chat", f"openai-chat + proxy {name}", False, {"prior": proxy}),
+            ("openai-chat-float", f"openai-chat-float + proxy {name}", True, {"pac_hi": 100.0, "prior": proxy}),
+        ]
     if args.only:
         keep = tuple(x.strip() for x in args.only.split(","))
         plan = [p for p in plan if p[1].startswith(keep)]

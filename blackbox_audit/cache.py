@@ -104,6 +104,13 @@ class CachedTarget(Target):
             self._fingerprint = self.inner.fingerprint()
         return self._fingerprint
 
+    def set_tolerance(self, per_token: float | None) -> dict[str, Any] | None:
+        """Forwarded; the fingerprint is read again since the tolerance is part of it (records
+        recovered at one precision must never answer a request for another)."""
+        chosen = self.inner.set_tolerance(per_token)
+        self._fingerprint = None
+        return chosen
+
     def tokenize(self, text: str) -> list[int]:
         return self.inner.tokenize(text)
 

@@ -171,15 +171,24 @@ def price_plan(plan: CostPlan, view: PlanningView) -> PlanEstimate:
     scoring = [c for c in plan.calls if c.kind != "samples"]
     cost = call_cost(scoring, view.tokenize)
     estimate = None
+    notes = list(plan.notes)
     if scoring and view.api:
         if not view.logprobs:
             raise UserError(
                 f"{view.name} returns no logprobs, so only text-only scores can be estimated or run",
                 "use --scores samia (SaMIA samples continuations and needs no logprobs)",
             )
-        estimate = cost.estimate(
-            view.shape, price=view.price, prompt_overhead=view.prompt_overhead, probe=not view.probed
-        )
+        shape = view.shape
+        if plan.tolerance is not None:  # --precision auto: price the tolerance the run will use
+            from blackbox_audit.adapters.recovery import eps_for_tolerance
+            from blackbox_audit.engine.estimate import UNKNOWN
+
+            shape = shape or UNKNOWN
+            eps, how = eps_for_tolerance(plan.tolerance, shape.jitter, shape.eps)
+            shape = shape.with_eps(eps)
+            if shape.bisect_cap is not None:
+                notes.append(f"bisection priced at {how}")
+        estimate = cost.estimate(shape, price=view.price, prompt_overhead=view.prompt_overhead, probe=not view.probed)
     sampling = []
     for call in (c for c in plan.calls if c.kind == "samples"):
         n, max_new = call.sampling[0], call.sampling[1]
@@ -187,7 +196,7 @@ def price_plan(plan: CostPlan, view: PlanningView) -> PlanEstimate:
         price = view.price if view.api else None
         sampling.append(estimate_generation(counts, n, max_new, price=price, prompt_overhead=SAMPLING_PROMPT_OVERHEAD))
     return PlanEstimate(
-        view=view, scoring=cost, estimate=estimate, sampling=sampling, items=list(plan.items), notes=list(plan.notes)
+        view=view, scoring=cost, estimate=estimate, sampling=sampling, items=list(plan.items), notes=notes
     )
 
 

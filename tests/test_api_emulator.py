@@ -242,3 +242,24 @@ def test_openai_adapter_against_emulator_key_from_env(tiny_target, tiny_lm_dir, 
         blob = b"".join(p.read_bytes() for p in (tmp_path / "c").rglob("*") if p.is_file())
         assert b"sk-emulator-secret-42" not in blob
         cache.close()
+
+
+def test_chat_proxy_prior_is_asked_under_the_chat_template(tiny_target, load):
+    """On a chat endpoint the proxy's prior comes from the same chat prompt the ladder sends
+    (bare ChatML, as the emulator renders it): a proxy equal to the backend then predicts every
+    flip bias, so the search needs a few requests per token; values stay within their bounds."""
+    with run_emulator(tiny_target, "openai-chat-float") as emu:
+        plain = load(emu)
+        assert plain.sem.top_under_bias  # the first flip test doubles as the unbiased request
+        emu.reset()
+        recs = plain.token_logprobs(TEXTS[:1], progress=False)
+        n_plain = emu.stats()["requests"]
+        with_prior = load(emu, prior=tiny_target)
+        emu.reset()
+        recs_p = with_prior.token_logprobs(TEXTS[:1], progress=False)
+        n_prior = emu.stats()["requests"]
+        check_records(emu, tiny_target, with_prior, recs_p)
+        check_records(emu, tiny_target, plain, recs)
+        n_bisect = sum(s == Strategy.BISECTION for s in recs_p[0].strategy)
+        assert n_bisect >= len(recs_p[0]) // 2
+        assert n_prior < 0.7 * n_plain and n_prior <= 5 * len(recs_p[0])

@@ -201,3 +201,36 @@ def test_learned_brackets_save_requests_on_deep_clustered_tokens():
         assert (np.abs(got - truth) <= bounds + 1e-9).all()
         reqs[flag] = np.mean([r.requests for r in res[20:]])
     assert reqs[True] < reqs[False] - 1.0, reqs
+
+
+def test_unbiased_top_under_bias_saves_the_base_request():
+    """OpenAI chat returns the unbiased top-n with every biased answer: the bisection's first flip
+    test then doubles as the unbiased request (one request fewer per missed token), hits stay
+    exact in one request, and every value stays within its bound."""
+    js = jobs(40) + [(c, int(np.argsort(-lp_fn(c))[3])) for c, _ in jobs(5, seed=9)]  # 5 top-n hits
+    truth = exact(js)
+    out = {}
+    for flag in (False, True):
+        res = run(SimulatedOracle(lp_fn, mode="chat"), Semantics(top_n=20, top_under_bias=flag), js)
+        got = np.array([r.logprob for r in res])
+        assert (np.abs(got - truth) <= np.array([r.error_bound for r in res]) + 1e-12).all()
+        assert all(r.status == Status.EXACT and r.requests == 1 for r in res[40:])
+        out[flag] = np.mean([r.requests for r in res[:40]])
+    assert out[True] <= out[False] - 0.8, out
+
+
+def test_unbiased_top_under_bias_is_not_used_on_noisy_endpoints():
+    """A flip test on a non-deterministic endpoint needs its votes: the unbiased request stays."""
+    oracle = SimulatedOracle(lp_fn, mode="chat")
+    first: dict[tuple[int, ...], dict] = {}
+    query = oracle.query
+
+    async def recording(context, bias):
+        first.setdefault(tuple(context), dict(bias))
+        return await query(context, bias)
+
+    oracle.query = recording
+    sem = Semantics(top_n=20, top_under_bias=True, deterministic=False)
+    res = run(oracle, sem, jobs(3), LadderConfig(votes=1))
+    assert all(r.status == Status.RECOVERED for r in res)
+    assert len(first) == 3 and all(b == {} for b in first.values())

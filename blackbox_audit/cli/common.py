@@ -61,6 +61,17 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, data: bool = True) 
     a.add_argument(
         "--api", choices=("auto", "chat", "completions"), help="which endpoint to use (default: auto, probed)"
     )
+    a.add_argument(
+        "--prior",
+        metavar="TARGET",
+        help="a local white-box proxy with the target's tokenizer (hf:PATH, gguf:PATH, smollm2): its logprobs "
+        "under the same conditioning centre each argmax bisection (fewer requests; never a result)",
+    )
+    a.add_argument(
+        "--prior-template",
+        choices=("chatml", "model"),
+        help="chat endpoints: render the proxy's prompt in bare ChatML (default) or with its own chat template",
+    )
 
 
 @dataclass

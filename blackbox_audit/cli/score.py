@@ -15,6 +15,7 @@ from blackbox_audit.cli.common import add_common_arguments, dry_run, load_data, 
 from blackbox_audit.engine.cli import add_engine_arguments
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.scoring import DEFAULT_SCORES, ScoreConfig, ScoreMethod
+from blackbox_audit.options import positive_float
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,12 +40,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="texts with positions known only as an upper bound: refuse them (error, default) or score "
         "with the bounds (upper, counted per sample as n_bounded)",
     )
+    p.add_argument(
+        "--precision",
+        choices=("full", "auto"),
+        default="full",
+        help="API targets: recover logprobs to the ladder's full precision (full, default) or only as precisely "
+        "as the requested scores need (auto: each score's error from recovery stays within its delta, "
+        "0.05 nats per token for loss-like scores; fewer requests)",
+    )
+    p.add_argument(
+        "--precision-delta",
+        type=positive_float,
+        default=None,
+        metavar="NATS",
+        help="with --precision auto: the error tolerated per score, in nats per token (default 0.05)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     names = tuple(dict.fromkeys(s.strip() for s in args.scores.split(",") if s.strip()))
-    method = ScoreMethod(ScoreConfig(scores=names, bounded=args.bounded))  # a typo fails before any loading
+    config = ScoreConfig(
+        scores=names, bounded=args.bounded, precision=args.precision, precision_delta=args.precision_delta
+    )
+    method = ScoreMethod(config)  # a typo fails before any loading
     if args.dry_run:  # before the target is loaded: loading an API target probes it
         return dry_run(args, method.plan(AuditInputs(data=load_data(args))))
     session = open_session(args, "score", reference=args.reference)

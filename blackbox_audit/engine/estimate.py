@@ -11,7 +11,8 @@ extra requests depends on answers not yet seen:
 - the *high* end adds, per position, what a top-n miss costs: 1 request (bias-reflecting or
   forced-token endpoints) or a full bisection from the top-n floor to the bias cap,
   ``ceil(log2(cap / eps)) + 1`` requests (argmax-only), times ``votes`` on non-deterministic
-  endpoints;
+  endpoints; ``eps`` is the ladder's bisection tolerance (``LadderShape.with_eps``: a coarser
+  ``--precision auto`` tolerance is priced as such);
 - plus the probe's requests, once per endpoint.
 Chat endpoints add the chat template's tokens to every prompt (``prompt_overhead``). Answers
 already in the cache cost nothing, so a resumed run costs less than estimated.
@@ -19,6 +20,7 @@ already in the cache cost nothing, so a resumed run costs less than estimated.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +39,22 @@ class LadderShape:
     echo: bool = False
     miss_extra_hi: float = 1.0  # extra requests for a token missing the top-n, worst case
     label: str = "forced-token / bias-reflecting"
+    bisect_cap: float | None = None  # argmax bisection up to this bias (None: no bisection)
+    votes: int = 1  # flip-test repeats (non-deterministic endpoints)
+    eps: float = 0.01  # bisection tolerance the high end is priced at
+    jitter: float = 0.0  # the probe's order jitter (nats): part of every error bound
+
+    @staticmethod
+    def bisection_requests(cap: float, eps: float) -> float:
+        """Worst case of one bisection from the top-n floor to the cap: ``ceil(log2(cap/eps)) + 1``."""
+        return float(math.ceil(math.log2(cap / eps)) + 1)
+
+    def with_eps(self, eps: float) -> LadderShape:
+        """The same endpoint priced at another bisection tolerance (no change without bisection)."""
+        if self.bisect_cap is None:
+            return self
+        extra = self.bisection_requests(self.bisect_cap, eps) * self.votes
+        return dataclasses.replace(self, eps=eps, miss_extra_hi=extra)
 
     @classmethod
     def from_semantics(cls, sem: Any, eps: float = 0.01, votes: int = 3) -> LadderShape:
@@ -53,16 +71,23 @@ class LadderShape:
         if getattr(sem, "bias_reflecting", False) or getattr(sem, "forced_token", False):
             extra, label = 1.0, "forced-token" if sem.forced_token else "bias-reflecting"
         elif getattr(sem, "argmax_moves", False):
-            extra = float(math.ceil(math.log2(float(getattr(sem, "bias_cap", 100.0)) / eps)) + 1)
-            if not getattr(sem, "deterministic", True):
-                extra *= votes
-            label = "argmax-only (bisection)"
+            cap = float(getattr(sem, "bias_cap", 100.0))
+            n_votes = 1 if getattr(sem, "deterministic", True) else votes
+            shape = cls(
+                echo=echo,
+                label=("shifted echo + " if echo else "") + "argmax-only (bisection)",
+                bisect_cap=cap,
+                votes=n_votes,
+                jitter=float(getattr(sem, "jitter", 0.0) or 0.0),
+            )
+            return shape.with_eps(eps)
         else:
             extra, label = 0.0, "top-n only (bounded)"
-        return cls(echo=echo, miss_extra_hi=extra, label=("shifted echo + " if echo else "") + label)
+        jitter = float(getattr(sem, "jitter", 0.0) or 0.0)
+        return cls(echo=echo, miss_extra_hi=extra, label=("shifted echo + " if echo else "") + label, jitter=jitter)
 
 
-UNKNOWN = LadderShape(miss_extra_hi=math.ceil(math.log2(100 / 0.01)) + 1, label="not probed yet")
+UNKNOWN = LadderShape(label="not probed yet", bisect_cap=100.0).with_eps(0.01)
 
 
 @dataclass(frozen=True)

@@ -255,12 +255,15 @@ class CostPlan:
 
     ``calls`` are the batched scoring calls on the target (``scores.FetchCall``); a planning
     view of the target prices them (``blackbox_audit.planning``). ``items`` are other billed
-    items; ``notes`` say what the estimate leaves out.
+    items; ``notes`` say what the estimate leaves out. ``tolerance``: the per-token error bound
+    the method will ask the target for (``Target.set_tolerance``, ``--precision auto``; None:
+    full precision), so the estimate prices the bisection tolerance the run will use.
     """
 
     calls: list[Any] = field(default_factory=list)
     items: list[CostItem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    tolerance: float | None = None
 
 
 # --------------------------------------------------------------------------- result

@@ -34,20 +34,26 @@ class ScoreConfig(MethodConfig):
     """``scores``: score specs (``min_k:k=0.1``); ``params``: per score name, parameter defaults
     (e.g. ``{"recall": {"prefixes": "cal.jsonl"}}``); ``bounded``: refuse (``error``) or use
     (``upper``) positions known only as an upper bound; ``blind``: add the text-only baseline to
-    the metrics of labelled data."""
+    the metrics of labelled data; ``precision``: ``full`` (the target's own tolerance) or ``auto``
+    (recover API logprobs only as precisely as the requested scores need, each score's error held
+    within its delta; ``precision_delta`` rescales the deltas; ``blackbox_audit.scores.precision``)."""
 
     scores: tuple[str, ...] = DEFAULT_SCORES
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     bounded: Literal["error", "upper"] = "error"
     blind: bool = True
     seed: int = 0
+    precision: Literal["full", "auto"] = "full"
+    precision_delta: float | None = None
 
     def validate(self) -> None:
         from blackbox_audit.scores import parse_specs
+        from blackbox_audit.scores.precision import check_mode
 
         if not self.scores:
             raise UserError("no score requested", "name at least one score, e.g. scores = ['loss', 'min_k']")
         parse_specs(list(self.scores), self.params)  # unknown names or parameters fail here, before any work
+        check_mode(self.precision, self.precision_delta)
 
 
 @register_method
@@ -81,7 +87,15 @@ class ScoreMethod(Method):
         plan = plan_requests(inputs.texts, list(self.config.scores), params=self.config.params)
         calls = [c for c in plan.calls if c.kind != "reference"]
         notes = ["the reference model's calls are not counted"] if len(calls) < len(plan.calls) else []
-        return CostPlan(calls=calls, notes=notes)
+        prec = self._precision(inputs)
+        if prec.mode == "auto":
+            notes.append(f"precision {prec.describe()}")
+        return CostPlan(calls=calls, notes=notes, tolerance=prec.per_token)
+
+    def _precision(self, inputs: AuditInputs) -> Any:
+        from blackbox_audit.scores.precision import plan_precision
+
+        return plan_precision(self.specs, inputs.texts, self.config.precision, self.config.precision_delta)
 
     def run(self, inputs: AuditInputs) -> MethodResult:
         from blackbox_audit.blind import blind_summary, blind_warning
@@ -89,6 +103,9 @@ class ScoreMethod(Method):
         from blackbox_audit.scores import compute_scores
 
         self.check(inputs)
+        prec = self._precision(inputs)
+        auto = prec.mode == "auto" and inputs.target is not None
+        chosen = inputs.target.set_tolerance(prec.per_token) if auto else None
         table = compute_scores(
             inputs.target,
             inputs.texts,
@@ -109,6 +126,7 @@ class ScoreMethod(Method):
                 "n_bounded_positions": int(np.sum(table.n_bounded)),
             },
         )
+        self._record_precision(result, inputs, prec, chosen, table)
         if inputs.reference is not None:
             result.provenance["reference"] = {
                 **inputs.reference.describe(),
@@ -130,3 +148,25 @@ class ScoreMethod(Method):
                 f"all {len(labels)} labels are {labels[0]}: metrics need both members and non-members"
             )
         return result
+
+    def _record_precision(self, result: MethodResult, inputs: AuditInputs, prec: Any, chosen: Any, table: Any) -> None:
+        """run.json ``precision``: the plan, what the target chose, and each score's certified error
+        bound from the records (``ScoreTable.error_bounds``); a summary line when ``auto``."""
+        from blackbox_audit.scores.precision import summarize_bounds
+
+        bounds = summarize_bounds(self.specs, inputs.texts, table.error_bounds, prec)
+        result.provenance["precision"] = {**prec.to_json(), "target": chosen, "score_error_bounds": bounds}
+        if prec.mode != "auto":
+            return
+        how = "exact logprobs (white-box): nothing to choose" if chosen is None else chosen["how"]
+        result.summary.append(f"precision {prec.describe()}; {how}")
+        over = [f for f, b in bounds.items() if (b.get("max_bound_over_delta") or 0) > 1 or b["unbounded_texts"]]
+        worst = ", ".join(
+            f"{f} {b['max_error_bound']:.3g}" for f, b in bounds.items() if b["max_error_bound"] is not None
+        )
+        result.summary.append(f"largest certified score error from recovery: {worst or 'none'}")
+        if over and prec.per_token is not None:
+            result.warnings.append(
+                f"score(s) {', '.join(over)} exceed their precision target on some texts (bounded positions, "
+                "non-deterministic flips or an exhausted integer-bias refinement): see run.json precision"
+            )

@@ -18,6 +18,7 @@ import numpy as np
 
 from blackbox_audit.types import TokenLogprobs
 
+from .precision import DEFAULT_DELTA, mean_bound, order_mean_bound, ratio_bound, record_bounds
 from .registry import Score, check_fraction, register_score
 from .requests import Full, Plain, Reference, Request
 
@@ -48,6 +49,22 @@ def mean_logprob(record: TokenLogprobs) -> float:
     return float(np.mean(np.asarray(record.logprobs, dtype=np.float64)))
 
 
+def polarized_bound(record: TokenLogprobs, k1: float, k2: float) -> float:
+    """Certified error bound of ``polarized_distance`` from a record's per-token bounds: the
+    top-k1 mean's bound plus the bottom-k2 mean's (``precision.order_mean_bound``)."""
+    lp, b = np.asarray(record.logprobs, dtype=np.float64), record_bounds(record)
+    n = len(lp)
+    if not n:
+        return 0.0
+    top = order_mean_bound(lp, b, k_count(n, k1), lowest=False)
+    return top + order_mean_bound(lp, b, k_count(n, k2), lowest=True)
+
+
+def zlib_length(text: str) -> int:
+    """``len(zlib.compress(x.encode("utf-8")))``: zlib's divisor."""
+    return len(_zlib.compress(text.encode("utf-8")))
+
+
 def polarized_distance(logprobs: np.ndarray, k1: float = 0.05, k2: float = 0.3) -> float:
     """PAC's ``L_M`` with the paper's sign (Eq. 5 / Alg. 1): mean(top k1 lp) - mean(bottom k2 lp).
 
@@ -67,9 +84,16 @@ class Loss(Score):
 
     name = "loss"
     needs = (Plain,)
+    delta = DEFAULT_DELTA
 
     def requests(self, text: str, params: Mapping[str, Any]) -> tuple[Request, ...]:
         return (Plain(text),)
+
+    def sensitivity(self, text: str, params: Mapping[str, Any]) -> float:
+        return 1.0
+
+    def error_bound(self, text: str, fetched: Mapping[Request, Any], params: Mapping[str, Any]) -> float:
+        return mean_bound(fetched[Plain(text)])
 
     def compute(self, text: str, fetched: Mapping[Request, TokenLogprobs], params: Mapping[str, Any]) -> float:
         return mean_logprob(fetched[Plain(text)])
@@ -93,12 +117,22 @@ class Zlib(Score):
 
     name = "zlib"
     needs = (Plain,)
+    delta = DEFAULT_DELTA  # divided by Z(x) per text: loss's relative precision (scores/precision.py)
 
     def requests(self, text: str, params: Mapping[str, Any]) -> tuple[Request, ...]:
         return (Plain(text),)
 
+    def precision_delta(self, text: str, params: Mapping[str, Any]) -> float:
+        return DEFAULT_DELTA / zlib_length(text)
+
+    def sensitivity(self, text: str, params: Mapping[str, Any]) -> float:
+        return 1.0 / zlib_length(text)
+
+    def error_bound(self, text: str, fetched: Mapping[Request, Any], params: Mapping[str, Any]) -> float:
+        return mean_bound(fetched[Plain(text)]) / zlib_length(text)
+
     def compute(self, text: str, fetched: Mapping[Request, TokenLogprobs], params: Mapping[str, Any]) -> float:
-        return mean_logprob(fetched[Plain(text)]) / len(_zlib.compress(text.encode("utf-8")))
+        return mean_logprob(fetched[Plain(text)]) / zlib_length(text)
 
 
 def mean_ratio(numerator: float, denominator: float) -> float:
@@ -129,6 +163,16 @@ class Lowercase(Score):
     def requests(self, text: str, params: Mapping[str, Any]) -> tuple[Request, ...]:
         return (Plain(text), Plain(text.lower()))
 
+    def sensitivity(self, text: str, params: Mapping[str, Any]) -> float | None:
+        # one record twice: exactly 1. Otherwise a ratio over loss(x), unknown before the run
+        return 0.0 if text == text.lower() else None
+
+    def error_bound(self, text: str, fetched: Mapping[Request, Any], params: Mapping[str, Any]) -> float:
+        if text == text.lower():
+            return 0.0
+        low, own = fetched[Plain(text.lower())], fetched[Plain(text)]
+        return ratio_bound(mean_logprob(low), mean_bound(low), mean_logprob(own), mean_bound(own))
+
     def compute(self, text: str, fetched: Mapping[Request, TokenLogprobs], params: Mapping[str, Any]) -> float:
         return mean_ratio(mean_logprob(fetched[Plain(text.lower())]), mean_logprob(fetched[Plain(text)]))
 
@@ -144,12 +188,21 @@ class MinK(Score):
     name = "min_k"
     needs = (Plain,)
     defaults = {"k": 0.2}
+    delta = DEFAULT_DELTA
 
     def check_params(self, params: Mapping[str, Any]) -> None:
         check_fraction(self.name, "k", params["k"])
 
     def requests(self, text: str, params: Mapping[str, Any]) -> tuple[Request, ...]:
         return (Plain(text),)
+
+    def sensitivity(self, text: str, params: Mapping[str, Any]) -> float:
+        return 1.0
+
+    def error_bound(self, text: str, fetched: Mapping[Request, Any], params: Mapping[str, Any]) -> float:
+        rec = fetched[Plain(text)]
+        b = record_bounds(rec)
+        return order_mean_bound(rec.logprobs, b, k_count(len(b), params["k"]), lowest=True) if len(b) else 0.0
 
     def compute(self, text: str, fetched: Mapping[Request, TokenLogprobs], params: Mapping[str, Any]) -> float:
         return lowest_mean(np.asarray(fetched[Plain(text)].logprobs, dtype=np.float64), params["k"])
@@ -249,6 +302,7 @@ class MaxK(Score):
     name = "max_k"
     needs = (Plain,)
     defaults = {"k1": 0.05, "k2": 0.3}
+    delta = DEFAULT_DELTA
 
     def check_params(self, params: Mapping[str, Any]) -> None:
         check_fraction(self.name, "k1", params["k1"])
@@ -256,6 +310,12 @@ class MaxK(Score):
 
     def requests(self, text: str, params: Mapping[str, Any]) -> tuple[Request, ...]:
         return (Plain(text),)
+
+    def sensitivity(self, text: str, params: Mapping[str, Any]) -> float:
+        return 2.0
+
+    def error_bound(self, text: str, fetched: Mapping[Request, Any], params: Mapping[str, Any]) -> float:
+        return polarized_bound(fetched[Plain(text)], params["k1"], params["k2"])
 
     def compute(self, text: str, fetched: Mapping[Request, TokenLogprobs], params: Mapping[str, Any]) -> float:
         return -polarized_distance(fetched[Plain(text)].logprobs, params["k1"], params["k2"])
@@ -271,9 +331,16 @@ class ReferenceScore(Score):
 
     name = "reference"
     needs = (Plain, Reference)
+    delta = DEFAULT_DELTA
 
     def requests(self, text: str, params: Mapping[str, Any]) -> tuple[Request, ...]:
         return (Plain(text), Reference(text))
+
+    def sensitivity(self, text: str, params: Mapping[str, Any]) -> float:
+        return 1.0  # the target's loss; the reference keeps its own precision (its bound is added after)
+
+    def error_bound(self, text: str, fetched: Mapping[Request, Any], params: Mapping[str, Any]) -> float:
+        return mean_bound(fetched[Plain(text)]) + mean_bound(fetched[Reference(text)])
 
     def compute(self, text: str, fetched: Mapping[Request, TokenLogprobs], params: Mapping[str, Any]) -> float:
         return mean_logprob(fetched[Plain(text)]) - mean_logprob(fetched[Reference(text)])

@@ -18,6 +18,7 @@ import numpy as np
 from blackbox_audit.adapters.base import Target
 from blackbox_audit.errors import CapabilityError, UserError
 
+from .precision import score_error_bounds
 from .registry import SCORES, ScoreSpec, expand_sweeps, parse_spec
 from .requests import Conditional, Full, Plain, Reference, Request, Samples
 
@@ -169,7 +170,9 @@ class ScoreTable(Mapping[str, np.ndarray]):
 
     Acts as ``dict[field, np.ndarray]``. ``n_tokens[i]``: scored tokens of text ``i`` itself;
     ``n_bounded[i]``: positions, over every record text ``i``'s scores used, whose value is
-    only an upper bound (non-zero only under ``bounded="upper"``).
+    only an upper bound (non-zero only under ``bounded="upper"``); ``error_bounds[field][i]``:
+    a certified bound on the score's error from recovery (``Score.error_bound``; 0 white-box,
+    ``inf`` where a position is only an upper bound).
     """
 
     scores: dict[str, np.ndarray]
@@ -177,6 +180,7 @@ class ScoreTable(Mapping[str, np.ndarray]):
     n_bounded: np.ndarray
     bounded: str = "error"
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    error_bounds: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> np.ndarray:
         return self.scores[key]
@@ -316,4 +320,5 @@ def compute_scores(
         n_bounded=n_bounded,
         bounded=bounded,
         params={s.field: dict(s.params) for s in plan.specs},
+        error_bounds=score_error_bounds(plan.specs, texts, fetched),
     )

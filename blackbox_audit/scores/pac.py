@@ -31,7 +31,8 @@ from blackbox_audit.augment import random_swaps, split_words
 from blackbox_audit.errors import UserError
 from blackbox_audit.types import TokenLogprobs
 
-from .builtin import polarized_distance
+from .builtin import polarized_bound, polarized_distance
+from .precision import DEFAULT_DELTA
 from .registry import Score, check_fraction, register_score
 from .requests import Plain, Request
 
@@ -71,6 +72,18 @@ class PAC(Score):
         if len(split_words(text)[0]) < 2:
             return (Plain(text),)
         return (Plain(text), *(Plain(c) for c in dict.fromkeys(self.copies(text, params))))
+
+    delta = DEFAULT_DELTA
+
+    def sensitivity(self, text: str, params: Mapping[str, Any]) -> float:
+        return 4.0 if len(split_words(text)[0]) >= 2 else 0.0  # L_M(x) and the copies' mean: 2 + 2
+
+    def error_bound(self, text: str, fetched: Mapping[Request, Any], params: Mapping[str, Any]) -> float:
+        if len(split_words(text)[0]) < 2:
+            return 0.0  # NaN either way
+        k1, k2 = params["k1"], params["k2"]
+        copies = [polarized_bound(fetched[Plain(c)], k1, k2) for c in self.copies(text, params)]
+        return polarized_bound(fetched[Plain(text)], k1, k2) + float(np.mean(copies))
 
     def compute(self, text: str, fetched: Mapping[Request, TokenLogprobs], params: Mapping[str, Any]) -> float:
         if len(split_words(text)[0]) < 2:

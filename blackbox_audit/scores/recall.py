@@ -63,6 +63,7 @@ from blackbox_audit.errors import UserError
 from blackbox_audit.types import TokenLogprobs
 
 from .builtin import mean_logprob, mean_ratio
+from .precision import mean_bound, ratio_bound
 from .registry import REQUIRED, Score, register_score
 from .requests import Conditional, Plain, Request
 
@@ -167,6 +168,17 @@ class ReCaLL(Score):
     def requests(self, text: str, params: Mapping[str, Any]) -> tuple[Request, ...]:
         return (Plain(text), Conditional(self._prefix(text, params), text))
 
+    def error_bound(self, text: str, fetched: Mapping[Request, Any], params: Mapping[str, Any]) -> float:
+        """A ratio of two means (``precision.ratio_bound``); no a-priori bound (``sensitivity`` None)."""
+        cond, plain = fetched[Conditional(self._prefix(text, params), text)], fetched[Plain(text)]
+        first = bool(params["first_token"])
+        return ratio_bound(
+            conditional_ll(cond, first_token=first),
+            mean_bound(cond, skip_first=not first),
+            mean_logprob(plain),
+            mean_bound(plain),
+        )
+
     def compute(self, text: str, fetched: Mapping[Request, TokenLogprobs], params: Mapping[str, Any]) -> float:
         cond = fetched[Conditional(self._prefix(text, params), text)]
         return recall_ratio(cond, fetched[Plain(text)], first_token=bool(params["first_token"]))
@@ -210,6 +222,15 @@ class ConReCaLL(Score):
     def requests(self, text: str, params: Mapping[str, Any]) -> tuple[Request, ...]:
         nm, m = self._prefixes(text, params)
         return (Plain(text), Conditional(nm, text), Conditional(m, text))
+
+    def error_bound(self, text: str, fetched: Mapping[Request, Any], params: Mapping[str, Any]) -> float:
+        """``(a - gamma c) / l``: the numerator's bound is ``e_a + gamma e_c``, then ``ratio_bound``."""
+        nm, m = self._prefixes(text, params)
+        a, c, plain = fetched[Conditional(nm, text)], fetched[Conditional(m, text)], fetched[Plain(text)]
+        gamma, first = float(params["gamma"]), bool(params["first_token"])
+        num = conditional_ll(a, first_token=first) - gamma * conditional_ll(c, first_token=first)
+        num_err = mean_bound(a, skip_first=not first) + gamma * mean_bound(c, skip_first=not first)
+        return ratio_bound(num, num_err, mean_logprob(plain), mean_bound(plain))
 
     def compute(self, text: str, fetched: Mapping[Request, TokenLogprobs], params: Mapping[str, Any]) -> float:
         nm, m = self._prefixes(text, params)

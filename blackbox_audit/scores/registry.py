@@ -45,8 +45,33 @@ class Score(abc.ABC):
     # parameters that accept ``key=sweep``: the spec expands to one column per listed value
     sweeps: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
 
+    #: ``--precision auto``'s default target for this score's error from recovery, in the score's
+    #: own units (``scores/precision.py`` explains the value); None: no target of its own
+    delta: ClassVar[float | None] = None
+
     def check_params(self, params: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
         """Raise ``UserError`` for out-of-range parameter values."""
+
+    def precision_delta(self, text: str, params: Mapping[str, Any]) -> float | None:
+        """The error this score tolerates on ``text`` (``delta`` unless the score rescales it)."""
+        return self.delta
+
+    def sensitivity(self, text: str, params: Mapping[str, Any]) -> float | None:
+        """A priori: the score's error is at most ``sensitivity`` times the largest per-token error
+        bound of the records it uses. 0: recovery cannot move it; None: no bound is known before
+        the records exist (e.g. a ratio whose denominator is a logprob) -- ``--precision auto``
+        then keeps full precision for it."""
+        return None
+
+    def error_bound(self, text: str, fetched: Mapping[Request, Any], params: Mapping[str, Any]) -> float:
+        """A posteriori: a certified bound on |score - score from the true logprobs|, from the
+        records' per-token ``error_bound``. This default only knows that exact records give an
+        exact score (0) and otherwise answers ``inf``; scores override it with their own bound."""
+        for req in self.requests(text, params):
+            rec = fetched[req]
+            if isinstance(rec, TokenLogprobs) and len(rec) and not (rec.error_bound == 0).all():
+                return float("inf")
+        return 0.0
 
     @abc.abstractmethod
     def requests(self, text: str, params: Mapping[str, Any]) -> tuple[Request, ...]:

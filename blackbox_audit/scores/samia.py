@@ -90,6 +90,9 @@ class SaMIA(Score):
         if not 0.0 < params["temperature"] <= 2.0:
             raise UserError(f"samia temperature {params['temperature']} is outside (0, 2]", "use samia:temperature=1")
 
+    def sensitivity(self, text: str, params: Mapping[str, Any]) -> float:
+        return 0.0  # text only: recovery precision never touches it
+
     def requests(self, text: str, params: Mapping[str, Any]) -> tuple[Request, ...]:
         prompt, reference = split_prefix(text, params["prefix_ratio"])
         if not prompt or not reference:
