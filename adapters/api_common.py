@@ -303,16 +303,25 @@ class ApiTarget(Target):
                 self._echo_hits[1] += len(jobs)
             pri = pri if pri is not None else [None] * len(jobs)
             ask = [j for j in range(len(jobs)) if j not in bad]
-            # engine.gather: a budget stop lets the requests in flight finish (and be cached)
-            got = await self.engine.gather(
-                recover_position(self.oracle, sem, *jobs[j], self.ladder, pri[j], self._gaps, bases[j], self._guess)
-                for j in ask
-            )
+
+            def recover(j: int) -> Any:
+                return recover_position(
+                    self.oracle, sem, *jobs[j], self.ladder, pri[j], self._gaps, bases[j], self._guess
+                )
+
             # not asked (prefix does not round-trip): only lp <= 0 is known
             res = [
                 PositionResult(0.0, Status.BOUNDED, Strategy.BOUNDED, float("inf"), 0, ["prefix does not round-trip"])
                 for _ in jobs
             ]
+            # warm-up: while no gap density is learned, bisect one position at a time, so each
+            # search starts from what the previous ones found (concurrent uninformed searches
+            # measured ~0.6 requests per token more on SmolLM2 chat, 4 texts x 16 tokens)
+            while ask and self._bisects(sem) and self._gaps.density() is None and self.ladder.learned_brackets:
+                j = ask.pop(0)
+                res[j] = await recover(j)
+            # engine.gather: a budget stop lets the requests in flight finish (and be cached)
+            got = await self.engine.gather(recover(j) for j in ask)
             for j, r in zip(ask, got, strict=True):
                 res[j] = r
             bar.update(1)
