@@ -19,8 +19,8 @@
 The splits share one fine-tuned model and one pool of items, so they are not independent
 draws of the whole experiment. The standard errors describe split-to-split variation only.
 
-Run from the repository root: ``.venv/bin/python bench/contamination_eval.py`` (defaults: 100
-members, 100 + 200 never-trained items, 50 splits, alpha 0.05, score loss on the answer).
+Run from the repository root: ``.venv/bin/python bench/contamination_eval.py`` (defaults: 64
+members, 64 + 128 never-trained items, 50 splits, alpha 0.05, score loss on the answer).
 """
 
 from __future__ import annotations
@@ -68,9 +68,9 @@ def write_items(path: Path, indices: list[int], labels: list[int] | None = None)
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--members", type=int, default=100, help="items trained on (half of the audited benchmark)")
-    p.add_argument("--nonmembers", type=int, default=100, help="never-trained items (canary non-members)")
-    p.add_argument("--calibration", type=int, default=200, help="more never-trained items (canary calibration)")
+    p.add_argument("--members", type=int, default=64, help="items trained on (half of the audited benchmark)")
+    p.add_argument("--nonmembers", type=int, default=64, help="never-trained items (canary non-members)")
+    p.add_argument("--calibration", type=int, default=128, help="more never-trained items (canary calibration)")
     p.add_argument("--seed", type=int, default=0, help="canary seed (which items, which half)")
     p.add_argument("--splits", type=int, default=50, help="random benchmark/held-out splits (>= 20)")
     p.add_argument("--alpha", type=float, default=0.05)
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir", help="cache (default $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
     p.add_argument("--out", default="runs/contamination_eval", help="split 0's files and CLI command go here")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--only", choices=("clean", "finetuned"), help="evaluate one model only (default both)")
     a = p.parse_args(argv)
     if a.splits < 20:
         p.error("--splits must be at least 20 (the FDR claim is measured across splits)")
@@ -93,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     from blackbox_audit.adapters import load_target
     from blackbox_audit.benchmarks import load_gsm8k
     from blackbox_audit.cache import CachedTarget, open_cache
-    from blackbox_audit.fixtures.canary import CanaryOptions, build_canary, default_train_config
+    from blackbox_audit.fixtures.canary import CanaryOptions, build_canary, default_train_config, draw_split
+    from blackbox_audit.fixtures.corpora import corpus_samples
     from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
 
@@ -111,13 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         n_calibration=a.calibration,
         train=train,
     )
-    t0 = time.perf_counter()
-    canary = build_canary(opts, cache_dir=a.cache_dir)
-    print(
-        f"canary {canary.path} ({time.perf_counter() - t0:.0f} s; card: epochs {canary.card.get('epochs')}, "
-        f"final train loss {canary.card.get('final_train_loss')})"
-    )
     gsm = load_gsm8k()
+    split = draw_split(corpus_samples(opts.corpus), opts)  # the canary's own split, known before training
 
     def index(row) -> int:
         i = int(str(row["id"]).rsplit("-", 1)[1])
@@ -125,8 +122,21 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"canary row {row['id']} is not GSM8K item {i} as formatted now: rebuild the canary")
         return i
 
-    members = [index(r) for r in canary.members]
-    never = [index(r) for r in canary.nonmembers + canary.calibration]
+    members = [index(r) for r in split["members"]]
+    never = [index(r) for r in split["nonmembers"] + split["calibration"]]
+    models = []
+    if a.only != "finetuned":
+        models.append(("unmodified SmolLM2", "smollm2"))
+    if a.only != "clean":
+        t0 = time.perf_counter()
+        canary = build_canary(opts, cache_dir=a.cache_dir)
+        if [r["id"] for r in canary.members] != [r["id"] for r in split["members"]]:
+            raise SystemExit("the canary's members differ from the split computed here")
+        print(
+            f"canary {canary.path} ({time.perf_counter() - t0:.0f} s; card: epochs {canary.card.get('epochs')}, "
+            f"final train loss {canary.card.get('final_train_loss')})"
+        )
+        models.insert(0, ("fine-tuned on half", canary.target_spec))
     n_m = len(members)
     print(
         f"GSM8K subset: {n_m} members (trained) + {len(never)} never-trained items; each split: benchmark = "
@@ -138,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     summary = {}
     try:
-        for name, spec in (("fine-tuned on half", canary.target_spec), ("unmodified SmolLM2", "smollm2")):
+        for name, spec in models:
             target = CachedTarget(load_target(spec, device="cpu", progress=False), cache)
             rows = []
             t1 = time.perf_counter()

@@ -352,7 +352,7 @@ def test_dry_run_sends_nothing_and_needs_no_key(monkeypatch, capsys, tmp_path: P
     out = capsys.readouterr().out
     assert router.calls.call_count == 0 and connects == []
     assert "1319 benchmark" in out and "cost:" in out and "$" in out
-    assert "recovery: rung" in out and "nats per position" in out  # rung and precision
+    assert "recovery rung: not probed yet" in out and "nats per position" in out  # rung and precision
     assert "L*P + L^2/2" in out and "tokens (" in out  # cost by length
     assert "budget $5 buys" in out and "smallest contamination rate detectable" in out
     assert not (tmp_path / "o").exists()

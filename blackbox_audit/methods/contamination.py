@@ -614,10 +614,10 @@ class ContaminationPlan:
             f"({self.heldout}) items, part '{self.part}', score {self.score}",
         ]
         if v.api:
-            shape = getattr(v.shape, "label", "?")
+            rung = v.shape_source if not v.probed else f"{getattr(v.shape, 'label', '?')} ({v.shape_source})"
             lines.append(
-                f"recovery: rung {shape} ({v.shape_source}); precision: exact on echo / top-n / forced-token "
-                f"rungs, within {LadderConfig().eps:g} nats per position on bisection (eps)"
+                f"recovery rung: {rung}; precision: exact on echo / top-n / forced-token rungs, within "
+                f"{LadderConfig().eps:g} nats per position on bisection (eps)"
             )
         lines.append(self.total.format())
         if v.api:
@@ -650,4 +650,8 @@ class ContaminationPlan:
         for nb, nh in sizes:
             if nb and nh:
                 lines.append(format_power(power_statement(nb, nh, self.alpha)))
+        if self.heldout == "synthetic":
+            lines.append(
+                "  (power of the rank test against known non-members; a synthetic held-out side uses DI's test)"
+            )
         return "\n".join(lines)
