@@ -90,24 +90,26 @@ class Memorising(Target):
         return [self._record(prefix + t if prefix + t in self.members else t, len(t.split())) for t in texts]
 
 
-def qa_rows(n: int, tag: str, label: int | None = None) -> list:
-    return [
-        (
-            f"{tag}{i}",
-            {"question": f"{tag} question number {i} about apples?", "answer": f"{i} apples in {tag} crate"},
-            label,
-        )
-        for i in range(n)
-    ]
+NUMBERS = np.random.default_rng(7).permutation(100_000)  # item numbers: both sides drawn alike
 
 
-def qa_items(n: int, tag: str, label: int | None = None) -> Benchmark:
-    return build_benchmark(tag, qa_rows(n, tag, label), load_gsm8k().fmt)
+def qa_rows(n: int, tag: str, label: int | None = None, start: int = 0) -> list:
+    """Items whose text depends only on a random number (so no side can be told by its text)."""
+    rows = []
+    for i in range(n):
+        k = int(NUMBERS[start + i])
+        rows.append((f"{tag}{i}", {"question": f"How many apples in crate {k}?", "answer": f"{k % 97} apples"}, label))
+    return rows
+
+
+def qa_items(n: int, tag: str, label: int | None = None, start: int = 50_000) -> Benchmark:
+    return build_benchmark(tag, qa_rows(n, tag, label, start), load_gsm8k().fmt)
 
 
 def contaminated(n_members: int = 60, n_fresh: int = 60, n_heldout: int = 120, lift: float = 1.0):
     """A benchmark of ``n_members`` memorised + ``n_fresh`` fresh items, and fresh held-out items."""
-    bench = build_benchmark("toy", qa_rows(n_members, "m", 1) + qa_rows(n_fresh, "f", 0), load_gsm8k().fmt)
+    rows = qa_rows(n_members, "m", 1) + qa_rows(n_fresh, "f", 0, start=n_members)
+    bench = build_benchmark("toy", rows, load_gsm8k().fmt)
     members = {t for t, y in zip(bench.texts, bench.labels, strict=True) if y == 1}
     return bench, qa_items(n_heldout, "h"), Memorising(members, lift=lift)
 
@@ -265,6 +267,17 @@ def test_contaminated_benchmark_is_flagged_with_rate_and_list() -> None:
     )
     assert "PAC-style" in " ".join(res.summary) and "WARNING" in " ".join(res.summary)
     assert v.details["budget"]["stopped"] is None and v.details["part"] == "output"
+    assert v.details["premise"]["auc"] is not None and not v.details["premise"]["confounded"]
+
+
+def test_a_heldout_side_that_differs_by_text_alone_is_named() -> None:
+    """The premise check: held-out items another distribution (here: about pears, other wording)."""
+    bench, _, target = contaminated(0, 60, 60)
+    rows = [(f"p{i}", {"question": f"Pears {i}: why so ripe?", "answer": f"ripe pear #{i}"}, None) for i in range(60)]
+    shifted = build_benchmark("pears", rows, load_gsm8k().fmt)
+    res = run_method(bench, shifted, target)
+    assert res.verdict.details["premise"]["confounded"]
+    assert any("differ from the benchmark by their text alone" in w for w in res.warnings)
 
 
 def test_clean_benchmark_is_not_flagged_and_its_ci_includes_zero() -> None:
@@ -325,7 +338,7 @@ def test_budget_stop_keeps_what_was_bought() -> None:
 def test_bad_heldout_sets_are_refused_before_scoring() -> None:
     bench, held, target = contaminated(10, 10, 20)
     with pytest.raises(UserError, match="labelled 1"):
-        run_method(bench, qa_items(5, "x", 1), target)
+        run_method(bench, qa_items(5, "x", 1, start=90_000), target)
     with pytest.raises(UserError, match="also appear in the benchmark"):
         run_method(bench, unlabelled(bench).subset([0, 1]), target)
     with pytest.raises(UserError, match="'heldout' data set"):

@@ -46,6 +46,7 @@ from typing import Any, Literal
 import numpy as np
 
 from blackbox_audit.benchmarks import PARTS, Benchmark
+from blackbox_audit.blind import CONFOUNDED_AUC
 from blackbox_audit.data import Dataset
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import (
@@ -419,6 +420,13 @@ class Contamination(Method):
                 warnings=warnings,
             )
         bv, hv = b.values, h.values
+        premise = heldout_premise(b, h, cfg.seed)
+        if premise.get("confounded"):
+            warnings.append(
+                f"the held-out items differ from the benchmark by their text alone (blind classifier AUC "
+                f"{premise['auc']:.3f} >= {CONFOUNDED_AUC}): the held-out side is not exchangeable with the "
+                "benchmark's non-members, so the test, rate and list may measure that difference, not contamination"
+            )
         test = rank_test(bv, hv, cfg.alpha)
         share = member_share_ci(
             bv, hv, lam=cfg.lam, confidence=cfg.confidence, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed
@@ -454,6 +462,7 @@ class Contamination(Method):
                 "flagged_list": {**sel.summary(), "rule": "PTDI subtraction + Benjamini-Hochberg"},
                 "pac_style": pac,
                 "power": power,
+                "premise": premise,
                 "budget": bought,
                 "part": part,
                 "score": cfg.score,
@@ -467,6 +476,8 @@ class Contamination(Method):
             f"contamination rate: {share.estimate:.1%} ({cfg.confidence:.0%} CI {share.low:.1%} – {share.high:.1%}; "
             "conservative estimator)",
             f"flagged at FDR {cfg.alpha:g}: {k} items (flagged.jsonl)",
+            f"premise: benchmark vs held-out by text alone, blind classifier AUC {premise['auc']:.3f} "
+            f"({'CONFOUNDED' if premise.get('confounded') else 'about 0.5 is what exchangeable sets give'})",
             f"PAC-style thresholded rate (for comparison only): {pac['rate']:.1%}; WARNING: {pac['warning']}",
             format_power(power),
         ]
@@ -510,6 +521,28 @@ class Contamination(Method):
                 f"({'inside' if metrics['rate']['covered'] else 'OUTSIDE'} the CI), flagged list FDP {float(fdp):.3f}"
             )
         return result
+
+
+def heldout_premise(b: SideScores, h: SideScores, seed: int) -> dict[str, Any]:
+    """Can the benchmark be told from the held-out side *without the model*? (``blind.blind_baseline``)
+
+    The set test and the rate assume the held-out items are exchangeable with the benchmark's
+    non-members. A text-only classifier (benchmark = 1, held-out = 0, cross-validated) that
+    separates them shows they are not: a flag could then be that difference (a generated,
+    perturbed or later-written held-out set), not contamination. Exchangeable sets read ~0.5.
+    """
+    from blackbox_audit.blind import blind_baseline
+
+    def texts(side: SideScores) -> list[str]:
+        return [side.bench.texts[i] for i in side.order]
+
+    if min(len(b.order), len(h.order)) < 2:
+        return {"auc": None}
+    out = blind_baseline(texts(b) + texts(h), [1] * len(b.order) + [0] * len(h.order), seed=seed)
+    out.pop("scores", None)
+    out["texts"] = "whole items (question and answer), whichever part was scored"
+    out["labels"] = "benchmark = 1, held-out = 0 (which side an item is on, not membership)"
+    return out
 
 
 def _side_rows(side: SideScores, score: str) -> list[dict[str, Any]]:
