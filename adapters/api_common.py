@@ -277,6 +277,17 @@ class ApiTarget(Target):
         items = [(t, pre, self.table.encode(t)) for t in texts]
         return self._loop.run(self._score(self._with_priors(items), progress))
 
+    def conditional_pairs(self, pairs: Sequence[tuple[str, str]], *, progress: bool = True) -> list[TokenLogprobs]:
+        """Each text given its own prefix; every pair's positions are requested concurrently."""
+        self._require_logprobs()
+        items = []
+        for prefix, text in pairs:
+            pre = self.table.encode(prefix)
+            if not pre:
+                raise UserError("the prefix is empty", "give a non-empty prefix (APIs need some context)")
+            items.append((text, pre, self.table.encode(text)))
+        return self._loop.run(self._score(self._with_priors(items), progress))
+
     async def _score(self, items: list[tuple[Any, ...]], progress: bool) -> list[TokenLogprobs]:
         from tqdm.auto import tqdm
 

@@ -78,6 +78,12 @@ class Target(abc.ABC):
             "use a target whose adapter implements conditional_logprobs",
         )
 
+    def conditional_pairs(self, pairs: Sequence[tuple[str, str]], *, progress: bool = True) -> list[TokenLogprobs]:
+        """``conditional_logprobs(prefix, [text])[0]`` for each ``(prefix, text)`` pair: every text
+        with its own prefix (an answer given its question). Adapters that can batch different
+        prefixes (a local model, an API's concurrent requests) override this loop."""
+        return [self.conditional_logprobs(prefix, [text], progress=False)[0] for prefix, text in pairs]
+
     def generate(
         self,
         prompts: Sequence[str],

@@ -519,6 +519,22 @@ class HFTarget(Target):
             self._record(t, ids, lps, p_ids, meta=meta) for t, ids, (lps, _) in zip(texts, t_ids, scored, strict=True)
         ]
 
+    def conditional_pairs(self, pairs: Sequence[tuple[str, str]], *, progress: bool = True) -> list[TokenLogprobs]:
+        """Each text given its own prefix, as ``conditional_logprobs_naive(prefix, [text])``, with
+        the pairs batched by length (one padded forward per batch instead of one per pair)."""
+        pairs = list(pairs)
+        if not pairs:
+            return []
+        prepared = [self._prepare_conditional(prefix, [text]) for prefix, text in pairs]
+        seqs = [p_ids + t_ids[0] for p_ids, t_ids in prepared]
+        scored = self._score_sequences(
+            seqs, [len(p_ids) for p_ids, _ in prepared], full_distribution=False, progress=progress, desc="pairs"
+        )
+        return [
+            self._record(text, t_ids[0], lps, p_ids, meta={"prefix_tokens": len(p_ids)})
+            for (_, text), (p_ids, t_ids), (lps, _) in zip(pairs, prepared, scored, strict=True)
+        ]
+
     # ---- ground truth for the provider emulator
     def logprob_matrix(self, ids: Sequence[int]) -> np.ndarray:
         """[L, V] float32; row i = log p(. | ids[:i+1])."""

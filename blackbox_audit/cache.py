@@ -184,6 +184,44 @@ class CachedTarget(Target):
             strip_full=False,
         )
 
+    def conditional_pairs(self, pairs: Sequence[tuple[str, str]], *, progress: bool = True) -> list[TokenLogprobs]:
+        """Each text given its own prefix; entries are shared with ``conditional_logprobs`` (same key)."""
+        fp = self.fingerprint()
+        pairs = list(pairs)
+        out: list[TokenLogprobs | None] = [None] * len(pairs)
+        keys: list[dict[str, Any]] = []
+        miss: dict[tuple[str, str], list[int]] = {}
+        for i, (prefix, text) in enumerate(pairs):
+            key = {
+                "schema": SCHEMA_VERSION,
+                "kind": "conditional_logprobs",
+                "fingerprint": fp,
+                "prefix_ids": [int(t) for t in self.tokenize(prefix)],
+                "token_ids": [int(t) for t in self.tokenize(text)],
+                "options": {},
+            }
+            keys.append(key)
+            record = self._read(key) if self.cache is not None else None
+            if record is not None:
+                self.hits += 1
+                out[i] = self._present(record, text, False, from_cache=True)
+            else:
+                miss.setdefault((prefix, text), []).append(i)
+        if miss:
+            todo = list(miss)
+            self.misses += len(todo)
+            records = self.inner.conditional_pairs(todo, progress=progress)
+            if len(records) != len(todo):
+                raise RuntimeError(f"target {self.name} returned {len(records)} records for {len(todo)} pairs")
+            for pair, record in zip(todo, records, strict=True):
+                if self.cache is not None:
+                    self._write(keys[miss[pair][0]], record)
+                for i in miss[pair]:
+                    out[i] = self._present(record, pair[1], False, from_cache=False)
+        result = [r for r in out if r is not None]
+        self.tokens_scored += sum(len(r) for r in result)
+        return result
+
     def _cached(
         self,
         texts: Sequence[str],

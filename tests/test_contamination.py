@@ -194,6 +194,31 @@ def test_output_scores_read_the_conditional_record_and_refuse_other_scores() -> 
         compute_output_scores(target, bench.prompts, bench.outputs, ["loss"], progress=False)
 
 
+def test_conditional_pairs_batch_like_one_call_per_pair_and_share_the_cache(tiny_target, tmp_path: Path) -> None:
+    """A local model batches pairs with different prefixes; the records equal one call per pair, and
+    the cache serves both calls from one entry per pair."""
+    from blackbox_audit.cache import CachedTarget, open_cache
+
+    pairs = [(f"Question: how many {w}?\nAnswer:", f" {n} {w} in all.") for n, w in ((3, "cats"), (12, "dogs"))]
+    pairs += [("Q:", " one"), ("A much longer question about the harbour and its boats?\nAnswer:", " None.")]
+    batched = tiny_target.conditional_pairs(pairs, progress=False)
+    for (prefix, text), rec in zip(pairs, batched, strict=True):
+        one = tiny_target.conditional_logprobs_naive(prefix, [text], progress=False)[0]
+        assert list(rec.context_ids) == list(one.context_ids) and list(rec.token_ids) == list(one.token_ids)
+        np.testing.assert_allclose(rec.logprobs, one.logprobs, atol=1e-5)
+    cache = open_cache(tmp_path / "c")
+    try:
+        cached = CachedTarget(tiny_target, cache)
+        cached.conditional_pairs(pairs[:2], progress=False)
+        assert (cached.hits, cached.misses) == (0, 2)
+        again = cached.conditional_logprobs(pairs[1][0], [pairs[1][1]], progress=False)[0]
+        mixed = cached.conditional_pairs(pairs, progress=False)
+        assert (cached.hits, cached.misses) == (3, 4)  # one entry per pair, whichever call wrote it
+        np.testing.assert_array_equal(again.logprobs, mixed[1].logprobs)
+    finally:
+        cache.close()
+
+
 def test_output_scores_refuse_bounded_positions_unless_asked() -> None:
     class Bounded(Memorising):
         def conditional_logprobs(self, prefix, texts, *, progress=True):

@@ -15,8 +15,9 @@ handed to the score in place of ``Plain(output)``. Scores that need other record
 ``min_k_pp`` (the full distribution, which a conditional record does not carry), are refused
 by name before any request.
 
-Pairs are fetched one per call, so a budget stop loses at most the pair in flight; its answers
-are cached at the request level, so nothing paid for is lost.
+Pairs are fetched with ``Target.conditional_pairs`` (one record per pair; a local model batches
+them, an API sends their positions concurrently). Callers that must stop cleanly at a budget
+pass a few pairs at a time; answers already received are cached at the request level.
 """
 
 from __future__ import annotations
@@ -78,8 +79,6 @@ def compute_output_scores(
     ``n_tokens[i]`` counts the output's scored tokens (all of them); bounded positions follow
     ``bounded`` as in ``compute_scores``.
     """
-    from tqdm.auto import tqdm
-
     if len(prompts) != len(outputs) or (ids is not None and len(ids) != len(outputs)):
         raise ValueError("prompts, outputs and ids must have the same length")
     if bounded not in ("error", "upper"):
@@ -94,8 +93,8 @@ def compute_output_scores(
     scores = {s.field: np.empty(n, dtype=np.float64) for s in specs}
     n_tokens = np.zeros(n, dtype=np.int64)
     n_bounded = np.zeros(n, dtype=np.int64)
-    for i in tqdm(range(n), desc="output given prompt", unit="item", disable=not progress or n < 2):
-        record = target.conditional_logprobs(prompts[i], [outputs[i]], progress=False)[0]
+    records = target.conditional_pairs(list(zip(prompts, outputs, strict=True)), progress=progress)
+    for i, record in enumerate(records):
         name = f"item {ids[i] if ids is not None else i}"
         if len(record) == 0:
             raise UserError(f"{name} has an answer with no tokens", "drop that item or fill in its answer")
