@@ -54,10 +54,11 @@ def test_recovers_planted_structure_from_a_weak_start() -> None:
     assert res.update == "neg-prefix" and len(res.scores) == 11 and len(res.prefix) == 10
     assert auc(res.final, y) > 0.97 > start
     assert auc(res.prefix[-1], 1 - y) > 0.97  # non-members make the discriminative prefixes
-    # a subset pool with the top-k ensemble update still recovers it for every text
-    sub = em.RecallMatrix(values=matrix.values[:40], pool=np.arange(40), ll=matrix.ll)
+    # a subset pool with the top-k ensemble update still recovers it for every text (the premise
+    # check gates it too; its power falls with the pool: it passes here at 150 prefixes, not at 60)
+    sub = em.RecallMatrix(values=matrix.values[:150], pool=np.arange(150), ll=matrix.ll)
     res_sub = em.em_mia(sub, init, iterations=10, update="auto", topk=5)
-    assert res_sub.update == "topk-recall"
+    assert res_sub.update == "topk-recall" and res_sub.premise[0].passed and res_sub.stopped is None
     assert not np.isnan(res_sub.final).any() and auc(res_sub.final, y) > 0.95
 
 
@@ -82,6 +83,36 @@ def test_auto_stops_at_the_initialiser_when_the_premise_fails() -> None:
     reversed_ = em.RecallMatrix(values=values, pool=np.arange(200), ll=-np.ones(200))
     check = em.premise_check(reversed_, y + rng.normal(0, 1.5, 200))
     assert check.statistic < 0.45 and not check.passed
+
+
+def test_auto_gates_topk_recall_on_a_subset_pool_too() -> None:
+    """A capped pool makes auto use topk-recall; with no prefix structure it still stops at f0."""
+    for seed in range(3):
+        matrix, _, init = planted(n=200, signal=0.0, seed=seed)
+        sub = em.RecallMatrix(values=matrix.values[:100], pool=np.arange(100), ll=matrix.ll, self_pairs=False)
+        res = em.em_mia(sub, init)
+        assert res.update == "topk-recall" and not res.premise[0].passed
+        assert len(res.scores) == 1 and np.array_equal(res.final, init) and "topk-recall" in res.warnings[0]
+        forced = em.em_mia(sub, init, update="topk-recall")  # a named rule is not gated
+        assert len(forced.scores) == 11 and forced.stopped is None
+
+
+def test_default_pool_cap() -> None:
+    """Above POOL_CAP texts the default pool is a seeded subset; 'all' (or None) keeps every text."""
+    from blackbox_audit.data import Dataset, Sample
+    from blackbox_audit.methods.base import AuditInputs
+
+    assert em.EMMIAConfig().prefix_pool == em.POOL_CAP == 200
+    assert em.EMMIAConfig(prefix_pool="all").pool_size is None and em.EMMIAConfig(prefix_pool=None).pool_size is None
+    n = em.POOL_CAP + 50
+    data = Dataset([Sample(f"t{i}", f"text {i}", None) for i in range(n)])
+    for cfg, pool in (({}, em.POOL_CAP), ({"prefix_pool": "all"}, n), ({"prefix_pool": 30}, 30)):
+        plan = em.EMMIA(init="loss", baselines=(), **cfg).plan(AuditInputs(data=data))
+        conditional = sum(len(c.texts) for c in plan.calls if c.kind == "conditional")
+        assert conditional == em.matrix_scorings(n, pool) == pool * n
+    assert em.matrix_scorings(10, 4, self_pairs=False) == 36
+    with pytest.raises(UserError, match="prefix_pool"):
+        em.EMMIAConfig.from_mapping({"prefix_pool": "most"})
 
 
 def test_premise_check_ignores_self_pairs() -> None:
@@ -199,11 +230,16 @@ def test_cli_output_does_not_depend_on_labels(tiny_lm_dir, tmp_path: Path, capsy
     assert len(metrics["premise"]) == 4 and "premise_statistic" in metrics["per_iteration"][0]
     err = capsys.readouterr().err
     assert "EM-MIA cost" in err
+    # the planned scorings are printed before the fill, and the bar counts pairs up to that number
+    assert "6 prefixes x 6 texts = 36 conditional scorings" in err
+    assert "36/36" in err and "pair" in err
 
 
 def test_cli_dry_run_and_errors(tiny_lm_dir, tmp_path: Path, capsys) -> None:
     data = _write(tmp_path / "d.jsonl", [{"text": f"a small text number {i} here"} for i in range(20)])
     args = ["em-mia", "--target", f"hf:{tiny_lm_dir}", "--data", data, "--out", str(tmp_path / "o"), "--no-cache"]
+    assert main([*args, "--dry-run", "--prefix-pool", "all"]) == 0
+    assert "     20  " in capsys.readouterr().err  # every text a prefix
     assert main([*args, "--dry-run", "--prefix-pool", "10"]) == 0
     err = capsys.readouterr().err
     assert "pool" in err and not (tmp_path / "o" / "scores.jsonl").exists()

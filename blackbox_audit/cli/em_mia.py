@@ -19,7 +19,7 @@ from typing import Any
 
 from blackbox_audit.cli.common import add_common_arguments, open_session, positive_int
 from blackbox_audit.engine.cli import add_engine_arguments
-from blackbox_audit.methods.em_mia import DEFAULT_TOPK, EMMIA, UPDATES, EMMIAConfig, pool_indices
+from blackbox_audit.methods.em_mia import DEFAULT_TOPK, EMMIA, POOL_CAP, UPDATES, EMMIAConfig, pool_indices
 from blackbox_audit.planning import price_plan, view_of_target
 
 
@@ -41,8 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--iterations", type=positive_int, default=10, help="EM rounds (default 10)")
     g.add_argument(
         "--prefix-pool",
-        type=positive_int,
-        help="number of test texts used as prefixes (seeded subset; default: all). Cost grows with pool x texts",
+        type=_pool,
+        default=POOL_CAP,
+        help=f"number of test texts used as prefixes (seeded subset), or 'all' (default {POOL_CAP}: all texts "
+        f"up to {POOL_CAP}, a subset above; cost grows with pool x texts; neg-prefix needs 'all')",
     )
     g.add_argument("--pool-seed", type=int, default=0, help="seed of the pool subset and the Rand prefix")
     g.add_argument(
@@ -68,6 +70,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _pool(value: str) -> int | str:
+    return "all" if value.strip().lower() == "all" else positive_int(value)
+
+
 def _baselines(value: str) -> tuple[str, ...]:
     if value.strip().lower() == "none":
         return ()
@@ -77,7 +83,7 @@ def _baselines(value: str) -> tuple[str, ...]:
 def cost_rows(method: EMMIA, inputs: Any, pricing: str | None) -> list[dict[str, Any]]:
     """Cost of the chosen pool and a few smaller ones (halving), chosen first."""
     n = len(inputs.texts)
-    chosen = len(pool_indices(n, method.config.prefix_pool))
+    chosen = len(pool_indices(n, method.config.pool_size))
     sizes = [chosen] + [s for s in (n // 2, n // 4, n // 8, n // 16) if 4 <= s < chosen]
     view = view_of_target(inputs.target, pricing=pricing)
     rows = []

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -110,6 +111,12 @@ class RecallMatrix:
         return len(self.pool) == self.values.shape[1]
 
 
+#: Default prefix-pool cap: a data set larger than this uses a seeded subset of ``POOL_CAP`` texts
+#: as prefixes (``POOL_CAP x |D|`` conditional scorings instead of ``|D|^2``); smaller ones use every
+#: text. ``bench/em_mia_pool_cap.py`` measures what the cap costs in AUC (docs/em_mia.md).
+POOL_CAP = 200
+
+
 def pool_indices(n_texts: int, pool_size: int | None = None, *, seed: int = 0) -> np.ndarray:
     """A seeded random subset of ``pool_size`` text indices (sorted); all texts when ``None``."""
     if n_texts < 2:
@@ -120,6 +127,11 @@ def pool_indices(n_texts: int, pool_size: int | None = None, *, seed: int = 0) -
         raise UserError(f"prefix pool size must be >= 1, got {pool_size}", "pass --prefix-pool N with N >= 1")
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(n_texts, size=pool_size, replace=False)).astype(np.int64)
+
+
+def matrix_scorings(n_texts: int, n_pool: int, *, self_pairs: bool = SELF_PAIRS) -> int:
+    """Conditional scorings in a ReCaLL matrix: ``pool x texts``, less the diagonal without self-pairs."""
+    return n_pool * n_texts - (0 if self_pairs else n_pool)
 
 
 def _scored_by(p: int, n_texts: int, self_pairs: bool) -> list[int]:
@@ -149,7 +161,11 @@ def recall_matrix(
     sep: str = EM_SEP,
     progress: bool = True,
 ) -> RecallMatrix:
-    """``R[p, x]`` over the pool (see module doc); one batched conditional call per prefix."""
+    """``R[p, x]`` over the pool (see module doc); one batched conditional call per prefix.
+
+    With ``progress``, the planned number of conditional scorings is printed (stderr) before the
+    fill starts, and the bar counts (prefix, text) pairs, so its total is that number.
+    """
     from tqdm.auto import tqdm
 
     check_sep(sep)
@@ -158,10 +174,21 @@ def recall_matrix(
     plain = target.token_logprobs(texts, progress=progress)
     ll = np.array([mean_logprob(r) for r in plain], dtype=np.float64)
     values = np.full((len(pool), len(texts)), np.nan, dtype=np.float64)
-    for i, p in enumerate(tqdm(pool, desc="ReCaLL matrix", unit="prefix", disable=not progress)):
-        cols = _scored_by(int(p), len(texts), self_pairs)
-        recs = target.conditional_logprobs(build_prefix([texts[p]], sep), [texts[j] for j in cols], progress=False)
-        values[i, cols] = [conditional_ll(r, first_token=first_token) for r in recs]
+    planned = matrix_scorings(len(texts), len(pool), self_pairs=self_pairs)
+    if progress:
+        print(
+            f"EM-MIA: filling the ReCaLL matrix, {len(pool)} prefixes x {len(texts)} texts = "
+            f"{planned:,} conditional scorings (cached ones are re-read, not re-run)",
+            file=sys.stderr,
+            flush=True,
+        )
+    with tqdm(total=planned, desc="ReCaLL matrix", unit="pair", disable=not progress) as bar:
+        for i, p in enumerate(pool):
+            cols = _scored_by(int(p), len(texts), self_pairs)
+            prefix = build_prefix([texts[p]], sep)
+            recs = target.conditional_logprobs(prefix, [texts[j] for j in cols], progress=False)
+            values[i, cols] = [conditional_ll(r, first_token=first_token) for r in recs]
+            bar.update(len(cols))
     with np.errstate(divide="ignore", invalid="ignore"):
         values /= ll[None, :]
     return RecallMatrix(values=values, pool=pool, ll=ll, self_pairs=self_pairs, first_token=first_token, sep=sep)
@@ -294,7 +321,7 @@ def resolve_update(update: str, matrix: RecallMatrix) -> str:
         raise UserError(
             f"the neg-prefix update scores only texts in the prefix pool ({len(matrix.pool)} of "
             f"{matrix.values.shape[1]})",
-            "use --update topk-recall (or auto) with a pool smaller than the data, or drop --prefix-pool",
+            "use --update topk-recall (or auto) with a pool smaller than the data, or pass --prefix-pool all",
         )
     return update
 
@@ -320,11 +347,14 @@ def em_mia(
 
     Defaults follow the paper (§6.3): 10 iterations, AUC prefix scores against the median split.
     ``neg-prefix`` / ``topk-recall`` run the named update every iteration. ``auto`` decides from
-    evidence, never from labels: before every neg-prefix update it runs ``premise_check`` on the
-    current scores; if the premise holds it updates, else it stops there (keeping the scores
-    the premise last held for — the initial score if it never did) with a warning naming the
-    statistic. With a prefix pool smaller than the data neg-prefix cannot score every text, so
-    ``auto`` uses ``topk-recall`` (the premise is still measured and reported).
+    evidence, never from labels: it uses neg-prefix on a full pool and topk-recall on a subset
+    pool (neg-prefix cannot score texts outside the pool), and before every update it runs
+    ``premise_check`` on the current scores; if the premise holds it updates, else it stops
+    there (keeping the scores the premise last held for — the initial score if it never did)
+    with a warning naming the statistic. The check gates topk-recall too: both rules rank
+    prefixes by ``r``, and where the texts the scores call non-members are not the better
+    prefixes, ``r`` does not carry membership (on the tiny canary, seed 11, 200 texts, init
+    loss: topk-recall 0.694 from 0.719, neg-prefix 0.480; the check fails there).
     """
     init = np.asarray(init, dtype=np.float64)
     if init.shape != (matrix.values.shape[1],):
@@ -342,11 +372,11 @@ def em_mia(
     for t in range(iterations):
         check = premise_check(matrix, f)
         result.premise.append(check)
-        if auto and rule == "neg-prefix" and not check.passed:
+        if auto and not check.passed:
             where = "the initial score" if t == 0 else f"iteration {t}"
             result.stopped = (
                 f"premise check failed on {where}: statistic {check.statistic:.3f} <= {check.threshold:.3f} "
-                "(texts the scores call non-members are not the more discriminative prefixes, so the neg-prefix "
+                f"(texts the scores call non-members are not the more discriminative prefixes, so the {rule} "
                 f"update would not carry membership); EM-MIA returns the scores of {where}"
             )
             result.warnings.append(f"EM-MIA stopped: {result.stopped}")
@@ -489,7 +519,7 @@ def run_em_mia(
     *,
     init: str = "auto",
     iterations: int = 10,
-    pool_size: int | None = None,
+    pool_size: int | None = POOL_CAP,
     pool_seed: int = 0,
     update: str = "auto",
     topk: int = DEFAULT_TOPK,
@@ -505,7 +535,8 @@ def run_em_mia(
 
     ``init``: a score spec computed through ``compute_scores`` (``min_k_pp``, ``loss``, ...), a
     baseline name (``avg``, ``avgp``, ``rand``) or ``auto`` (``default_init``). ``pool_size``: the
-    number of texts used as prefixes (seeded subset by ``pool_seed``; default all). Defaults
+    number of texts used as prefixes (seeded subset by ``pool_seed``; default ``POOL_CAP``, all
+    texts where there are no more; None = all). Defaults
     follow the paper (§6.3): 10 iterations, AUC prefix scores, neg-prefix update on a full pool;
     ``self_pairs``/``first_token``/``sep`` the authors' code (module doc), shared by the ReCaLL
     matrix and the Rand baseline.
@@ -520,7 +551,7 @@ def run_em_mia(
     init = default_init(target) if init == "auto" else init
     pool = pool_indices(len(texts), pool_size, seed=pool_seed)
     if init == "avgp" and len(pool) < len(texts):
-        raise UserError("init avgp scores only texts in the prefix pool", "use init avg or the full pool")
+        raise UserError("init avgp scores only texts in the prefix pool", "use init avg or pool_size=None (all)")
     init_field, init_values = init, None
     if init not in BASELINES:
         table = compute_scores(target, texts, init, ids=ids, progress=progress)
@@ -553,7 +584,8 @@ class EMMIAConfig(MethodConfig):
 
     ``init``: a score spec (``min_k_pp``, ``loss``, ...), a baseline (``avg``, ``avgp``, ``rand``)
     or ``auto`` (Min-K%++ on white-box targets, else loss); ``prefix_pool``: how many texts serve
-    as prefixes (seeded subset by ``pool_seed``; None = all; cost ~ pool x texts); ``update``:
+    as prefixes (seeded subset by ``pool_seed``; default ``POOL_CAP`` = 200, None = all; cost ~
+    pool x texts; neg-prefix needs all); ``update``:
     ``neg-prefix``, ``topk-recall`` or ``auto``; ``baselines``: label-free columns to add.
     ``self_pairs``/``first_token``/``sep``: the ReCaLL-matrix conventions (module docstring;
     defaults = the authors' code, docs/CONFORMANCE.md has the measured alternatives).
@@ -561,7 +593,7 @@ class EMMIAConfig(MethodConfig):
 
     init: str = "auto"
     iterations: int = 10
-    prefix_pool: int | None = None
+    prefix_pool: int | Literal["all"] | None = POOL_CAP
     pool_seed: int = 0
     update: Literal["auto", "neg-prefix", "topk-recall"] = "auto"
     topk: int = DEFAULT_TOPK
@@ -571,6 +603,11 @@ class EMMIAConfig(MethodConfig):
     first_token: bool = FIRST_TOKEN
     sep: str = EM_SEP
 
+    @property
+    def pool_size(self) -> int | None:
+        """The prefix-pool size for ``pool_indices``: None = every text (``"all"`` or None)."""
+        return None if self.prefix_pool in (None, "all") else int(self.prefix_pool)
+
     def validate(self) -> None:
         from blackbox_audit.scores import parse_specs
 
@@ -578,8 +615,8 @@ class EMMIAConfig(MethodConfig):
         check_positive(self.iterations, "iterations")
         check_positive(self.topk, "topk")
         check_positive(self.rand_shots, "rand_shots")
-        if self.prefix_pool is not None:
-            check_positive(self.prefix_pool, "prefix_pool")
+        if self.pool_size is not None:
+            check_positive(self.pool_size, "prefix_pool")
         bad = [b for b in self.baselines if b not in BASELINES]
         if bad:
             raise UserError(f"unknown baseline(s) {', '.join(bad)}", f"use any of {','.join(BASELINES)} or none")
@@ -613,7 +650,7 @@ class EMMIA(Method):
         cfg = self.config
         texts = inputs.texts
         init = self._init(inputs.target)
-        pool = pool_indices(len(texts), pool_size or cfg.prefix_pool, seed=cfg.pool_seed)
+        pool = pool_indices(len(texts), pool_size or cfg.pool_size, seed=cfg.pool_seed)
         calls = [] if init in BASELINES else list(plan_requests(texts, init).calls)
         calls += plan_calls(texts, pool, self_pairs=cfg.self_pairs, sep=cfg.sep)
         if "rand" in cfg.baselines or init == "rand":
@@ -625,8 +662,11 @@ class EMMIA(Method):
     def check(self, inputs: AuditInputs) -> None:
         super().check(inputs)
         cfg = self.config
-        if self._init(inputs.target) == "avgp" and cfg.prefix_pool is not None and cfg.prefix_pool < len(inputs.texts):
-            raise UserError("init avgp scores only texts in the prefix pool", "use init avg or drop the prefix pool")
+        if self._init(inputs.target) == "avgp" and cfg.pool_size is not None and cfg.pool_size < len(inputs.texts):
+            raise UserError(
+                f"init avgp scores only texts in the prefix pool ({cfg.pool_size} of {len(inputs.texts)})",
+                "use init avg, or pass --prefix-pool all (prefix_pool = 'all')",
+            )
 
     def run(self, inputs: AuditInputs) -> MethodResult:
         from blackbox_audit.results import evaluation_metrics
@@ -638,7 +678,7 @@ class EMMIA(Method):
             inputs.texts,
             init=self._init(inputs.target),
             iterations=cfg.iterations,
-            pool_size=cfg.prefix_pool,
+            pool_size=cfg.pool_size,
             pool_seed=cfg.pool_seed,
             update=cfg.update,
             topk=cfg.topk,
