@@ -175,6 +175,7 @@ def bench_profile(
                 "missed": n_missed,
                 "ours_req": ours_requests,
                 "ours_req_per_pos": ours_requests / n_pos,
+                "ours_req_per_text": ours_requests / len(texts),
                 "ours_req_per_missed": per_pos[missed].sum() / max(1, n_missed),
                 "ours_max_err": float(np.abs(got - exact)[~bounded].max()) if (~bounded).any() else math.nan,
                 "ours_mean_err": float(np.abs(got - exact)[~bounded].mean()) if (~bounded).any() else math.nan,
@@ -257,7 +258,8 @@ def main(argv=None) -> int:
         print(f"  done {label}", file=sys.stderr, flush=True)
     samia_row = None if args.only and not "anthropic".startswith(keep) else bench_samia(backend, tok_dir, texts)
     hdr = (
-        f"{'profile':32} {'pos':>4} {'miss':>4} | {'ours r/pos':>10} {'ours r/miss':>11} {'old r/miss':>10} "
+        f"{'profile':32} {'pos':>4} {'miss':>4} | {'r/text':>7} {'ours r/pos':>10} {'ours r/miss':>11} "
+        f"{'old r/miss':>10} "
         f"{'max|err|':>9} {'mean|err|':>9} {'bnd':>3} | {'PAC r/miss':>10} {'PAC max':>8} | {'ours/PAC':>8} "
         f"{'ours/floor':>10}"
     )
@@ -268,7 +270,8 @@ def main(argv=None) -> int:
         ratio = f"{r['ours_req_per_missed'] / pac_rm:8.3f}" if pac_rm else f"{'-':>8}"
         errs = f"{r['ours_max_err']:9.2e} {r['ours_mean_err']:9.2e} {r['ours_bounded']:3d}"
         print(
-            f"{r['profile']:32} {r['positions']:4d} {r['missed']:4d} | {r['ours_req_per_pos']:10.3f} "
+            f"{r['profile']:32} {r['positions']:4d} {r['missed']:4d} | {r['ours_req_per_text']:7.1f} "
+            f"{r['ours_req_per_pos']:10.3f} "
             f"{r['ours_req_per_missed']:11.3f} "
             + (f"{r['old_req_per_missed']:10.3f} " if "old_req_per_missed" in r else f"{'-':>10} ")
             + f"{errs} | "
@@ -278,10 +281,11 @@ def main(argv=None) -> int:
     if samia_row is not None:
         print(f"{samia_row['profile']:32} {samia_row['requests'] / len(texts):.1f} requests per text; no logprobs")
     print("\nold r/miss = the same endpoint searched with the earlier exponential prior (learned_brackets=False).")
-    print("r/pos = requests per scored position (probe excluded); r/miss = requests spent on positions whose")
-    print("token misses the unbiased top-n, per such token; floor = SPEC §1 physical limit (requests). SPEC's floor")
-    print("assumes an unbiased request per position; forced-token/bias-reflecting endpoints asked directly with the")
-    print("bias need only 1 per position, hence ratios below 1. PAC treats an unidentifiable emitted token as no flip.")
+    print("r/text, r/pos = requests per text, per scored position (probe excluded); r/miss = requests spent on")
+    print("positions whose token misses the unbiased top-n, per such token; floor = SPEC §1 physical limit")
+    print("(requests). SPEC's floor assumes an unbiased request per position; forced-token/bias-reflecting")
+    print("endpoints asked directly with the bias need only 1 per position, hence ratios below 1.")
+    print("PAC treats an unidentifiable emitted token as no flip.")
     return 0
 
 
