@@ -18,6 +18,10 @@
 
 The splits share one fine-tuned model and one pool of items, so they are not independent
 draws of the whole experiment. The standard errors describe split-to-split variation only.
+In particular every split audits the same members, so on the unmodified model the set test
+answers the same question (are these particular items easier?) again and again;
+``--clean-null redraw`` draws the clean model's benchmark afresh from all items each split,
+which makes its splits independent checks of the false-flag rate.
 
 Run from the repository root: ``.venv/bin/python bench/contamination_eval.py`` (defaults: 64
 members, 64 + 128 never-trained items, 50 splits, alpha 0.05, score loss on the answer).
@@ -82,6 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/contamination_eval", help="split 0's files and CLI command go here")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--only", choices=("clean", "finetuned"), help="evaluate one model only (default both)")
+    p.add_argument(
+        "--clean-null",
+        choices=("fixed", "redraw"),
+        default="fixed",
+        help="unmodified model: 'fixed' audits the same benchmark as the fine-tuned model (the canary's members "
+        "in every split); 'redraw' draws the benchmark afresh from all items each split, so the splits are "
+        "independent checks of the set test's false-flag rate",
+    )
     a = p.parse_args(argv)
     if a.splits < 20:
         p.error("--splits must be at least 20 (the FDR claim is measured across splits)")
@@ -142,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         f"GSM8K subset: {n_m} members (trained) + {len(never)} never-trained items; each split: benchmark = "
         f"{n_m} members + {n_m} never-trained (true rate 50%), held-out = the other {len(never) - n_m}"
     )
+    if a.clean_null == "redraw" and a.only != "finetuned":
+        print(
+            f"unmodified SmolLM2 (--clean-null redraw): each split draws its benchmark of {2 * n_m} items afresh "
+            f"from all {n_m + len(never)}, held-out = the other {len(never) - n_m} (true rate 0%)"
+        )
     cfg = ContaminationConfig(score=a.score, part=a.part, alpha=a.alpha, n_bootstrap=a.bootstrap)
     cache = open_cache(a.cache_dir)
     out = Path(a.out)
@@ -154,10 +171,17 @@ def main(argv: list[str] | None = None) -> int:
             t1 = time.perf_counter()
             for s in range(a.splits):
                 rng = np.random.default_rng([a.seed, 1000 + s])
-                order = rng.permutation(len(never))
-                bench_idx = members + [never[j] for j in order[:n_m]]
-                held_idx = [never[j] for j in order[n_m:]]
-                labels = [1] * n_m + [0] * n_m
+                if a.clean_null == "redraw" and not name.startswith("fine"):
+                    pool = members + never
+                    order = rng.permutation(len(pool))
+                    bench_idx = [pool[j] for j in order[: 2 * n_m]]
+                    held_idx = [pool[j] for j in order[2 * n_m :]]
+                    labels = [int(i in set(members)) for i in bench_idx]  # canary members: never trained here
+                else:
+                    order = rng.permutation(len(never))
+                    bench_idx = members + [never[j] for j in order[:n_m]]
+                    held_idx = [never[j] for j in order[n_m:]]
+                    labels = [1] * n_m + [0] * n_m
                 bench = labelled(gsm, bench_idx, labels)
                 held = gsm.subset(held_idx)
                 res = Contamination(replace(cfg, seed=s)).run(
