@@ -14,7 +14,8 @@ truth from ``/emulator/exact``):
   1 per token that misses the top-n for strategies 3-5.
 
 Prints requests per position, requests per out-of-top-n token, max and mean |error| (exact and
-recovered positions; bounded ones are counted separately), and the ratios ours/PAC and
+recovered positions; bounded ones are counted separately, and so are recovered positions whose error
+exceeds their own stated bound), and the ratios ours/PAC and
 ours/floor. ``--proxy SPEC`` adds openai-chat rows whose bisection is centred by a *different*
 local model with the backend's tokenizer, asked under the same chat template (e.g. the backend a
 SmolLM2 fine-tune, the proxy SmolLM2 itself); ``--texts-from FILE.jsonl`` benchmarks those texts.
@@ -163,6 +164,7 @@ def bench_profile(
             exact = np.concatenate([exact_positions(emu, backend, target, r) for r in recs])
             got = np.concatenate([r.logprobs for r in recs])
             bounded = np.concatenate([r.bounded_mask for r in recs])
+            bound = np.concatenate([np.asarray(r.error_bound, dtype=np.float64) for r in recs])
             per_pos = np.concatenate([r.requests for r in recs])
             top_n = target.sem.top_n
             missed = np.concatenate([missed_mask(emu, backend, target, r, top_n) for r in recs])
@@ -180,6 +182,8 @@ def bench_profile(
                 "ours_max_err": float(np.abs(got - exact)[~bounded].max()) if (~bounded).any() else math.nan,
                 "ours_mean_err": float(np.abs(got - exact)[~bounded].mean()) if (~bounded).any() else math.nan,
                 "ours_bounded": int(bounded.sum()),
+                # the stated bounds must hold: positions whose error exceeds their own error_bound
+                "ours_over_bound": int((np.abs(got - exact) > bound + 1e-6)[~bounded].sum()),
                 # SPEC §1 floor: full (aligned) echo = 1 per text; a shifted echo only gives the
                 # top-n, so + 1 per missed token; no echo = 1 per position + 1 per missed token
                 "floor": (len(texts) if target.sem.echo_offset == 0 else len(texts) + n_missed)
@@ -260,7 +264,7 @@ def main(argv=None) -> int:
     hdr = (
         f"{'profile':32} {'pos':>4} {'miss':>4} | {'r/text':>7} {'ours r/pos':>10} {'ours r/miss':>11} "
         f"{'old r/miss':>10} "
-        f"{'max|err|':>9} {'mean|err|':>9} {'bnd':>3} | {'PAC r/miss':>10} {'PAC max':>8} | {'ours/PAC':>8} "
+        f"{'max|err|':>9} {'mean|err|':>9} {'bnd':>3} {'>b':>2} | {'PAC r/miss':>10} {'PAC max':>8} | {'ours/PAC':>8} "
         f"{'ours/floor':>10}"
     )
     print(hdr)
@@ -268,7 +272,7 @@ def main(argv=None) -> int:
     for r in rows:
         pac_rm = r.get("pac_req_per_missed")
         ratio = f"{r['ours_req_per_missed'] / pac_rm:8.3f}" if pac_rm else f"{'-':>8}"
-        errs = f"{r['ours_max_err']:9.2e} {r['ours_mean_err']:9.2e} {r['ours_bounded']:3d}"
+        errs = f"{r['ours_max_err']:9.2e} {r['ours_mean_err']:9.2e} {r['ours_bounded']:3d} {r['ours_over_bound']:2d}"
         print(
             f"{r['profile']:32} {r['positions']:4d} {r['missed']:4d} | {r['ours_req_per_text']:7.1f} "
             f"{r['ours_req_per_pos']:10.3f} "
@@ -285,7 +289,8 @@ def main(argv=None) -> int:
     print("positions whose token misses the unbiased top-n, per such token; floor = SPEC §1 physical limit")
     print("(requests). SPEC's floor assumes an unbiased request per position; forced-token/bias-reflecting")
     print("endpoints asked directly with the bias need only 1 per position, hence ratios below 1.")
-    print("PAC treats an unidentifiable emitted token as no flip.")
+    print("bnd = positions left bounded; >b = recovered positions whose error exceeds their stated error_bound")
+    print("(must be 0). PAC treats an unidentifiable emitted token as no flip.")
     return 0
 
 

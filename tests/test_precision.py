@@ -158,3 +158,33 @@ def test_auto_precision_keeps_every_score_within_delta_of_the_ground_truth(tiny_
             err = abs(got[spec.field][i] - exact)
             assert err <= bounds[i] + 1e-9 and bounds[i] <= delta + 1e-9, (spec.field, err, bounds[i], delta)
             assert abs(got_full[spec.field][i] - exact) <= got_full.error_bounds[spec.field][i] + 1e-9
+
+
+def test_cli_precision_auto_records_its_choice_and_certified_bounds(tiny_target, tiny_lm_dir, tmp_path, capsys):
+    """``score --precision auto`` through the CLI (the README's command, on the tiny model): the
+    dry-run prices the chosen eps, the run prints and records the choice, and every score's
+    certified bound stays within its delta."""
+    import json
+
+    from blackbox_audit.cli import main
+    from blackbox_audit.fixtures.emulator import run_emulator
+    from blackbox_audit.reports import write_jsonl
+
+    data = tmp_path / "d.jsonl"
+    write_jsonl(data, [{"id": f"t{i}", "text": t, "label": i % 2} for i, t in enumerate(TEXTS)])
+    with run_emulator(tiny_target, "openai-chat-float") as emu:
+        base = ["score", "--target", emu.target_spec, "--tokenizer", str(tiny_lm_dir), "--data", str(data)]
+        base += ["--scores", "loss,zlib,min_k", "--precision", "auto", "--cache-dir", str(tmp_path / "cache")]
+        assert main([*base, "--out", str(tmp_path / "dry"), "--dry-run"]) == 0
+        dry = capsys.readouterr().out
+        assert emu.stats()["requests"] == 0  # a dry run sends nothing
+        assert "precision auto: per-token error bound 0.05" in dry and "eps 0.1" in dry, dry
+        assert main([*base, "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "precision auto" in out and "largest certified score error from recovery" in out, out
+    prec = json.loads((tmp_path / "o" / "run.json").read_text())["precision"]
+    assert prec["mode"] == "auto" and prec["per_token_bound"] == pytest.approx(DEFAULT_DELTA)
+    assert prec["target"]["eps"] == pytest.approx(2 * DEFAULT_DELTA) and prec["target"]["full_eps"] < 2 * DEFAULT_DELTA
+    for name in ("loss", "zlib", "min_k"):
+        row = prec["score_error_bounds"][name]
+        assert row["unbounded_texts"] == 0 and 0 < row["max_bound_over_delta"] <= 1 + 1e-9, (name, row)
