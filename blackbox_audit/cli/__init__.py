@@ -30,6 +30,7 @@ COMMANDS: list[str] = [
     "ptdi",
     "ptdi_eval",
     "contamination",
+    "di",
     "probe",
     "emulate",
 ]

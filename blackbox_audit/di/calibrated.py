@@ -1,0 +1,578 @@
+"""Calibrated post-hoc dataset inference with a synthetic held-out set (SPEC §5; Zhao et al. §4, Alg. 1-2).
+
+The Python API (``calibrated_di``) takes documents (segmented here) or fixed ``(id, prefix,
+suffix)`` items (a benchmark's question and answer), and a target; it returns a
+``CalibratedDIResult`` with the combined p-value and verdict. Steps:
+
+1. ``build_heldout``: segment, shuffle, split into generator-train / generator-inference,
+   LoRA-fine-tune the generator, generate a suffix for every inference prefix (``generator``);
+2. MIA features of every real and generated suffix from the target (``features``; the scores
+   see **the suffix alone**, as in the authors' ``di.py``, which scores the stored suffix text
+   without its prefix), clipped per side and normalised with the suspect side's statistics;
+3. per seed: a random split of the *pairs* into train/test; the text classifier ``c_text``
+   (``text_classifier``) is trained on the train pairs' real (0) and generated (1) suffixes; two
+   linear heads with sigmoid-constrained weights are fitted on the train pairs: ``c_text`` on
+   the classifier's probability alone and ``c_comb`` on that probability plus the MIA features
+   (the authors' ``linear_di.py``: both heads are trained the same way so that only the MIA
+   features differ); on the test pairs ``d = c(x_generated) - c(x_real)`` for both, and a paired
+   one-sided t-test of H0: E[d_comb] <= E[d_text];
+4. Šidák over the seeds; verdict ``member`` when the combined p < alpha, else ``inconclusive``.
+
+The generator's own shift check is reported beside it: a bag-of-words AUC (cross-validated
+TF-IDF logistic regression, ``blackbox_audit.blind``) and the text classifier's test AUC
+between real and generated suffixes, and the mean gap of every raw MIA score between the two
+sides (which way, and how far, generation moved the target's scores).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from blackbox_audit.errors import UserError
+
+from .artifacts import ArtifactStore, content_key, texts_digest
+from .features import default_features, feature_matrix, heldout_oriented
+from .generator import GeneratorConfig, LocalGenerator
+from .linear import fit_logistic
+from .segment import Pair, cut, fixed_pairs, segment, shuffle_split
+from .stats import auc_null_se, clip_outliers, normalise, paired_greater, sidak
+from .text_classifier import TextClassifierConfig, train_and_predict
+
+METHOD = "calibrated DI"
+#: Smallest split sizes the method runs on (sequences for the generator, pairs per side).
+MIN_GEN_TRAIN = 10
+MIN_PAIRS = 10
+#: Below this many test pairs a real membership signal often stays above alpha (a warning).
+RECOMMENDED_TEST_PAIRS = 100
+#: How the two linear heads are built (see ``head_test``). ``authors``: as in the authors'
+#: ``linear_di.py`` (the classifier's probability as the text feature, every weight through the
+#: sigmoid, c_comb refits everything jointly, 200 Adam epochs). ``nested`` (default): the
+#: classifier's log-odds with a free weight, c_comb = c_text's logit + sigmoid-weighted MIA
+#: features, both fitted to convergence. docs/di.md has the measurements behind the default.
+HEADS: dict[str, dict[str, Any]] = {
+    "nested": {"text_feature": "logit", "text_weight_free": True, "nested": True, "epochs": 0},
+    "authors": {"text_feature": "probability", "text_weight_free": False, "nested": False, "epochs": 200},
+}
+MIA_TEXT = "suffix alone (as the authors' di.py scores the stored suffix, without its prefix)"
+
+
+@dataclass(frozen=True)
+class CalibratedOptions:
+    """Every knob of calibrated DI; defaults are the paper's where a CPU allows (see docs/di.md)."""
+
+    seq_tokens: int = 64
+    min_seq_tokens: int = 16
+    max_per_doc: int | None = 20
+    gen_train_fraction: float = 0.5
+    prefix_ratio: float = 0.5
+    test_fraction: float = 0.5
+    seeds: int = 5
+    seed: int = 0
+    alpha: float = 0.05
+    clip_frac: float = 0.05
+    heads: str = "nested"
+    features: tuple[str, ...] | None = None
+    bounded: str = "error"
+    max_suffix_tokens: int | None = None
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    classifier: TextClassifierConfig = field(default_factory=TextClassifierConfig)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["features"] = list(self.features) if self.features is not None else None
+        return out
+
+
+@dataclass
+class HeldoutSet:
+    """Inference pairs with their generated suffixes, and how they were made."""
+
+    pairs: list[Pair]
+    generated: list[str]
+    info: dict[str, Any]
+
+    @property
+    def real(self) -> list[str]:
+        return [p.suffix for p in self.pairs]
+
+
+@dataclass
+class CalibratedDIResult:
+    """Outcome of ``calibrated_di`` (``to_json`` is what ``di.json`` holds)."""
+
+    p_value: float
+    alpha: float
+    decision: str
+    per_seed: list[dict[str, Any]]
+    shift: dict[str, Any]
+    features: list[str]
+    heldout: HeldoutSet
+    suspect_scores: np.ndarray  # raw MIA scores of the real suffixes, higher = member
+    heldout_scores: np.ndarray  # ... of the generated suffixes
+    options: CalibratedOptions
+    info: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def flagged(self) -> bool:
+        return self.decision == "member"
+
+    def statement(self) -> str:
+        if self.flagged:
+            return (
+                f"member: the target's membership scores separate the suspect texts from generated "
+                f"held-out texts beyond the generation shift (Šidák p = {self.p_value:.3g} < alpha = {self.alpha})"
+            )
+        return (
+            f"inconclusive: no membership signal beyond the generation shift (Šidák p = {self.p_value:.3g} "
+            f">= alpha = {self.alpha}); this is not evidence that the set was not trained on"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "method": "calibrated post-hoc dataset inference (Zhao et al. 2025)",
+            "p_value": self.p_value,
+            "alpha": self.alpha,
+            "decision": self.decision,
+            "combination": "sidak: 1 - (1 - min p)^k over k seeds",
+            "per_seed": self.per_seed,
+            "auc_text": float(np.mean([s["auc_text"] for s in self.per_seed])),
+            "auc_comb": float(np.mean([s["auc_comb"] for s in self.per_seed])),
+            "n_pairs": len(self.heldout.pairs),
+            "mia_text": MIA_TEXT,
+            "features": self.features,
+            "shift_check": self.shift,
+            "options": self.options.to_json(),
+            "heldout": self.heldout.info,
+            **self.info,
+            "warnings": self.warnings,
+        }
+
+
+def _clock() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def _since(t: tuple[float, float]) -> dict[str, float]:
+    return {"wall_s": round(time.perf_counter() - t[0], 2), "cpu_s": round(time.process_time() - t[1], 2)}
+
+
+def minimum_sequences(gen_train_fraction: float, test_fraction: float) -> int:
+    """Smallest number of sequences whose splits reach every minimum at these fractions."""
+    for n in range(2, 100_000):
+        n_train = int(round(n * gen_train_fraction))
+        n_pairs = n - n_train
+        n_test = int(round(n_pairs * test_fraction))
+        if n_train >= MIN_GEN_TRAIN and n_test >= MIN_PAIRS and n_pairs - n_test >= MIN_PAIRS:
+            return n
+    raise UserError("the split fractions leave no room for every split", "use fractions between 0.2 and 0.8")
+
+
+def _check_sizes(n_sequences: int, opts: CalibratedOptions, what: str) -> None:
+    need = minimum_sequences(opts.gen_train_fraction, opts.test_fraction)
+    if n_sequences < need:
+        raise UserError(
+            f"{METHOD}: {what}: {n_sequences}, below the minimum of {need} (generator training needs "
+            f"{MIN_GEN_TRAIN} sequences and each of the classifier-train and test splits {MIN_PAIRS} pairs "
+            f"at gen_train_fraction={opts.gen_train_fraction}, test_fraction={opts.test_fraction})",
+            "give more or longer documents, or lower --seq-tokens so each document yields more sequences",
+        )
+
+
+def build_heldout(
+    generator: LocalGenerator,
+    *,
+    documents: Sequence[tuple[str, str]] | None = None,
+    items: Sequence[tuple[str, str, str]] | None = None,
+    options: CalibratedOptions = CalibratedOptions(),
+    store: ArtifactStore,
+) -> HeldoutSet:
+    """Steps 1-2: segment (or take fixed items), split, fine-tune the generator, generate suffixes.
+
+    ``items`` are ``(id, prefix, suffix)``: the generator trains on ``prefix + suffix`` of the
+    generator-train items and continues the prefixes of the others.
+    """
+    if (documents is None) == (items is None):
+        raise ValueError("give either documents or items")
+    opts = options
+    t = _clock()
+    info: dict[str, Any] = {"generator": generator.describe(), "timings": {}}
+    if documents is not None:
+        segs, counts = segment(
+            documents,
+            generator.encode,
+            generator.decode,
+            max_tokens=opts.seq_tokens,
+            min_tokens=opts.min_seq_tokens,
+            max_per_doc=opts.max_per_doc,
+            seed=opts.seed,
+        )
+        info["segmentation"] = {
+            **counts,
+            "max_tokens": opts.seq_tokens,
+            "min_tokens": opts.min_seq_tokens,
+            "max_per_doc": opts.max_per_doc,
+            "unit": "generator tokens",
+        }
+        if not segs:
+            raise UserError(
+                f"{METHOD}: none of the {len(documents)} suspect texts has {opts.min_seq_tokens} generator tokens, "
+                f"the shortest sequence that holds a prefix and a suffix",
+                "give longer texts, or lower --min-seq-tokens (at least 8)",
+            )
+        _check_sizes(len(segs), opts, "sequences after segmentation")
+        train, infer = shuffle_split(segs, opts.gen_train_fraction, opts.seed)
+        train_ids = [s.ids for s in train]
+        pairs = [cut(s, generator.decode, opts.prefix_ratio) for s in infer]
+    else:
+        assert items is not None
+        _check_sizes(len(items), opts, "items")
+        order = np.random.default_rng([opts.seed, 202]).permutation(len(items))
+        n_train = int(round(len(items) * opts.gen_train_fraction))
+        train_items = [items[int(i)] for i in order[:n_train]]
+        infer_items = [items[int(i)] for i in order[n_train:]]
+        train_ids = [tuple(generator.encode(p + s)[: max(opts.seq_tokens, 2)]) for _, p, s in train_items]
+        pairs = fixed_pairs(infer_items, generator.encode, generator.decode, max_suffix_tokens=opts.max_suffix_tokens)
+        info["segmentation"] = {"items": len(items), "fixed_splits": True, "max_suffix_tokens": opts.max_suffix_tokens}
+    info["split"] = {"generator_train": len(train_ids), "generator_inference": len(pairs)}
+    info["timings"]["segment"] = _since(t)
+
+    t = _clock()
+    adapter_dir, adapter_info = generator.ensure_adapter(train_ids, opts.generator, opts.seed, store)
+    info["adapter"] = adapter_info
+    info["timings"]["generator_training"] = _since(t)
+    t = _clock()
+    generated, gen_info = generator.generate(adapter_dir, adapter_info["key"], pairs, opts.generator, opts.seed, store)
+    info["generation"] = gen_info
+    info["timings"]["generation"] = _since(t)
+    return HeldoutSet(pairs=pairs, generated=generated, info=info)
+
+
+def _prepare_features(suspect: np.ndarray, heldout: np.ndarray, clip_frac: float) -> tuple[np.ndarray, np.ndarray]:
+    """Clip each feature per side, normalise with the suspect side, orient towards held-out."""
+    s = np.column_stack([clip_outliers(suspect[:, j], clip_frac) for j in range(suspect.shape[1])])
+    h = np.column_stack([clip_outliers(heldout[:, j], clip_frac) for j in range(heldout.shape[1])])
+    s, h = normalise(s, h)
+    return heldout_oriented(s), heldout_oriented(h)
+
+
+def _auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(labels, scores))
+
+
+def classifier_key(train_texts: list[str], test_texts: list[str], labels: list[int], cfg: Any, seed: int) -> str:
+    return content_key(
+        {
+            "train": texts_digest(train_texts),
+            "test": texts_digest(test_texts),
+            "labels": labels,
+            "classifier": cfg.to_json(),
+            "seed": seed,
+        }
+    )
+
+
+def pair_split(n: int, test_fraction: float, seed: int, rep: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the train and test *pairs* of repetition ``rep`` (a pair's two suffixes stay together)."""
+    perm = np.random.default_rng([seed, 505, rep]).permutation(n)
+    n_test = int(round(n * test_fraction))
+    return perm[: n - n_test], perm[n - n_test :]
+
+
+def text_feature(proba: Sequence[float], kind: str) -> np.ndarray:
+    """The text classifier's output as the heads' text feature: ``logit`` (log-odds) or ``probability``."""
+    p = np.asarray(proba, dtype=np.float64)
+    if kind == "probability":
+        return p[:, None]
+    p = np.clip(p, 1e-6, 1 - 1e-6)
+    return np.log(p / (1 - p))[:, None]
+
+
+def head_test(
+    t_tr: np.ndarray,
+    f_tr: np.ndarray,
+    y_tr: np.ndarray,
+    t_te: np.ndarray,
+    f_te: np.ndarray,
+    *,
+    epochs: int,
+    seed: int,
+    text_weight_free: bool,
+    nested: bool,
+) -> dict[str, Any]:
+    """Fit the heads on the train rows, then the paired test on the test rows, which are ``m``
+    real suffixes followed by their ``m`` generated ones in the same order.
+
+    ``c_text`` is a logistic head on the text feature. ``c_comb`` adds the MIA features with
+    weights constrained to (0, 1). ``nested`` (ours): ``c_comb`` keeps ``c_text``'s logit as a
+    fixed offset and fits only the MIA weights and a bias, so the two heads differ *only* by the
+    MIA term; otherwise (the authors' code) ``c_comb`` refits the text weight jointly. The text
+    weight is free when ``text_weight_free`` (ours), else constrained like the others (authors).
+    """
+    head_text = fit_logistic(t_tr, y_tr, constrained=not text_weight_free, epochs=epochs, seed=seed)
+    c_text = head_text.predict_proba(t_te)
+    if nested:
+        head_comb = fit_logistic(f_tr, y_tr, constrained=True, epochs=epochs, seed=seed, offset=head_text.logits(t_tr))
+        c_comb = head_comb.predict_proba(f_te, offset=head_text.logits(t_te))
+        weights = np.r_[head_text.weights, head_comb.weights]
+    else:
+        mask = [not text_weight_free] + [True] * f_tr.shape[1]
+        head_comb = fit_logistic(np.hstack([t_tr, f_tr]), y_tr, constrained=mask, epochs=epochs, seed=seed)
+        c_comb = head_comb.predict_proba(np.hstack([t_te, f_te]))
+        weights = head_comb.weights
+    m = len(c_text) // 2
+    y_te = np.r_[np.zeros(m), np.ones(m)]
+    d_text = c_text[m:] - c_text[:m]  # generated minus real, pair by pair
+    d_comb = c_comb[m:] - c_comb[:m]
+    return {
+        "p_value": paired_greater(d_comb, d_text),
+        "auc_text": _auc(y_te, c_text),
+        "auc_comb": _auc(y_te, c_comb),
+        "mean_d_text": float(d_text.mean()),
+        "mean_d_comb": float(d_comb.mean()),
+        "c_text": c_text,
+        "c_comb": c_comb,
+        "text_weight": float(head_text.weights[0]),
+        "comb_weights": weights,
+    }
+
+
+def run_seed(
+    s: int,
+    heldout: HeldoutSet,
+    f_sus: np.ndarray,
+    f_val: np.ndarray,
+    generator: LocalGenerator,
+    opts: CalibratedOptions,
+    store: ArtifactStore,
+    feature_names: Sequence[str],
+    progress: bool,
+) -> dict[str, Any]:
+    """One repetition of Alg. 2 on a seeded train/test split of the pairs."""
+    seed = int(opts.seed) * 1000 + s
+    tr, te = pair_split(len(heldout.pairs), opts.test_fraction, opts.seed, s)
+    real, gen = heldout.real, heldout.generated
+    train_texts = [real[i] for i in tr] + [gen[i] for i in tr]
+    test_texts = [real[i] for i in te] + [gen[i] for i in te]
+    y_tr = np.r_[np.zeros(len(tr)), np.ones(len(tr))]
+    y_te = np.r_[np.zeros(len(te)), np.ones(len(te))]
+    key = classifier_key(train_texts, test_texts, y_tr.astype(int).tolist(), opts.classifier, seed)
+    cls = store.read_json("classifiers", key)
+    if cls is None:
+        cls = train_and_predict(
+            [generator.encode(t) for t in train_texts],
+            y_tr.astype(int).tolist(),
+            [generator.encode(t) for t in test_texts],
+            opts.classifier,
+            seed=seed,
+            progress=progress,
+            desc=f"text classifier, seed {s + 1}/{opts.seeds}",
+        )
+        store.write_json("classifiers", key, cls)
+    h = HEADS[opts.heads]
+    out = head_test(
+        text_feature(cls["train_proba"], h["text_feature"]),
+        np.vstack([f_sus[tr], f_val[tr]]),
+        y_tr,
+        text_feature(cls["test_proba"], h["text_feature"]),
+        np.vstack([f_sus[te], f_val[te]]),
+        epochs=h["epochs"],
+        seed=seed,
+        text_weight_free=h["text_weight_free"],
+        nested=h["nested"],
+    )
+    out.pop("c_text"), out.pop("c_comb")
+    comb = out.pop("comb_weights")
+    return {
+        "seed": s,
+        **out,
+        "auc_text_classifier": _auc(y_te, np.asarray(cls["test_proba"])),
+        "n_train_pairs": int(len(tr)),
+        "n_test_pairs": int(len(te)),
+        "weights_comb": {"text": float(comb[0])}
+        | {name: float(w) for name, w in zip(feature_names, comb[1:], strict=True)},
+        "classifier_key": key,
+    }
+
+
+def shift_check(heldout: HeldoutSet, per_seed: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+    """How far generation moved the texts: bag-of-words and text-classifier AUC, real vs generated."""
+    from blackbox_audit.blind import blind_baseline
+
+    n = len(heldout.pairs)
+    bow = blind_baseline(heldout.real + heldout.generated, [0] * n + [1] * n, seed=seed)
+    se = auc_null_se(n, n)
+    return {
+        "bow_auc": float(bow["auc"]),
+        "bow_method": bow["method"],
+        "classifier_auc": float(np.mean([s["auc_text_classifier"] for s in per_seed])),
+        "auc_se_if_no_shift": se,
+        "labels": "real suffix = 0, generated suffix = 1",
+    }
+
+
+def calibrate(
+    target: Any,
+    heldout: HeldoutSet,
+    generator: LocalGenerator,
+    *,
+    options: CalibratedOptions = CalibratedOptions(),
+    store: ArtifactStore,
+    reference: Any = None,
+    progress: bool = True,
+) -> CalibratedDIResult:
+    """Steps 3-4 on a built held-out set: MIA features from ``target``, classifiers, tests, Šidák."""
+    opts = options
+    names = list(opts.features) if opts.features else list(default_features(reference))
+    n = len(heldout.pairs)
+    timings: dict[str, Any] = {}
+    t = _clock()
+    texts = heldout.real + heldout.generated
+    ids = [f"{p.seq_id}/real" for p in heldout.pairs] + [f"{p.seq_id}/generated" for p in heldout.pairs]
+    x, feat_info = feature_matrix(
+        target, texts, names, reference=reference, bounded=opts.bounded, progress=progress, ids=ids
+    )
+    timings["mia_scores"] = _since(t)
+    raw_sus, raw_val = x[:n], x[n:]
+    f_sus, f_val = _prepare_features(raw_sus, raw_val, opts.clip_frac)
+
+    t = _clock()
+    per_seed = [
+        run_seed(s, heldout, f_sus, f_val, generator, opts, store, feat_info["names"], progress)
+        for s in range(opts.seeds)
+    ]
+    timings["classifiers_and_tests"] = _since(t)
+    p = sidak([r["p_value"] for r in per_seed])
+    decision = "member" if p < opts.alpha else "inconclusive"
+    shift = shift_check(heldout, per_seed, opts.seed)
+    gap = {
+        name: {
+            "mean_suspect": float(raw_sus[:, j].mean()),
+            "mean_heldout": float(raw_val[:, j].mean()),
+            "heldout_minus_suspect": float(raw_val[:, j].mean() - raw_sus[:, j].mean()),
+        }
+        for j, name in enumerate(feat_info["names"])
+    }
+    shift["mia_score_gap"] = gap
+    shift["mia_score_gap_note"] = (
+        "raw scores, higher = member: a positive gap means generated suffixes look more member-like to the "
+        "target than the real ones (the safe direction under the weight constraint)"
+    )
+    warnings = []
+    n_test = per_seed[0]["n_test_pairs"]
+    if n_test < RECOMMENDED_TEST_PAIRS:
+        warnings.append(
+            f"only {n_test} test pairs per seed (recommended >= {RECOMMENDED_TEST_PAIRS}): a real membership "
+            "signal may stay above alpha; give more suspect text for a more sensitive test"
+        )
+    limit = 0.5 + 3 * shift["auc_se_if_no_shift"]
+    if shift["bow_auc"] > limit:
+        warnings.append(
+            f"the generator's suffixes are told from the real ones by a bag-of-words classifier (AUC "
+            f"{shift['bow_auc']:.3f} > {limit:.3f}, 3 standard errors above chance): the calibration absorbs "
+            "this, but it costs power; a better-fitting generator (more --gen-epochs) reduces it"
+        )
+    if feat_info["non_finite"]:
+        warnings.append(f"{feat_info['non_finite']} non-finite MIA score(s) were replaced by their column's median")
+    info = {
+        "timings": timings,
+        "feature_params": feat_info["params"],
+        "n_tokens_target": {"suspect": feat_info["n_tokens"][:n], "heldout": feat_info["n_tokens"][n:]},
+        "artifacts": store.stats(),
+    }
+    return CalibratedDIResult(
+        p_value=p,
+        alpha=opts.alpha,
+        decision=decision,
+        per_seed=per_seed,
+        shift=shift,
+        features=feat_info["names"],
+        heldout=heldout,
+        suspect_scores=raw_sus,
+        heldout_scores=raw_val,
+        options=opts,
+        info=info,
+        warnings=warnings,
+    )
+
+
+def calibrated_di(
+    target: Any,
+    documents: Sequence[str] | Sequence[tuple[str, str]] | None = None,
+    *,
+    items: Sequence[tuple[str, str, str]] | None = None,
+    options: CalibratedOptions = CalibratedOptions(),
+    generator: LocalGenerator | None = None,
+    store: ArtifactStore | None = None,
+    cache_dir: Any = None,
+    reference: Any = None,
+    progress: bool = True,
+) -> CalibratedDIResult:
+    """Calibrated DI of a suspect set against ``target`` (a ``Target``, ideally cache-wrapped).
+
+    ``documents``: texts (ids become their positions) or ``(id, text)`` tuples, segmented here;
+    or ``items``: ``(id, prefix, suffix)`` with fixed splits. ``store`` (or ``cache_dir``, else the
+    default cache dir's ``di`` folder) keeps the generator, generated texts and classifiers.
+    """
+    if documents is not None:
+        documents = [(str(i), d) if isinstance(d, str) else (str(d[0]), d[1]) for i, d in enumerate(documents)]
+    validate_options(options)
+    own_store = store is None
+    if store is None:
+        from pathlib import Path
+
+        from blackbox_audit.cache import default_cache_dir
+
+        store = ArtifactStore((Path(cache_dir) if cache_dir else default_cache_dir()) / "di")
+    try:
+        gen = generator or LocalGenerator(options.generator.model, progress=progress)
+        t = _clock()
+        heldout = build_heldout(gen, documents=documents, items=items, options=options, store=store)
+        result = calibrate(target, heldout, gen, options=options, store=store, reference=reference, progress=progress)
+        result.info["timings"] = {**heldout.info.pop("timings"), **result.info["timings"], "total": _since(t)}
+        return result
+    finally:
+        if own_store:
+            store.close()
+
+
+def validate_options(opts: CalibratedOptions) -> None:
+    """Refuse out-of-range options with a ``UserError`` naming the option."""
+
+    def fraction(value: float, name: str, lo: float = 0.0, hi: float = 1.0) -> None:
+        if not (isinstance(value, int | float) and math.isfinite(value) and lo < value < hi):
+            raise UserError(f"{name} must be in ({lo}, {hi}), got {value!r}", f"use e.g. {name}=0.5")
+
+    fraction(opts.alpha, "alpha")
+    fraction(opts.gen_train_fraction, "gen_train_fraction")
+    fraction(opts.test_fraction, "test_fraction")
+    fraction(opts.prefix_ratio, "prefix_ratio")
+    if opts.heads not in HEADS:
+        raise UserError(f"heads must be one of {', '.join(HEADS)}, got {opts.heads!r}", "use 'nested' (default)")
+    if not 0 <= opts.clip_frac < 1:
+        raise UserError(f"clip_frac must be in [0, 1), got {opts.clip_frac!r}", "use e.g. clip_frac=0.05")
+    for name in ("seeds", "seq_tokens", "min_seq_tokens"):
+        value = getattr(opts, name)
+        if not isinstance(value, int) or value < 1:
+            raise UserError(f"{name} must be a positive integer, got {value!r}", f"use e.g. {name}=5")
+    if opts.min_seq_tokens < 8 or opts.min_seq_tokens > opts.seq_tokens:
+        raise UserError(
+            f"min_seq_tokens must be between 8 and seq_tokens ({opts.seq_tokens}), got {opts.min_seq_tokens}",
+            "use e.g. --min-seq-tokens 16",
+        )
+    g = opts.generator
+    if g.epochs < 1 or g.lora_r < 1 or g.batch_size < 1 or g.gen_batch_size < 1 or g.lr <= 0:
+        raise UserError("generator epochs, rank, batch sizes and lr must be positive", "use the defaults")
+    if g.temperature < 0 or not 0 < g.top_p <= 1 or g.top_k < 0 or g.repetition_penalty <= 0:
+        raise UserError(
+            "sampling options out of range (temperature >= 0, 0 < top_p <= 1, top_k >= 0, repetition_penalty > 0)",
+            "use the defaults: temperature 1, top_p 1, top_k 0, repetition_penalty 1",
+        )
