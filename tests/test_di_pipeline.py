@@ -202,7 +202,9 @@ def test_methods_follow_the_contract(tiny_llama_dir: Path, texts: list[str], tar
     n_pairs = sum(len(c.texts) for c in plan.calls) // 2
     inputs = AuditInputs(data=data, target=target, cache_dir=tmp_path / "c", progress=False)
     result = method.run(inputs)
-    assert n_pairs == len(result.extras["pairs.jsonl"])  # the dry-run plan prices exactly the scored texts
+    # the dry-run plan prices exactly the scored texts: identical real suffixes (documents that share an
+    # opening, such as "Fellow-Citizens of the Senate ...") are one request, as in compute_scores
+    assert n_pairs == len({r["real_suffix"] for r in result.extras["pairs.jsonl"]})
     assert (
         result.verdict.decision in ("member", "inconclusive")
         and result.verdict.p_value == result.extras["di.json"]["p_value"]

@@ -11,11 +11,13 @@ suffix)`` items (a benchmark's question and answer), and a target; it returns a
    without its prefix), clipped per side and normalised with the suspect side's statistics;
 3. per seed: a random split of the *pairs* into train/test; the text classifier ``c_text``
    (``text_classifier``) is trained on the train pairs' real (0) and generated (1) suffixes; two
-   linear heads with sigmoid-constrained weights are fitted on the train pairs: ``c_text`` on
-   the classifier's probability alone and ``c_comb`` on that probability plus the MIA features
-   (the authors' ``linear_di.py``: both heads are trained the same way so that only the MIA
-   features differ); on the test pairs ``d = c(x_generated) - c(x_real)`` for both, and a paired
-   one-sided t-test of H0: E[d_comb] <= E[d_text];
+   logistic heads are fitted on the train pairs (``head_test``): ``c_text`` on the classifier's
+   log-odds alone, and ``c_comb`` = ``c_text``'s logit plus the MIA features with weights
+   constrained to (0, 1) through a sigmoid (``heads="nested"``, the default: the two heads differ
+   only by the MIA term; ``heads="authors"`` is the authors' ``linear_di.py``: probability
+   feature, every weight constrained, ``c_comb`` refitted jointly, 200 Adam epochs); on the test
+   pairs ``d = c(x_generated) - c(x_real)`` for both, and a paired one-sided t-test of
+   H0: E[d_comb] <= E[d_text];
 4. Šidák over the seeds; verdict ``member`` when the combined p < alpha, else ``inconclusive``.
 
 The generator's own shift check is reported beside it: a bag-of-words AUC (cross-validated

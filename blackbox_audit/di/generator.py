@@ -12,14 +12,14 @@ Scaled to a 2-core CPU (the paper: Llama-3-8B, rank 32, 100 epochs, lr 2e-4):
   once and every epoch runs just the top layers and the LM head (about a third of a full step).
   Models without a Llama-style ``model.layers`` stack, or ``top_layers=0``, get LoRA on peft's
   default modules of every layer and full forward passes.
-- Few epochs at a higher learning rate (defaults in ``GeneratorConfig``, measured in
-  docs/di.md); the paper's warm-up ratio (0.03) and linear decay are kept.
+- Few epochs at a higher learning rate (defaults in ``GeneratorConfig``; docs/di.md says what
+  was and was not measured); the paper's warm-up ratio (0.03) and linear decay are kept.
 
 Sampling defaults to the generator's own distribution (temperature 1, no top-k/top-p, no
 repetition penalty), not the authors' temperature 0.6 / top-p 0.9 / top-k 50 / penalty 1.2:
 truncated sampling writes text that is systematically *more* likely than real text (the
 "simpler text" of the paper's §4.3), which the weight constraint turns into lost power on member
-sets. Both are options; docs/di.md has the measurements behind the default. Special tokens are
+sets. Both are options (docs/di.md: the reasoning; no side-by-side measurement yet). Special tokens are
 never sampled, and a suffix never stops early (``min_new_tokens``), so real and generated
 suffixes of a pair have the same number of generator tokens.
 

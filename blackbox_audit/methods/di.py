@@ -3,10 +3,10 @@
 Both answer one question about a *set* of texts: was it trained on? ``di_plain`` needs a
 held-out set from the suspect set's distribution (role ``heldout``); ``di_calibrated`` makes its
 own by fine-tuning a local generator on part of the suspect set and calibrates against the shift
-that generation introduces. The work is in ``blackbox_audit.di`` (its Python API is what the
-contamination check reuses); these classes only adapt it to the method contract: typed configs,
-needs (the features' capabilities are checked before any request), a cost plan for ``--dry-run``
-and one ``MethodResult``.
+that generation introduces. The work is in ``blackbox_audit.di`` (a Python API of its own);
+these classes only adapt it to the method contract: typed configs, needs (the features'
+capabilities are checked before any request), a cost plan for ``--dry-run`` and one
+``MethodResult``.
 
 Per-text rows (``scores.jsonl``) are the texts the target scored, with a ``side`` field
 (``suspect``/``heldout``) and one column per MIA feature (higher = member). ``di.json`` (documented
