@@ -91,7 +91,8 @@ def interleave(a: list[Any], b: list[Any]) -> list[Any]:
 
 
 def print_table(results: list[dict[str, Any]], alpha: float, what: str) -> None:
-    """One row per (true membership, method) over the sets in ``results``."""
+    """One row per (true membership, method) over the sets in ``results`` (a set run twice counts once)."""
+    results = list({(r["truth"], r["set"], r["method"]): r for r in reversed(results)}.values())
     n_m = len({r["set"] for r in results if r["truth"] == "member"})
     n_n = len({r["set"] for r in results if r["truth"] == "nonmember"})
     print(f"\nalpha = {alpha}; {n_m} member sets, {n_n} non-member sets; {what}")

@@ -479,8 +479,10 @@ def calibrate(
     if shift["bow_auc"] > limit:
         warnings.append(
             f"the generator's suffixes are told from the real ones by a bag-of-words classifier (AUC "
-            f"{shift['bow_auc']:.3f} > {limit:.3f}, 3 standard errors above chance): the calibration absorbs "
-            "this, but it costs power; a better-fitting generator (more --gen-epochs) reduces it"
+            f"{shift['bow_auc']:.3f} > {limit:.3f}, 3 standard errors above chance): the calibration assumes the "
+            "text classifier captures the whole generation shift; where the target's scores see artifacts it "
+            "misses, a 'member' verdict can come from the generator, not from training (measured with a random "
+            "generator: see docs/di.md); use a better-fitting generator (more --gen-epochs, a larger model)"
         )
     if feat_info["non_finite"]:
         warnings.append(f"{feat_info['non_finite']} non-finite MIA score(s) were replaced by their column's median")

