@@ -75,3 +75,34 @@ def test_no_cli_command_imports_another() -> None:
     commands = {n for n in mods if n.startswith("blackbox_audit.cli.") and n != "blackbox_audit.cli.common"}
     bad = {n: sorted(_imports(n, mods[n], set(mods)) & commands) for n in commands}
     assert not {k: v for k, v in bad.items() if v}, bad
+
+
+def test_every_package_folder_is_installed() -> None:
+    """A sub-package missing from pyproject's ``packages`` works in an editable checkout and
+    vanishes from a built wheel; list every folder that has an ``__init__.py``."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    on_disk = set()
+    for folder, name in PACKAGES.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder)
+            on_disk.add(".".join([name, *rel.parts]))
+    assert on_disk - listed == set(), f"add these to [tool.setuptools] packages: {sorted(on_disk - listed)}"
+
+
+def test_declared_local_dependencies_are_used() -> None:
+    """Every package of the ``local`` extra is imported somewhere (or named as a deliberate indirect one)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    # transformers reads GGUF files through `gguf`; `tokenizers` backs transformers' fast tokenizers.
+    indirect = {"gguf", "tokenizers"}
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    names = {Requirement(r).name.replace("-", "_") for r in extra["local"]} - indirect
+    sources = "\n".join(p.read_text(encoding="utf-8") for p in _modules().values())
+    sources += "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "bench").glob("*.py"))
+    used = {n for n in names if f"import {n}" in sources or f"from {n}" in sources or f'find_spec("{n}")' in sources}
+    unused = names - used
+    assert unused == set(), f"declared in [local] but never imported: {sorted(unused)}"
