@@ -140,7 +140,13 @@ def bench_samia(backend, tok_dir, texts, n=2, max_new=8):
         try:
             emu.reset()
             compute_scores(target, texts, f"samia:n={n}:max_new_tokens={max_new}", progress=False)
-            return {"profile": f"anthropic (no logprobs; SaMIA n={n})", "requests": emu.stats()["requests"]}
+            usage = target.usage()
+            return {
+                "profile": f"anthropic (no logprobs; SaMIA n={n})",
+                "requests": emu.stats()["requests"],  # what the server saw, timeout resends included
+                "generations": usage.get("generation_requests"),
+                "retries": usage.get("retries", 0),
+            }
         finally:
             target.close()
 
@@ -283,7 +289,11 @@ def main(argv=None) -> int:
             + f"{ratio} {r['ours_req'] / r['floor']:10.3f}"
         )
     if samia_row is not None:
-        print(f"{samia_row['profile']:32} {samia_row['requests'] / len(texts):.1f} requests per text; no logprobs")
+        print(
+            f"{samia_row['profile']:32} {samia_row['generations'] / len(texts):.1f} generation requests per text "
+            f"({samia_row['requests'] / len(texts):.1f} HTTP requests per text, {samia_row['retries']} retries); "
+            "no logprobs"
+        )
     print("\nold r/miss = the same endpoint searched with the earlier exponential prior (learned_brackets=False).")
     print("r/text, r/pos = requests per text, per scored position (probe excluded); r/miss = requests spent on")
     print("positions whose token misses the unbiased top-n, per such token; floor = SPEC §1 physical limit")
