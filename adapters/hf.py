@@ -20,6 +20,15 @@ not depend on padding or batch size beyond fp32 noise, ~1e-6). ``conditional_log
 prefix once and reuses a copy of its KV cache for every batch of texts (texts right-padded after
 it); ``conditional_logprobs_naive`` concatenates and runs, as the reference.
 
+Chat conditioning (``chat=chatml|template``, optional ``system``/``user_template``): a chat API
+scores ``u_i`` as the first assistant token after a user turn holding ``u_<i``, not as a plain
+continuation (``adapters/chat_templates.py``). With ``chat`` set, ``token_logprobs`` and
+``conditional_logprobs`` score every position in that same rendered context instead (one
+context per position, so L-1 contexts per text, batched and left-padded so only the last
+logit of each row is computed), and ``generate`` answers the rendered chat turn. The
+conditioning is part of the fingerprint; ``logprob_matrix``/``next_token_logprobs`` (the
+emulator's ground truth) stay raw.
+
 GGUF files are dequantized by transformers (20-40 s for SmolLM2); the result is saved once as
 HF safetensors under ``<cache>/models/<sha256 of the gguf>`` (written to a temp dir, then
 renamed, so concurrent loaders never see half a model) and loaded from there afterwards.
@@ -46,6 +55,7 @@ from blackbox_audit.errors import UserError
 from blackbox_audit.types import FullDistribution, Status, Strategy, TokenLogprobs
 
 from .base import Capabilities, Target
+from .chat_templates import ChatConditioning, chat_conditioning
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +216,7 @@ class HFTarget(Target):
         progress: bool = True,
         padding_side: str = "right",
         source: dict[str, Any] | None = None,
+        chat: ChatConditioning | None = None,
     ) -> None:
         import torch
 
@@ -236,6 +247,27 @@ class HFTarget(Target):
         self._fingerprint: str | None = None
         self.conditional_path = "auto"  # "auto" (cost model), "kv" or "naive"; see conditional_logprobs
         self._torch = torch
+        self.chat: ChatConditioning | None = None
+        if chat is not None:
+            self._set_chat(chat)
+
+    def _set_chat(self, chat: ChatConditioning) -> None:
+        if chat.template == "template" and not getattr(self.tokenizer, "chat_template", None):
+            raise UserError(
+                f"target {self.name} has no chat template of its own",
+                "use chat=chatml (the ChatML rendering that the emulator and most ChatML servers use)",
+            )
+        self.chat = chat
+        self._fingerprint = None
+
+    def with_chat(self, chat: ChatConditioning | None) -> HFTarget:
+        """The same loaded model with another chat conditioning (weights shared, not copied)."""
+        other = copy.copy(self)
+        other.chat = None
+        other._fingerprint = None
+        if chat is not None:
+            other._set_chat(chat)
+        return other
 
     # ---- identity
     def fingerprint(self) -> str:
@@ -253,6 +285,8 @@ class HFTarget(Target):
                 h.update(p.name.encode())
                 h.update(file_sha256(p).encode())
             h.update(self._tokenizer_repr().encode())
+            if self.chat is not None:  # absent without chat: plain fingerprints are unchanged
+                h.update(json.dumps(self.chat.to_json(self.tokenizer), sort_keys=True).encode())
             self._fingerprint = h.hexdigest()
         return self._fingerprint
 
@@ -269,6 +303,7 @@ class HFTarget(Target):
             "batch_size": self.batch_size,
             "padding_side": self.padding_side,
             "adapter_version": ADAPTER_VERSION,
+            **({"conditioning": {"api": "chat", **self.chat.to_json()}} if self.chat is not None else {}),
             **self.source,
         }
 
@@ -407,6 +442,13 @@ class HFTarget(Target):
         all_ids = [self.tokenize(t) for t in texts]
         for i, (t, ids) in enumerate(zip(texts, all_ids, strict=True)):
             self._check_ids(ids, i, t)
+        if self.chat is not None:
+            items = [(ids[:1], ids[1:]) for ids in all_ids]
+            scored = self._chat_scored(items, full_distribution=full_distribution, progress=progress)
+            return [
+                self._record(t, ids[1:], lps, ids[:1], fd, meta=self._chat_meta())
+                for t, ids, (lps, fd) in zip(texts, all_ids, scored, strict=True)
+            ]
         scored = self._score_sequences(
             all_ids, [1] * len(texts), full_distribution=full_distribution, progress=progress, desc="logprobs"
         )
@@ -458,6 +500,8 @@ class HFTarget(Target):
         texts = list(texts)
         if not texts:
             return []
+        if self.chat is not None:
+            return self._chat_conditional(prefix, texts, progress=progress)
         if self.conditional_path not in ("auto", "kv", "naive"):
             raise UserError(
                 f"conditional_path must be 'auto', 'kv' or 'naive', got {self.conditional_path!r}", "use 'auto'"
@@ -509,6 +553,8 @@ class HFTarget(Target):
         texts = list(texts)
         if not texts:
             return []
+        if self.chat is not None:
+            return self._chat_conditional(prefix, texts, progress=progress)
         p_ids, t_ids = self._prepare_conditional(prefix, texts)
         seqs = [p_ids + ids for ids in t_ids]
         scored = self._score_sequences(
@@ -525,6 +571,8 @@ class HFTarget(Target):
         pairs = list(pairs)
         if not pairs:
             return []
+        if self.chat is not None:  # one rendered chat turn per position: nothing to batch across pairs
+            return [self._chat_conditional(prefix, [text], progress=False)[0] for prefix, text in pairs]
         prepared = [self._prepare_conditional(prefix, [text]) for prefix, text in pairs]
         seqs = [p_ids + t_ids[0] for p_ids, t_ids in prepared]
         scored = self._score_sequences(
@@ -533,6 +581,73 @@ class HFTarget(Target):
         return [
             self._record(text, t_ids[0], lps, p_ids, meta={"prefix_tokens": len(p_ids)})
             for (_, text), (p_ids, t_ids), (lps, _) in zip(pairs, prepared, scored, strict=True)
+        ]
+
+    # ---- chat conditioning (module docstring)
+    def _chat_meta(self) -> dict[str, Any]:
+        assert self.chat is not None
+        return {"conditioning": "chat", "chat": self.chat.to_json()}
+
+    def _chat_ids(self, context: Sequence[int]) -> list[int]:
+        """Ids of the rendered chat turn whose reply's first token follows ``context``."""
+        assert self.chat is not None
+        return self.tokenize(self.chat.render(self.decode(list(context)), self.tokenizer))
+
+    def _last_logprobs(self, seqs: Sequence[Sequence[int]]):
+        """fp32 ``log p(. | seq)`` for each sequence, ``[B, V]``: left-padded, last logit only."""
+        torch = self._torch
+        ids, mask, pos, _ = self._pad(seqs, "left")
+        with torch.inference_mode():
+            logits = self.model(
+                input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False, **self._last_logit
+            ).logits
+        return torch.log_softmax(logits[:, -1].float(), dim=-1)
+
+    def _chat_scored(
+        self, items: Sequence[tuple[Sequence[int], Sequence[int]]], *, full_distribution: bool, progress: bool
+    ) -> list[tuple[np.ndarray, FullDistribution | None]]:
+        """For each (context, ids): lp of ``ids[j]`` as the reply's first token to the chat turn
+        holding ``context + ids[:j]`` (one rendered context per position)."""
+        torch = self._torch
+        jobs: list[tuple[int, int, list[int]]] = []
+        for k, (ctx, ids) in enumerate(items):
+            full = [*ctx, *ids]
+            for j in range(len(ids)):
+                cids = self._chat_ids(full[: len(ctx) + j])
+                if len(cids) > self.max_context:
+                    raise UserError(
+                        f"a chat-rendered context of {len(cids)} tokens exceeds the model's context window "
+                        f"of {self.max_context}",
+                        "truncate long samples before scoring with chat conditioning",
+                    )
+                jobs.append((k, j, cids))
+        lps = [np.empty(len(ids), dtype=np.float64) for _, ids in items]
+        moments = [np.empty((3, len(ids)), dtype=np.float64) for _, ids in items] if full_distribution else None
+        with self._progress(len(jobs), "chat-conditioned logprobs", progress) as bar:
+            for batch in self._batches([len(c) for _, _, c in jobs]):
+                rows = self._last_logprobs([jobs[i][2] for i in batch])
+                tgt = torch.tensor([int(items[jobs[i][0]][1][jobs[i][1]]) for i in batch], device=rows.device)
+                vals = rows.gather(-1, tgt[:, None])[:, 0].double().cpu().numpy()
+                stats = _full_moments(rows) if moments is not None else None
+                for r, i in enumerate(batch):
+                    k, j, _ = jobs[i]
+                    lps[k][j] = vals[r]
+                    if moments is not None and stats is not None:
+                        moments[k][:, j] = [stats[0][r], stats[1][r], stats[2][r]]
+                bar.update(len(batch))
+        return [(lp, None if moments is None else FullDistribution(*moments[k])) for k, lp in enumerate(lps)]
+
+    def _chat_conditional(self, prefix: str, texts: Sequence[str], *, progress: bool) -> list[TokenLogprobs]:
+        p_ids = self.tokenize(prefix)
+        if not p_ids:
+            raise UserError("the conditioning prefix is empty (0 tokens)", "pass a non-empty prefix text")
+        t_ids = [self.tokenize(t) for t in texts]
+        for i, (t, ids) in enumerate(zip(texts, t_ids, strict=True)):
+            self._check_ids(ids, i, t, min_tokens=1)
+        scored = self._chat_scored([(p_ids, ids) for ids in t_ids], full_distribution=False, progress=progress)
+        meta = {"prefix_tokens": len(p_ids), **self._chat_meta()}
+        return [
+            self._record(t, ids, lps, p_ids, meta=meta) for t, ids, (lps, _) in zip(texts, t_ids, scored, strict=True)
         ]
 
     # ---- ground truth for the provider emulator
@@ -573,7 +688,10 @@ class HFTarget(Target):
         tokens when given), prompts without BOS."""
         torch = self._torch
         prompts = list(prompts)
-        p_ids = [self.tokenize(p) for p in prompts]
+        if self.chat is not None:  # the prompt is a user turn; the reply is generated after it
+            p_ids = [self.tokenize(self.chat.render(p, self.tokenizer)) for p in prompts]
+        else:
+            p_ids = [self.tokenize(p) for p in prompts]
         for i, (p, ids) in enumerate(zip(prompts, p_ids, strict=True)):
             self._check_ids(ids, i, p, min_tokens=1)
         outs: list[str] = [""] * len(prompts)
@@ -596,13 +714,21 @@ class HFTarget(Target):
 
 
 # --------------------------------------------------------------------------- factories
-_OPTIONS = {"device", "dtype", "batch_size", "progress", "padding_side"}
+_OPTIONS = {"device", "dtype", "batch_size", "progress", "padding_side", "chat", "system", "user_template"}
 
 
 def _check_options(opts: dict[str, Any]) -> dict[str, Any]:
+    """Known options only; ``chat``/``system``/``user_template`` become one ``chat`` conditioning."""
     unknown = set(opts) - _OPTIONS
     if unknown:
         raise UserError(f"unknown option(s) for a local model: {', '.join(sorted(unknown))}", f"use {sorted(_OPTIONS)}")
+    opts = dict(opts)
+    chat = opts.pop("chat", None)
+    system, template = opts.pop("system", None), opts.pop("user_template", None)
+    if not isinstance(chat, ChatConditioning):
+        chat = chat_conditioning(chat, system, template)
+    if chat is not None:
+        opts["chat"] = chat
     return opts
 
 

@@ -106,6 +106,9 @@ OUTPUT_NAMES = (
     "ptdi_eval.json",
     "matrix.json",
     "report.md",
+    "report.html",
+    "compare.json",
+    "positions.jsonl",
 )
 
 
@@ -145,6 +148,11 @@ def check_out_dir(path: str | os.PathLike[str], names: Iterable[str] = OUTPUT_NA
 def write_jsonl(path: str | os.PathLike[str], rows: Iterable[Mapping[str, Any]]) -> Path:
     """One JSON object per line (non-finite floats as ``Infinity``/``NaN``, like ``TokenLogprobs.to_json``)."""
     text = "".join(json.dumps(dict(r), default=_jsonable, ensure_ascii=False) + "\n" for r in rows)
+    return _atomic_write(path, text)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """A text file (e.g. ``report.html``), written atomically."""
     return _atomic_write(path, text)
 
 
@@ -207,22 +215,31 @@ def package_versions() -> dict[str, str]:
 
 
 def git_revision(cwd: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
-    """``{"commit", "dirty"}`` when ``cwd`` is inside a git work tree, else None."""
+    """``{"commit", "dirty"}`` of the git work tree holding *this package's source*, else None.
+
+    ``run.json`` must name the code that produced it, not the repository the user happens to
+    run from: by default the revision is read beside this module's file, and only when that
+    work tree really is this package's checkout (its top level holds this very
+    ``blackbox_audit`` folder). An installed wheel has no work tree: None (the package version
+    in ``versions`` then identifies the code). ``cwd`` asks about another folder (tests).
+    """
+    here = Path(__file__).resolve().parent
+    where = Path(cwd) if cwd is not None else here
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=where, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
+        top = Path(git("rev-parse", "--show-toplevel")).resolve()
+        if cwd is None and top / here.name != here:
+            return None  # the package sits inside some other repository (e.g. a venv in a project)
+        commit = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return None
-    return {"commit": commit, "dirty": bool(dirty)}
+    return {"commit": commit, "dirty": bool(dirty), "source": str(top)}
 
 
 class RunRecorder:

@@ -23,8 +23,10 @@ from blackbox_audit.redaction import install_log_redaction, redact_text
 COMMANDS: list[str] = [
     # in the order `--help` lists them: start here, then the core, then methods, then API tools
     "demo",
+    "audit",
     "score",
     "logprobs",
+    "compare",
     "canary",
     "em_mia",
     "ptdi",
@@ -33,6 +35,7 @@ COMMANDS: list[str] = [
     "di",
     "probe",
     "emulate",
+    "report",
 ]
 
 

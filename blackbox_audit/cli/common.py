@@ -19,6 +19,7 @@ from typing import Any
 from blackbox_audit.cache import CachedTarget, default_cache_dir, open_cache
 from blackbox_audit.data import Dataset, load_dataset
 from blackbox_audit.engine.cli import engine_kwargs_from_args
+from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import AuditInputs, CostPlan, MethodResult
 from blackbox_audit.reports import RunRecorder, check_out_dir
 from blackbox_audit.results import print_result, write_result
@@ -47,17 +48,36 @@ def add_common_arguments(
     g = parser.add_argument_group("target and data")
     g.add_argument("--target", required=True, help="model under audit: hf:PATH, gguf:PATH, smollm2, ...")
     if data:
-        g.add_argument(*data_flags, dest="data", required=True, help=data_help)
-        g.add_argument("--text-field", help="field holding the text (default: 'text', then 'input')")
-        g.add_argument("--label-field", default="label", help="0/1 membership label field, 1 = member (default: label)")
-        g.add_argument("--id-field", default="id", help="sample id field (default: id; else the 0-based row number)")
-        g.add_argument("--limit", type=positive_int, help="use only the first N samples")
+        add_data_arguments(g, data_flags, data_help)
     g.add_argument("--out", required=True, help="output folder (created if missing)")
+    add_execution_arguments(parser)
+    add_chat_arguments(parser)
+    add_api_arguments(parser)
+
+
+def add_data_arguments(
+    g: Any,
+    data_flags: tuple[str, ...] = ("--data",),
+    data_help: str = "samples: .jsonl, .csv/.tsv (header row) or .txt (one per line)",
+) -> None:
+    """--data/--text-field/--label-field/--id-field/--limit on a parser or argument group
+    (``data_flags``: e.g. ``("--suspect", "--data")``, read as ``args.data``)."""
+    g.add_argument(*data_flags, dest="data", required=True, help=data_help)
+    g.add_argument("--text-field", help="field holding the text (default: 'text', then 'input')")
+    g.add_argument("--label-field", default="label", help="0/1 membership label field, 1 = member (default: label)")
+    g.add_argument("--id-field", default="id", help="sample id field (default: id; else the 0-based row number)")
+    g.add_argument("--limit", type=positive_int, help="use only the first N samples")
+
+
+def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
     c = parser.add_argument_group("execution")
     c.add_argument("--cache-dir", help=f"cache folder (default: $BLACKBOX_AUDIT_CACHE or {default_cache_dir()})")
     c.add_argument("--no-cache", action="store_true", help="neither read nor write the logprob cache")
     c.add_argument("--batch-size", type=positive_int, help="texts per forward pass for local models")
     c.add_argument("--device", help="torch device for local models: cpu, cuda, mps (default: best available)")
+
+
+def add_api_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument_group("API targets (openai:, compat:)")
     a.add_argument(
         "--tokenizer",
@@ -78,6 +98,24 @@ def add_common_arguments(
         "--prior-template",
         choices=("chatml", "model"),
         help="chat endpoints: render the proxy's prompt in bare ChatML (default) or with its own chat template",
+    )
+
+
+def add_chat_arguments(parser: argparse.ArgumentParser, prefix: str = "", which: str = "") -> None:
+    """--chat/--system/--user-template (``prefix`` "a-" gives --a-chat ...): the conditioning that
+    makes a white-box target's numbers comparable with a chat API's (README "Chat conditioning")."""
+    g = parser.add_argument_group(f"chat conditioning{which}")
+    g.add_argument(
+        f"--{prefix}chat",
+        choices=("chatml", "template"),
+        help="white-box only: score each token as the first token of a chat reply to a user turn holding the "
+        "text so far, as chat APIs do (chatml: the emulator's ChatML rendering; template: the model's own "
+        "chat template)",
+    )
+    g.add_argument(f"--{prefix}system", help="system message of that chat turn (white-box --chat, or a chat API)")
+    g.add_argument(
+        f"--{prefix}user-template",
+        help="user message around the text so far, with {prefix} where it goes (default: {prefix})",
     )
 
 
@@ -117,13 +155,23 @@ def _target_options(args: argparse.Namespace, spec: str) -> dict[str, Any]:
     return {name: getattr(args, name) for name in target_kind(spec).options if getattr(args, name, None)}
 
 
-def load_cached_target(spec: str, args: argparse.Namespace, cache: Any | None) -> CachedTarget:
-    """``load_target(spec)`` with --device/--batch-size, wrapped in ``CachedTarget``."""
+def load_cached_target(
+    spec: str, args: argparse.Namespace, cache: Any | None, *, engine_options: dict[str, Any] | None = None
+) -> CachedTarget:
+    """``load_target(spec)`` with --device/--batch-size, wrapped in ``CachedTarget``.
+
+    ``engine_options`` (``engine_kwargs_from_args``) may be shared by several API targets so
+    they spend from one budget; by default each call makes its own from ``args``."""
     from blackbox_audit.adapters import is_api_spec, load_target
 
+    if getattr(args, "chat", None) and is_api_spec(spec):
+        raise UserError(
+            f"--chat applies to white-box targets; {spec} is an API that applies its own chat template",
+            "drop --chat (use --api chat, --system and --user-template to shape an API's chat turn)",
+        )
     opts = _target_options(args, spec)
     if is_api_spec(spec) and hasattr(args, "budget_usd"):
-        opts["engine_options"] = engine_kwargs_from_args(args)
+        opts["engine_options"] = engine_options if engine_options is not None else engine_kwargs_from_args(args)
         if cache is not None:  # request-level write-ahead cache: a stopped run resumes without re-sending
             opts["cache"] = cache
     return CachedTarget(load_target(spec, **opts), cache)

@@ -29,7 +29,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -56,27 +56,32 @@ class MethodConfig:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], *, where: str = "") -> MethodConfig:
+    def from_mapping(cls, values: Mapping[str, Any], *, where: str | Callable[[str | None], str] = "") -> MethodConfig:
         """Build from a plain mapping (an audit spec's table, a run.json's ``config``).
 
-        Unknown keys and values of the wrong type raise ``UserError`` naming the key (and
-        ``where``, e.g. ``"spec.toml line 12"``); ints are accepted for float fields and lists
-        for tuple fields.
+        Unknown keys and values of the wrong type raise ``UserError`` naming the key and
+        ``where``: a string (e.g. ``"spec.toml line 12"``) or a function of the key giving its
+        own location (an audit spec names each key's line; it is called with None for the
+        table as a whole). Ints are accepted for float fields and lists for tuple fields.
         """
         hints = typing.get_type_hints(cls)
         names = {f.name for f in dataclasses.fields(cls)}
-        at = f" ({where})" if where else ""
+
+        def at(key: str | None) -> str:
+            loc = where(key) if callable(where) else where
+            return f" ({loc})" if loc else ""
+
         unknown = sorted(set(values) - names)
         if unknown:
             raise UserError(
-                f"unknown option '{unknown[0]}' for method config {cls.__name__}{at}",
+                f"unknown option '{unknown[0]}' for method config {cls.__name__}{at(unknown[0])}",
                 f"valid options: {', '.join(sorted(names)) or 'none'}",
             )
-        kwargs = {k: _coerce(v, hints[k], k, at) for k, v in values.items()}
+        kwargs = {k: _coerce(v, hints[k], k, at(k)) for k, v in values.items()}
         try:
             return cls(**kwargs)
         except TypeError as exc:  # a required field is missing
-            raise UserError(f"{cls.__name__}{at}: {exc}", "give every required option") from None
+            raise UserError(f"{cls.__name__}{at(None)}: {exc}", "give every required option") from None
 
 
 def _plain(value: Any) -> Any:
@@ -180,6 +185,8 @@ class AuditInputs:
     ``cache_dir``/``no_cache``: where a method keeps its own expensive artifacts (dataset
     inference's generator, generated texts, classifiers): ``cache_dir`` (None = the default cache
     dir), or nowhere that outlives the run when ``no_cache``.
+    ``targets``: further targets by role, for methods that read more than one model (``compare``:
+    ``a`` and ``b``); ``target`` stays the model under audit.
     """
 
     data: Dataset | None = None
@@ -190,6 +197,7 @@ class AuditInputs:
     progress: bool = True
     cache_dir: Any = None
     no_cache: bool = False
+    targets: dict[str, Any] = field(default_factory=dict)
 
     @property
     def texts(self) -> list[str]:
@@ -216,7 +224,9 @@ class Needs:
     ``capabilities`` name truthy fields of the target's ``Capabilities`` (``full_distribution``,
     ``conditional``, ``generation``, or keys of ``Capabilities.extra`` such as ``fine_tuning``).
     ``sets`` are required roles of ``AuditInputs.sets`` (or of ``scored`` when the method can
-    run on precomputed scores: ``scored_ok``).
+    run on precomputed scores: ``scored_ok``). ``targets`` are required roles of
+    ``AuditInputs.targets`` (a method that reads several models; ``capabilities`` then apply to
+    each of them).
     """
 
     target: bool = True
@@ -224,6 +234,7 @@ class Needs:
     capabilities: tuple[str, ...] = ()
     sets: tuple[str, ...] = ()
     scored_ok: bool = False
+    targets: tuple[str, ...] = ()
 
 
 _CAPABILITY_WHAT = {
@@ -407,12 +418,17 @@ class Method(abc.ABC):
                     f"{self.name} needs a '{role}' data set, and none was given",
                     f"pass --{role.replace('_', '-')} FILE",
                 )
-        if inputs.target is not None:
-            missing = [c for c in needs.capabilities if not target_has(inputs.target, c)]
+        for role in needs.targets:
+            if inputs.targets.get(role) is None:
+                raise UserError(f"{self.name} needs a target '{role}', and none was given", f"pass --{role} SPEC")
+        checked = [inputs.target] if inputs.target is not None else []
+        checked += [inputs.targets[r] for r in needs.targets]
+        for target in checked:
+            missing = [c for c in needs.capabilities if not target_has(target, c)]
             if missing:
                 what = "; ".join(_CAPABILITY_WHAT.get(c, c) for c in missing)
                 raise CapabilityError(
-                    f"{self.name} needs {what}, which target {inputs.target.name} does not provide",
+                    f"{self.name} needs {what}, which target {target.name} does not provide",
                     "use a target that provides it (see the README's target table) or another method",
                 )
 

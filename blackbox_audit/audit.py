@@ -1,0 +1,326 @@
+"""Run an audit spec (``blackbox_audit.auditspec``): every step through one cache, one budget,
+into one report folder.
+
+- **one cache**: every target is wrapped in ``CachedTarget`` over the same disk cache, and API
+  targets store every answer (and their probe report) there, so a rerun of the same spec sends
+  nothing new (``run.json`` records the requests sent by each API target and, for emulated
+  ones, what the emulator itself served);
+- **one budget**: all API targets share one ``engine.Budget`` (``budget_usd``/``max_requests``)
+  and one price table (the bundled one, a ``pricing`` file, then the spec's ``[prices]``);
+- **one folder**: each step's ``MethodResult`` goes through the one result writer into
+  ``OUT/<step name>/``; ``OUT/run.json`` records the spec (path and text), the steps, the targets
+  with their ledgers and the budget; ``OUT/report.html`` is drawn from those folders.
+
+Local models are loaded once per (spec, device, dtype, batch size) and shared by every target
+and emulator that names them; a ``chat`` option gives a view of the same weights with chat
+conditioning (``HFTarget.with_chat``). Emulators (``emulate = ...``) run for the audit's
+duration on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from blackbox_audit.auditspec import AuditSpec, StepSpec, TargetSpec, load_spec
+from blackbox_audit.errors import UserError
+
+LOCAL_BASE_OPTIONS = ("device", "batch_size", "dtype", "padding_side")
+CHAT_OPTIONS = ("chat", "system", "user_template")
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+@dataclass
+class AuditRun:
+    """The live state of one audit: cache, budget, loaded targets and emulators."""
+
+    spec: AuditSpec
+    out_dir: Path
+    progress: bool = True
+    cache: Any = None
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    targets: dict[str, Any] = field(default_factory=dict)  # name -> CachedTarget
+    bases: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # loaded local models
+    emulators: dict[str, Any] = field(default_factory=dict)
+    datasets: dict[str, Any] = field(default_factory=dict)
+    folders: dict[str, Path] = field(default_factory=dict)
+
+    # ---- set-up
+    def open(self) -> None:
+        from blackbox_audit.cache import open_cache
+        from blackbox_audit.engine import PricingTable
+        from blackbox_audit.engine.budget import Budget
+        from blackbox_audit.engine.pricing import ModelPrice
+
+        a = self.spec.audit
+        self.cache = None if a.get("no_cache") else open_cache(a.get("cache_dir"))
+        pricing = PricingTable.load(a.get("pricing"))
+        for model, p in self.spec.prices.items():
+            pricing.prices[model] = ModelPrice(p["prompt"], p.get("cached_prompt", p["prompt"]), p["completion"])
+        if self.spec.prices:
+            pricing.sources.append(f"{self.spec.path.name} [prices]")
+        self.engine_options = {
+            "budget": Budget(a.get("budget_usd"), a.get("max_requests")),
+            "pricing": pricing,
+            "rpm": a.get("rpm"),
+            "tpm": a.get("tpm"),
+            "max_concurrency": a.get("concurrency", 8),
+            "max_retries": a.get("max_retries", 6),
+        }
+
+    def close(self) -> None:
+        for t in self.targets.values():
+            if getattr(t, "engine", None) is not None:  # API targets own an engine and a loop
+                t.close()
+        for emu in self.emulators.values():
+            emu.close()
+        if self.cache is not None:
+            self.cache.close()
+
+    # ---- data
+    def dataset(self, name: str) -> Any:
+        if name not in self.datasets:
+            from blackbox_audit.data import Dataset, load_dataset
+
+            d = self.spec.data[name]
+            o = d.options
+            ds = load_dataset(
+                d.path, text_field=o.get("text_field"), label_field=o.get("label_field", "label"),
+                id_field=o.get("id_field", "id"),
+            )  # fmt: skip
+            samples = ds.samples
+            if "rows" in o:
+                samples = samples[o["rows"][0] : o["rows"][1]]
+            if "label" in o:
+                samples = [s for s in samples if s.label == o["label"]]
+            if "limit" in o:
+                samples = samples[: o["limit"]]
+            if not samples:
+                raise UserError(f"data set '{name}' ({d.path}) is empty after rows/label/limit", "widen the selection")
+            self.datasets[name] = Dataset(samples, path=str(d.path), text_field=ds.text_field)
+        return self.datasets[name]
+
+    # ---- targets
+    def local_base(self, spec: str, options: dict[str, Any]) -> Any:
+        """A loaded white-box model (raw, no chat conditioning), loaded once per spec and options."""
+        from blackbox_audit.adapters import load_target
+
+        opts = {k: options[k] for k in LOCAL_BASE_OPTIONS if k in options}
+        key = (spec, tuple(sorted(opts.items())))
+        if key not in self.bases:
+            _say(f"      loading {spec}")
+            self.bases[key] = load_target(spec, progress=self.progress, **opts)
+        return self.bases[key]
+
+    def emulator(self, t: TargetSpec) -> Any:
+        from blackbox_audit.adapters import is_api_spec
+        from blackbox_audit.fixtures.emulator import start_emulator
+
+        if t.name in self.emulators:
+            return self.emulators[t.name]
+        e = t.emulate or {}
+        backend_name = e["emulate"]
+        if backend_name in self.spec.targets:
+            b = self.spec.targets[backend_name]
+            if b.spec is None or is_api_spec(b.spec):
+                raise UserError(f"target '{t.name}' emulates '{backend_name}', which is not a local model", "")
+            backend = self.local_base(b.spec, b.options)
+        elif is_api_spec(backend_name):
+            raise UserError(f"target '{t.name}' emulates {backend_name}, which is not a local model", "")
+        else:
+            backend = self.local_base(backend_name, {})
+        try:
+            emu = start_emulator(
+                backend, e.get("profile", "openai-chat"), model=e.get("model"), port=e.get("port", 0),
+                noise=float(e.get("noise", 0.0)), seed=e.get("seed", 0),
+            )  # fmt: skip
+        except OSError as exc:
+            raise UserError(
+                f"cannot start the emulator of target '{t.name}' on port {e.get('port')}: {exc.strerror}",
+                "free that port or change port = ... in the spec (a rerun hits the cache only on the same port)",
+            ) from None
+        _say(f"      emulator '{t.name}' ({emu.profile.name}) serving {backend.name} at {emu.base_url}")
+        self.emulators[t.name] = emu
+        return emu
+
+    def target(self, name: str) -> Any:
+        from blackbox_audit.adapters import is_api_spec, load_target
+        from blackbox_audit.adapters.chat_templates import chat_conditioning
+        from blackbox_audit.cache import CachedTarget
+
+        if name in self.targets:
+            return self.targets[name]
+        t = self.spec.targets[name]
+        if t.emulate is not None or is_api_spec(t.spec or ""):
+            spec = t.spec
+            if t.emulate is not None:
+                emu = self.emulator(t)
+                spec = f"compat:{emu.base_url}#{emu.model}"
+            _say(f"      loading {spec} (probe answers come from the cache when known)")
+            opts = {**t.options, "engine_options": self.engine_options}
+            if self.cache is not None:
+                opts["cache"] = self.cache
+            target = load_target(str(spec), **opts)
+        else:
+            base = self.local_base(str(t.spec), t.options)
+            chat = chat_conditioning(*(t.options.get(k) for k in CHAT_OPTIONS))
+            target = base.with_chat(chat) if chat is not None else base
+        self.targets[name] = CachedTarget(target, self.cache)
+        return self.targets[name]
+
+    # ---- steps
+    def inputs(self, step: StepSpec) -> Any:
+        from blackbox_audit.methods.base import AuditInputs, ScoredSet
+        from blackbox_audit.results import read_result
+
+        scored = {}
+        for role, name in step.scored.items():
+            res = read_result(self.folders[name])
+            scored[role] = ScoredSet(ids=res.ids, scores=res.scores, labels=res.labels, path=str(self.folders[name]))
+        return AuditInputs(
+            data=self.dataset(step.data) if step.data else None,
+            target=self.target(step.target) if step.target else None,
+            reference=self.target(step.reference) if step.reference else None,
+            sets={role: self.dataset(n) for role, n in step.sets.items()},
+            targets={role: self.target(n) for role, n in step.targets.items()},
+            scored=scored,
+            progress=self.progress,
+        )
+
+    def run_step(self, step: StepSpec) -> Any:
+        from blackbox_audit.methods import METHODS
+        from blackbox_audit.reports import RunRecorder
+        from blackbox_audit.results import print_result, write_result
+
+        method = METHODS[step.method](step.config)
+        recorder = RunRecorder(f"audit {step.name}", {"spec": str(self.spec.path), "step": step.name})
+        inputs = self.inputs(step)
+        result = method.run(inputs)
+        folder = self.out_dir / step.name
+        extra: dict[str, Any] = {"audit_step": {"name": step.name, "spec": str(self.spec.path), "index": step.index}}
+        if inputs.targets:
+            extra["targets"] = {role: t.describe() for role, t in inputs.targets.items()}
+        paths = write_result(result, folder, recorder=recorder, target=inputs.target, extra=extra)
+        self.folders[step.name] = folder
+        print_result(result, paths)
+        return result
+
+    def ledger(self) -> dict[str, Any]:
+        """Per target: description, cache statistics and (API) the engine's ledger."""
+        out: dict[str, Any] = {}
+        for name, t in self.targets.items():
+            entry: dict[str, Any] = {"target": t.name, "fingerprint": t.fingerprint(), "cache": dict(t.stats)}
+            usage = getattr(t, "usage", None)
+            if getattr(t, "engine", None) is not None and callable(usage):
+                entry["usage"] = usage()
+            out[name] = entry
+        return out
+
+
+def run_audit(path: str | Path, *, out: str | None = None, cache_dir: str | None = None, progress: bool = True) -> Path:
+    """Run every step of the spec at ``path``; returns the report folder (``out``/``cache_dir``
+    override the spec's)."""
+    from blackbox_audit.reports import RunRecorder, check_out_dir
+
+    spec = load_spec(path)  # every config is validated before any model is loaded
+    if cache_dir is not None:
+        spec.audit["cache_dir"] = cache_dir
+    out_dir = check_out_dir(out or spec.out)
+    recorder = RunRecorder("audit", {"spec": str(spec.path), "out": str(out_dir)})
+    run = AuditRun(spec, out_dir, progress=progress)
+    run.open()
+    try:
+        for i, step in enumerate(spec.steps, 1):
+            _say(f"[{i}/{len(spec.steps)}] {step.name}: {step.method}")
+            run.run_step(step)
+        ledger = run.ledger()
+        sent = sum(e.get("usage", {}).get("requests_sent", 0) for e in ledger.values())
+        extra = {
+            "spec": {"path": str(spec.path), "text": spec.text},
+            "steps": [{"name": s.name, "method": s.method, "folder": s.name} for s in spec.steps],
+            "targets": ledger,
+            "budget": run.engine_options["budget"].to_json(),
+            "requests_sent": sent,
+            "emulators": {n: e.stats() for n, e in run.emulators.items()},
+        }
+        recorder.finish(out_dir, extra=extra)
+    finally:
+        run.close()
+    if spec.audit.get("report", True):
+        from blackbox_audit.report_html import write_report
+
+        report = write_report(out_dir)
+        print(f"report: {report}")
+    served = sum(e["requests"] for e in extra["emulators"].values())
+    print(f"-> {out_dir}: {len(spec.steps)} step folder(s), run.json; {sent} API request(s) sent this run", end="")
+    print(f" ({served} served by the audit's emulators)" if run.emulators else "")
+    return out_dir
+
+
+def plan_audit(path: str | Path, *, cache_dir: str | None = None, echo: Callable[[str], None] = print) -> int:
+    """``--dry-run``: each step's calls priced on its targets' planning views; nothing is loaded or sent
+    (local models are loaded only to count tokens)."""
+    from blackbox_audit.adapters import is_api_spec, planning_view
+    from blackbox_audit.cache import open_cache
+    from blackbox_audit.methods import METHODS
+    from blackbox_audit.methods.base import AuditInputs, ScoredSet
+    from blackbox_audit.planning import price_plan
+
+    spec = load_spec(path)
+    run = AuditRun(spec, spec.out, progress=False)
+    cache = None if spec.audit.get("no_cache") else open_cache(cache_dir or spec.audit.get("cache_dir"))
+    views: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        pricing = spec.audit.get("pricing")
+        if spec.prices:  # the planners read prices from a file: the spec's [prices] over its pricing file
+            base = json.loads(Path(pricing).read_text()) if pricing else {}
+            models = {**(base.get("models", base) if isinstance(base, dict) else {}), **spec.prices}
+            pricing = str(Path(tmp) / "prices.json")
+            Path(pricing).write_text(json.dumps({"models": models}))
+
+        def view(name: str) -> Any:
+            if name not in views:
+                t = spec.targets[name]
+                if t.emulate is not None:
+                    e = t.emulate
+                    model = e.get("model") or "emu-" + e["profile"]
+                    target_spec = f"compat:http://127.0.0.1:{e.get('port', 0)}/v1#{model}"
+                else:
+                    target_spec = str(t.spec)
+                if is_api_spec(target_spec):
+                    keep = ("tokenizer", "api", "system", "user_template")
+                else:
+                    keep = LOCAL_BASE_OPTIONS
+                opts = {k: v for k, v in t.options.items() if k in keep}
+                views[name] = planning_view(target_spec, cache=cache, pricing=pricing, **opts)
+            return views[name]
+
+        try:
+            for step in spec.steps:
+                method = METHODS[step.method](step.config)
+                inputs = AuditInputs(
+                    data=run.dataset(step.data) if step.data else None,
+                    sets={r: run.dataset(n) for r, n in step.sets.items()},
+                    scored={r: ScoredSet(ids=[], scores={}, path=f"step {n}") for r, n in step.scored.items()},
+                )
+                plan = method.plan(inputs)
+                names = [step.target] if step.target else list(step.targets.values())
+                echo(f"step {step.name} ({step.method}):")
+                if not plan.calls and not plan.items:
+                    echo("  no target calls")
+                    continue
+                for name in names:
+                    echo(f"  target {name}:")
+                    echo("  " + price_plan(plan, view(name)).format().replace("\n", "\n  "))
+        finally:
+            if cache is not None:
+                cache.close()
+    return 0

@@ -1,0 +1,219 @@
+"""``blackbox-audit audit SPEC.toml``: spec errors name key and line; any registered method runs
+from a spec and shows in the report; the shipped example runs offline and its rerun sends 0 requests."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from blackbox_audit.auditspec import load_spec
+from blackbox_audit.cli import main
+from blackbox_audit.errors import UserError
+from blackbox_audit.methods.base import METHODS, Method, MethodConfig, Needs, Verdict, register_method
+
+DATA = [
+    "The committee met on Tuesday to discuss the new budget.",
+    "A small boat drifted slowly across the quiet harbour.",
+    "Prices of grain rose sharply after the long dry summer.",
+    "She wrote three letters before the evening train left.",
+    "The old bridge was closed for repairs during the winter.",
+    "Children played in the park until the lights came on.",
+    "Our nation faces questions that no single law can answer.",
+    "The river flooded the lower fields twice in one spring.",
+]
+
+
+@pytest.fixture()
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "d.jsonl").write_text(
+        "".join(json.dumps({"text": t, "label": i % 2}) + "\n" for i, t in enumerate(DATA))
+    )
+    return tmp_path
+
+
+def write(dirpath: Path, text: str) -> Path:
+    path = dirpath / "spec.toml"
+    path.write_text(text)
+    return path
+
+
+BASE = """\
+[audit]
+out = "runs/x"
+
+[targets.m]
+spec = "smollm2"
+
+[data.d]
+path = "d.jsonl"
+
+[[steps]]
+method = "score"
+target = "m"
+data = "d"
+scores = ["loss"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("edit", "message", "line"),
+    [
+        (('scores = ["loss"]', 'scores = ["loss"]\nalpah = 0.1'), "unknown option 'alpah'", 15),
+        (('scores = ["loss"]', 'scores = "loss"'), "option 'scores'.*must be a list", 14),
+        (('method = "score"', 'method = "scroe"'), "unknown method 'scroe'", 11),
+        (('target = "m"', 'target = "n"'), "target 'n' is not defined", 12),
+        (('path = "d.jsonl"', 'path = "nope.jsonl"'), "does not exist", 8),
+        (('out = "runs/x"', 'out = "runs/x"\nbudget = 3'), "unknown key 'budget' in \\[audit\\]", 3),
+        (('spec = "smollm2"', 'spec = "smollm2"\nchta = "chatml"'), "unknown option 'chta' for target 'm'", 6),
+        (('spec = "smollm2"', 'spec = "smolm2"'), "unknown target 'smolm2'", 5),
+        (("[data.d]", "[data.d]\nlabel = 3"), "label must be 0 or 1", 8),
+        (('scores = ["loss"]', 'scores = ["loss", "nope"]'), "unknown score 'nope'", 10),
+        (("[[steps]]", '[[steps]]\nmethod = "ptdi"\nalpha = 1.5\n[[steps]]'), "alpha must be strictly between", 10),
+        (('out = "runs/x"', 'out = "runs/x'), "not valid TOML.*line 2", None),
+    ],
+)
+def test_spec_errors_name_the_key_and_its_line(workdir: Path, edit, message: str, line: int | None) -> None:
+    old, new = edit
+    path = write(workdir, BASE.replace(old, new, 1))
+    with pytest.raises(UserError, match=message) as err:
+        load_spec(path)
+    if line is not None:
+        assert f"spec.toml line {line}" in str(err.value), str(err.value)
+
+
+def test_cli_prints_a_spec_error_as_one_line(workdir: Path, capsys) -> None:
+    path = write(workdir, BASE.replace('scores = ["loss"]', 'scores = ["loss"]\nalpah = 0.1'))
+    assert main(["audit", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "spec.toml line 15" in err and "valid options" in err
+
+
+@dataclass(frozen=True)
+class EchoConfig(MethodConfig):
+    factor: float = 2.0
+
+
+class EchoLength(Method):
+    """A method 'added later': scores = token count x factor; a p-value per text and a verdict."""
+
+    name, title, config_class = "echo_length", "a test method registered after the audit code was written", EchoConfig
+    outputs = {"echo.json": "a test extra"}
+
+    def needs(self) -> Needs:
+        return Needs(capabilities=("conditional",))
+
+    def run(self, inputs):
+        self.check(inputs)
+        n = np.array([len(inputs.target.tokenize(t)) for t in inputs.texts], dtype=float)
+        return self.new_result(
+            inputs,
+            scores={"length": n * self.config.factor},
+            fields={"p_value": list(np.linspace(0.001, 0.9, len(n)))},
+            verdict=Verdict("inconclusive", "echo of lengths", p_value=0.5, alpha=0.05),
+            extras={"echo.json": {"factor": self.config.factor}},
+        )
+
+
+@pytest.fixture()
+def echo_method():
+    register_method(EchoLength)
+    yield EchoLength
+    METHODS.pop("echo_length", None)
+
+
+def test_a_method_registered_later_runs_from_a_spec_and_shows_in_the_report(
+    workdir: Path, tiny_lm_dir: Path, echo_method, capsys
+) -> None:
+    spec = f"""\
+[audit]
+out = "{workdir / "out"}"
+
+[targets.tiny]
+spec = "hf:{tiny_lm_dir}"
+
+[data.d]
+path = "d.jsonl"
+rows = [0, 6]
+
+[data.cal]
+path = "d.jsonl"
+rows = [2, 8]
+label = 0
+
+[[steps]]
+method = "echo_length"
+target = "tiny"
+data = "d"
+factor = 3
+
+[[steps]]
+method = "score"
+name = "scores"
+target = "tiny"
+data = "d"
+scores = ["loss", "min_k"]
+
+[[steps]]
+method = "ptdi"
+target = "tiny"
+scored = {{ test = "scores" }}
+sets = {{ calibration = "cal" }}
+score = "loss"
+"""
+    path = write(workdir, spec)
+    with pytest.raises(UserError, match=r"option 'factor' \(spec.toml line 20\) must be float"):
+        load_spec(write(workdir, spec.replace("factor = 3", 'factor = "x"')))
+    path = write(workdir, spec)
+    assert main(["audit", str(path), "--cache-dir", str(workdir / "cache"), "--no-progress"]) == 0
+    out = workdir / "out"
+    assert {p.name for p in out.iterdir()} >= {"echo_length", "scores", "ptdi", "run.json", "report.html"}
+    echo = json.loads((out / "echo_length" / "run.json").read_text())
+    assert echo["config"] == {"factor": 3.0} and echo["method"] == "echo_length"
+    assert json.loads((out / "echo_length" / "echo.json").read_text()) == {"factor": 3.0}
+    ptdi = json.loads((out / "ptdi" / "verdict.json").read_text())
+    assert ptdi["details"]["n_test"] == 6 and ptdi["details"]["n_calibration"] == 3
+    html = (out / "report.html").read_text()
+    assert "a test method registered after the audit code was written" in html and 'id="echo_length"' in html
+    assert html.count('data-kind="roc"') == 3 and html.count('data-kind="pvalues"') == 2  # echo, scores, ptdi
+    run = json.loads((out / "run.json").read_text())
+    assert [s["name"] for s in run["steps"]] == ["echo_length", "scores", "ptdi"]
+    assert run["spec"]["text"] == spec and run["git"]["commit"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_the_example_spec_runs_offline_and_its_rerun_sends_nothing(repo_root: Path, tmp_path: Path, capsys) -> None:
+    """examples/audit.toml as shipped, except its emulator port (a free one, so parallel runs on
+    one machine do not collide) and its data paths made absolute (the copy lives in tmp_path);
+    the output and cache folders are given on the command line."""
+    text = (repo_root / "examples" / "audit.toml").read_text()
+    assert len(re.findall(r"^port = \d+$", text, re.M)) == 1
+    text = re.sub(r"^port = \d+$", f"port = {free_port()}", text, flags=re.M)
+    text = text.replace('path = "../', f'path = "{repo_root}/')
+    spec = write(tmp_path, text)
+    argv = ["audit", str(spec), "--out", str(tmp_path / "a"), "--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    assert main(argv) == 0
+    first = json.loads((tmp_path / "a" / "run.json").read_text())
+    assert first["requests_sent"] > 0 and first["emulators"]["api"]["requests"] > 0
+    cmp = json.loads((tmp_path / "a" / "white-box-vs-api" / "verdict.json").read_text())
+    assert cmp["decision"] == "agree", cmp
+    assert (tmp_path / "a" / "report.html").stat().st_size > 10_000
+    argv[3] = str(tmp_path / "b")
+    assert main(argv) == 0
+    second = json.loads((tmp_path / "b" / "run.json").read_text())
+    assert second["requests_sent"] == 0 and second["emulators"]["api"]["requests"] == 0  # nothing reached the server
+    for step in ("score", "ptdi", "em_mia", "white-box-vs-api"):
+        assert (tmp_path / "a" / step / "scores.jsonl").read_text() == (
+            tmp_path / "b" / step / "scores.jsonl"
+        ).read_text()
