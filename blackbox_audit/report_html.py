@@ -498,12 +498,38 @@ def _run_section(top: Mapping[str, Any]) -> str:
         out.append(
             _table(["target", "spec", "fingerprint", "requests sent", "from cache", "billed tokens", "cost"], rows)
         )
-    for key, title in (("table", "Summary table"),):
-        if isinstance(top.get(key), list) and top[key]:
-            rows = [
-                [_e(r.get("method")), _num(r.get("auc")), _num(r.get("tpr5")), _e(r.get("note", ""))] for r in top[key]
-            ]
-            out.append(f"<h3>{title}</h3>" + _table(["method", "AUC", "TPR@5%FPR", "note"], rows))
+    if isinstance(top.get("table"), list) and top["table"]:
+        rows = [
+            [_e(r.get("method")), _num(r.get("auc")), _num(r.get("tpr5")), _e(r.get("note", ""))] for r in top["table"]
+        ]
+        out.append("<h3>Summary table</h3>" + _table(["method", "AUC", "TPR@5%FPR", "note"], rows))
+    side = top.get("side_by_side")
+    if isinstance(side, list) and side:
+        sample = top.get("api_sample") or {}
+        out.append(
+            f'<h3>White-box vs API, side by side</h3><p class="muted">On a sample of {_e(sample.get("texts"))} '
+            f"texts ({_e(sample.get('members'))} members): AUCs on so few texts are noisy. 'chat' scores each token "
+            "in the chat turn the API conditions on (the comparable white-box number).</p>"
+        )
+        head = [
+            "score",
+            "AUC white-box (all texts)",
+            "AUC white-box (sample)",
+            "AUC white-box chat",
+            "AUC API",
+            "Spearman",
+        ]
+        keys = ["auc_whitebox_all", "auc_whitebox_sample", "auc_whitebox_chat_sample", "auc_api_sample"]
+        rows = [
+            [_e(r.get("score")), *(_num(r.get(k)) for k in keys), _num(r.get("spearman_chat_vs_api"))] for r in side
+        ]
+        out.append(_table(head, rows))
+    api = top.get("api")
+    if isinstance(api, Mapping) and api.get("probe_evidence"):
+        evidence = "\n".join(map(str, api["probe_evidence"]))
+        out.append(
+            f"<details><summary>Probe evidence of {_e(api.get('target'))}</summary><pre>{_e(evidence)}</pre></details>"
+        )
     for note in top.get("notes") or []:
         out.append(f'<p class="muted">note: {_e(note)}</p>')
     spec = top.get("spec")

@@ -7,9 +7,18 @@ chosen in advance, and prints one compact table (AUC, TPR at 5% FPR). On a canar
 baseline must sit near 0.5 while the model scores rise above it; that contrast is the point of
 the demo.
 
+Then the API path: the same canary is served by the provider emulator with OpenAI chat
+semantics (top-20 logprobs, ``logit_bias`` moves only the argmax), probed (its evidence is
+printed), and a small labelled sample (``--api-sample``, default 8 texts: recovering
+logprobs through a chat API costs several requests per token) is scored through it with the
+recovery ladder and compared (``compare``) with the white-box model under the same chat
+conditioning: a side-by-side table of AUCs, per-token |delta| against the stated error bounds,
+requests per token and what those requests would cost at a named model's published price
+(``--price-as``). Last, ``OUT/report.html`` is drawn from the result folders.
+
 Each method's result goes through the one result writer into its own folder (``OUT/score``,
-``OUT/ptdi``, ``OUT/ptdi-vanilla``); ``OUT/run.json`` records the canary, the table and the
-notes. The demo is a list of steps (``STEPS``); each takes the shared ``DemoRun``.
+``OUT/ptdi``, ``OUT/ptdi-vanilla``, ``OUT/api-compare``); ``OUT/run.json`` records the canary, the
+tables and the notes. The demo is a list of steps (``STEPS``); each takes the shared ``DemoRun``.
 """
 
 from __future__ import annotations
@@ -45,6 +54,9 @@ class DemoRun:
     rows: list[Row] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    emulator: Any = None  # the provider emulator serving the canary (API steps)
+    api: Any = None  # CachedTarget over the emulated API
+    side_by_side: list[Row] = field(default_factory=list)
 
     def run_method(self, folder: str, method: Method, inputs: AuditInputs) -> MethodResult:
         """Run ``method`` and write its result into ``OUT/folder`` with the one result writer."""
@@ -185,11 +197,118 @@ def _step_ptdi(run: DemoRun) -> None:
         )
 
 
+API_SCORES = ("loss", "zlib", "min_k")  # scores an API with logprobs can serve (no full distribution)
+
+
+def _step_api(run: DemoRun) -> None:
+    """Serve the canary through the provider emulator (OpenAI chat semantics) and probe it.
+
+    A fixed port (``--api-port``) keeps the API target's identity, so a rerun is answered from
+    the cache; when the port is taken, any free port is used and the rerun pays again.
+    """
+    from blackbox_audit.adapters import load_target
+    from blackbox_audit.cache import CachedTarget
+    from blackbox_audit.fixtures.emulator import start_emulator
+
+    if run.args.api_sample == 0:
+        run.notes.append("API steps skipped (--api-sample 0)")
+        return
+    backend = run.target.inner  # the white-box canary model
+    try:
+        run.emulator = start_emulator(backend, run.args.api_profile, port=run.args.api_port)
+    except OSError:
+        run.emulator = start_emulator(backend, run.args.api_profile, port=0)
+        run.notes.append(
+            f"port {run.args.api_port} was taken: the API answers of this run are cached under another URL"
+        )
+    emu = run.emulator
+    print(f"      emulator ({emu.profile.name}) serving the canary at {emu.base_url}", file=sys.stderr)
+    api = load_target(emu.target_spec, tokenizer=str(run.canary.model_dir), cache=run.cache)
+    run.api = CachedTarget(api, run.cache)
+    print("      probe evidence (what the endpoint was seen to do):", file=sys.stderr)
+    for line in api.probe_evidence:
+        print(f"        {line}", file=sys.stderr)
+    sem = api.sem
+    run.extra["api"] = {"target": api.name, "profile": emu.profile.name, "probe_evidence": api.probe_evidence}
+    if sem is not None:
+        run.extra["api"]["semantics"] = sem.to_json()
+
+
+def api_sample(data: Dataset, n: int, seed: int) -> Dataset:
+    """``n`` texts, half members and half non-members, drawn with ``seed`` (file order kept)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    pick: list[int] = []
+    for label, k in ((1, n - n // 2), (0, n // 2)):
+        idx = [i for i, smp in enumerate(data.samples) if smp.label == label]
+        pick += rng.choice(idx, size=min(k, len(idx)), replace=False).tolist()
+    return Dataset([data.samples[i] for i in sorted(pick)], path=data.path)
+
+
+def _step_compare(run: DemoRun) -> None:
+    """Recovered logprobs and the same scores through the API, compared with the white-box model
+    under the same chat conditioning (``compare``)."""
+    from blackbox_audit.adapters.chat_templates import ChatConditioning
+    from blackbox_audit.cache import CachedTarget
+    from blackbox_audit.methods.compare import Compare, CompareConfig
+    from blackbox_audit.results import write_result
+
+    if run.api is None:
+        return
+    assert run.data is not None
+    sample = api_sample(run.data, run.args.api_sample, run.args.seed)
+    members = sum(s.label == 1 for s in sample.samples)
+    print(
+        f"      a small sample: {len(sample)} texts ({members} members), through the recovery ladder",
+        file=sys.stderr,
+    )
+    chat = CachedTarget(run.target.inner.with_chat(ChatConditioning("chatml")), run.cache)
+    method = Compare(CompareConfig(scores=API_SCORES, price_as=run.args.price_as))
+    inputs = AuditInputs(data=sample, targets={"a": chat, "b": run.api})
+    result = method.run(inputs)
+    extra = {"targets": {"a": chat.describe(), "b": run.api.describe()}}
+    write_result(result, run.out_dir / "api-compare", target=run.api, extra=extra)
+    run.results["api-compare"] = result
+    run.side_by_side = side_by_side_rows(run.results["score"], result)
+    run.extra["side_by_side"] = run.side_by_side
+    run.extra["api_sample"] = {"texts": len(sample), "members": members, "ids": sample.ids}
+    run.notes += result.warnings
+
+
+def side_by_side_rows(score: MethodResult, cmp: MethodResult) -> list[Row]:
+    """Per score: AUC white-box (all texts, and the API sample), white-box with chat
+    conditioning and API on the sample, and Spearman between the last two."""
+    from blackbox_audit.results import evaluation_metrics
+
+    pos = {sid: i for i, sid in enumerate(score.ids)}
+    rows_idx = [pos[sid] for sid in cmp.ids]
+    plain = {k: v[rows_idx] for k, v in score.scores.items() if k in API_SCORES}
+    plain_metrics = evaluation_metrics(plain, cmp.labels) or {}
+    agreement = cmp.extras["compare.json"]["scores"]
+    rows = []
+    for name in API_SCORES:
+        auc = lambda m, k: (m.get(k) or {}).get("auc")  # noqa: E731
+        rows.append(
+            {
+                "score": name,
+                "auc_whitebox_all": auc(score.metrics, name),
+                "auc_whitebox_sample": auc(plain_metrics, name),
+                "auc_whitebox_chat_sample": auc(cmp.metrics, f"{name}@a"),
+                "auc_api_sample": auc(cmp.metrics, f"{name}@b"),
+                "spearman_chat_vs_api": agreement[name]["spearman"],
+            }
+        )
+    return rows
+
+
 #: (title, step). A step that needs an optional module that is missing is skipped with a note.
 STEPS: list[tuple[str, Callable[[DemoRun], None]]] = [
     ("build or reuse the canary", _step_canary),
     ("white-box membership scores and the blind baseline", _step_scores),
     ("PTDI set selection", _step_ptdi),
+    ("serve the canary through the provider emulator (OpenAI chat semantics) and probe it", _step_api),
+    ("recovered logprobs and the same scores through the API, beside the white-box model", _step_compare),
 ]
 
 
@@ -206,6 +325,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--alpha", type=float, default=0.1, help="PTDI target FDR (default: 0.1)")
     p.add_argument("--ptdi-score", default="min_k", help="score PTDI selects on (default: min_k)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the logprob cache")
+    a = p.add_argument_group("the API path (the canary behind the provider emulator)")
+    a.add_argument(
+        "--api-sample",
+        type=int,
+        default=8,
+        help="texts scored through the emulated API, half members (default 8; 0 skips the API steps)",
+    )
+    a.add_argument("--api-profile", default="openai-chat", help="emulator profile (default: openai-chat)")
+    a.add_argument(
+        "--api-port", type=int, default=18766, help="emulator port (default 18766; fixed so reruns hit the cache)"
+    )
+    a.add_argument(
+        "--price-as",
+        default="gpt-4o-mini",
+        help="price the API requests at this model's published price (default: gpt-4o-mini)",
+    )
     p.set_defaults(func=run_demo)
 
 
@@ -218,11 +353,64 @@ def print_table(rows: list[Row]) -> None:
         print(f"{r['method']:<{width}}  {auc:>6}  {tpr:>9}  {r['note']}")
 
 
+def print_side_by_side(run: DemoRun) -> None:
+    cmp = run.results.get("api-compare")
+    if cmp is None or not run.side_by_side:
+        return
+    summary = cmp.extras["compare.json"]
+    tokens, b = summary["tokens"], summary["sides"]["b"]
+    sample = run.extra.get("api_sample", {})
+    print()
+    print(
+        f"white-box vs API (emulated {run.extra['api']['profile']}), on a small sample of {sample.get('texts')} texts "
+        f"({sample.get('members')} members): AUCs on so few texts are noisy"
+    )
+    f = lambda x: "" if x is None else f"{x:.3f}"  # noqa: E731
+    print(f"{'score':<7} {'AUC wb (all)':>12} {'AUC wb':>7} {'AUC wb chat':>11} {'AUC API':>8} {'spearman':>8}")
+    for r in run.side_by_side:
+        print(
+            f"{r['score']:<7} {f(r['auc_whitebox_all']):>12} {f(r['auc_whitebox_sample']):>7} "
+            f"{f(r['auc_whitebox_chat_sample']):>11} {f(r['auc_api_sample']):>8} {f(r['spearman_chat_vs_api']):>8}"
+        )
+    print(
+        "  (wb = white-box; 'wb chat' scores each token in the same chat turn the API conditions on, "
+        "the comparable white-box number)"
+    )
+    rungs = ", ".join(
+        f"{k} {v['positions']} (max {v['max_abs_delta']:.2g}, {v['requests'] / v['positions']:.1f} req/pos)"
+        for k, v in tokens["by_rung"].items()
+        if v["max_abs_delta"] is not None and v["requests"] is not None
+    )
+    print(
+        f"per-token |delta| API vs white-box chat: max {tokens['max_abs_delta']:.3g}, mean "
+        f"{tokens['mean_abs_delta']:.3g} nats; {tokens['beyond_bound']} of {tokens['positions']} positions beyond "
+        f"their stated error bounds; by rung: {rungs}"
+    )
+    run_ = b["this_run"]
+    print(
+        f"requests per token: {b['requests_per_position']:.2f} ({b['requests']} for {b['positions']} positions; "
+        f"sent this run {run_['requests_sent']}, from the cache {run_['cache_hits']})"
+    )
+    price = b.get("price_as")
+    if price:
+        per_text = price["usd"] / max(1, sample.get("texts") or 1)
+        print(
+            f"at {price['model']}'s published price these requests would cost ${price['usd']:.4f} "
+            f"(~${per_text * 1000:.2f} per 1000 texts of this length; the emulator itself charges nothing)"
+        )
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from blackbox_audit.reports import RunRecorder
 
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha {args.alpha} is not a level in (0, 1)", "use e.g. --alpha 0.1")
+    if args.api_sample < 0 or args.api_sample == 1:
+        raise UserError(f"--api-sample {args.api_sample} cannot hold a member and a non-member", "use 0 or >= 2")
+    if args.price_as:
+        from blackbox_audit.methods.compare import CompareConfig
+
+        CompareConfig(price_as=args.price_as).validate()  # an unknown model fails before any work
     recorder = RunRecorder("demo", args)
     run = DemoRun(args=args, out_dir=prepare_out_dir(args.out))
     try:
@@ -236,13 +424,19 @@ def run_demo(args: argparse.Namespace) -> int:
                     raise  # a missing third-party package is a real error, not an optional step
                 run.notes.append(f"{title} skipped: {exc.name} is not available")
             print(f"      done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-        run.extra.update(table=run.rows, notes=run.notes, results=sorted(run.results))
+        run.extra.update(table=run.rows, notes=run.notes, results=list(run.results))
         recorder.finish(run.out_dir, target=run.target, extra=run.extra)
     finally:
-        if run.target is not None:
-            run.target.close()
+        for t in (run.api, run.target):
+            if t is not None:
+                t.close()
+        if run.emulator is not None:
+            run.emulator.close()
         if run.cache is not None:
             run.cache.close()
+    from blackbox_audit.report_html import write_report
+
+    report = write_report(run.out_dir)
 
     print()
     print_table(run.rows)
@@ -251,9 +445,11 @@ def run_demo(args: argparse.Namespace) -> int:
     model = [r["auc"] for r in run.rows if r["note"] == "white-box" and r["auc"] is not None]
     if blind is not None and model:
         print(f"best model score AUC {max(model):.3f} vs blind baseline {blind:.3f}")
+    print_side_by_side(run)
     for note in run.notes:
         print(f"note: {note}")
     folders = ", ".join(f"{f}/" for f in run.results)
     print(f"-> {run.out_dir}: run.json and one folder per method ({folders})")
     print(f"   canary (model + data) in {run.canary.path}")
+    print(f"   report: {report}")
     return 0
