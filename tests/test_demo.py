@@ -21,7 +21,7 @@ def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     metrics = json.loads((out / "score" / "metrics.json").read_text())
     for name in ("loss", "zlib", "min_k", "min_k_pp", "blind"):
         assert 0.0 <= metrics[name]["auc"] <= 1.0 and metrics[name]["n"] == 60, name
-    assert "recall" not in metrics and "pac" not in metrics  # left out on the tiny canary (see demo.py)
+    assert not {"recall", "pac", "samia"} & set(metrics)  # left out on the tiny canary (see demo.py)
     assert any("recall" in note for note in run_notes(out))
     ptdi = json.loads((out / "ptdi" / "verdict.json").read_text())["details"]
     assert ptdi["n_calibration"] == 20 and ptdi["n_test"] == 60 and ptdi["method"] == "subtraction"
@@ -40,6 +40,17 @@ def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     card = run["canary"]["card"]
     assert run["command"] == "demo" and card["sizes"]["members"] == 30
     assert card["build_id"] == Path(run["canary"]["path"]).name  # survives run.json's redaction
+
+    # the API path: the canary behind the openai-chat emulator, compared with white-box chat conditioning
+    assert "probe evidence" in captured.err and run["api"]["probe_evidence"]
+    assert "white-box vs API" in table and "requests per token" in table and "gpt-4o-mini" in table
+    cmp = json.loads((out / "api-compare" / "compare.json").read_text())
+    assert cmp["tokens"]["positions"] > 0 and cmp["tokens"]["beyond_bound"] == 0, cmp["tokens"]
+    assert cmp["sides"]["b"]["requests"] > 0
+    assert [r["score"] for r in run["side_by_side"]] == ["loss", "zlib", "min_k"]
+    assert run["api_sample"]["texts"] == 8 and run["api_sample"]["members"] == 4
+    report = out / "report.html"
+    assert f"report: {report}" in table and "White-box vs API, side by side" in report.read_text()
 
 
 def run_notes(out: Path) -> list[str]:

@@ -94,7 +94,10 @@ def canary_score_params(canary: Any) -> dict[str, dict[str, Any]]:
 
 
 #: Scores the demo leaves out unless named with --scores, and why (it must stay a few minutes).
-SLOW_SCORES = {"pac": "5 augmented copies per text make it ~6x slower than all other scores; add --scores"}
+SLOW_SCORES = {
+    "pac": "5 augmented copies per text make it ~6x slower than all other scores; add --scores",
+    "samia": "10 sampled continuations of up to 128 tokens per text (generation, not one forward pass); add --scores",
+}
 #: ... and, on the tiny canary only: it is trained on single paragraphs (<= ~170 positions), so a
 #: ~500-token prefix puts the text at positions it never learned; measured AUC 0.64 vs loss 0.66
 #: on the default canary while doubling the demo's scoring time.
