@@ -56,6 +56,11 @@ def test_full_distribution_and_conditional_under_chat(tiny_target, chat_target) 
     ids = tiny_target.tokenize(TEXTS[0])
     ref = chat_target._chat_scored([(pre, ids)], full_distribution=False, progress=False)[0][0]
     assert cond.context_ids == tuple(pre) and np.allclose(cond.logprobs, ref, atol=1e-6)
+    # conditional_pairs (each text with its own prefix) keeps the chat rule too
+    pairs = chat_target.conditional_pairs([("Preamble text.", TEXTS[0]), ("Other words.", TEXTS[1])], progress=False)
+    assert np.allclose(pairs[0].logprobs, cond.logprobs, atol=1e-6) and pairs[0].meta["conditioning"] == "chat"
+    other = chat_target.conditional_logprobs("Other words.", TEXTS[1:], progress=False)[0]
+    assert np.allclose(pairs[1].logprobs, other.logprobs, atol=1e-6)
 
 
 def test_chat_is_part_of_the_fingerprint_and_shares_weights(tiny_target, chat_target) -> None:
