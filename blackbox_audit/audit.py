@@ -193,6 +193,8 @@ class AuditRun:
             targets={role: self.target(n) for role, n in step.targets.items()},
             scored=scored,
             progress=self.progress,
+            cache_dir=self.spec.audit.get("cache_dir"),  # methods' own artifacts (DI) share the audit's cache
+            no_cache=bool(self.spec.audit.get("no_cache")),
         )
 
     def run_step(self, step: StepSpec) -> Any:
