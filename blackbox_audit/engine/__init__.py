@@ -6,6 +6,10 @@ Contract (API adapters rely on it):
   stored under a content hash of (base_url, path, body) — never the API key — before it is
   returned, so an identical request is never sent twice, across methods, runs and processes
   (identical requests in flight at the same time are joined, not duplicated).
+- ``post_multipart`` (file uploads) is cached the same way, keyed by the files' content;
+  ``get_json`` (a job's status) goes through the same limits, retries and key hygiene but is
+  never cached. ``post_json(..., cost_usd=X)`` reserves ``X`` against ``--budget-usd`` for a
+  request billed otherwise than by tokens (creating a fine-tuning job).
 - Provider errors that retrying cannot fix raise ``ProviderError`` (status, code, provider
   message; ``refusal`` tells a refused request from a refused client); an unknown model raises
   ``UnknownModel`` with the server's model list. Retryable ones (429, 5xx, timeouts, garbled

@@ -65,6 +65,11 @@ class Budget:
         self.reserved_usd = max(0.0, self.reserved_usd - res.cost_usd)
         self.spent_usd += res.cost_usd if actual_cost_usd is None else actual_cost_usd
 
+    def adjust(self, delta_usd: float) -> None:
+        """Correct what was spent once the real bill is known (a fine-tuning job's trained tokens
+        replace the estimate reserved when it was created)."""
+        self.spent_usd = max(0.0, self.spent_usd + delta_usd)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "max_usd": self.max_usd,

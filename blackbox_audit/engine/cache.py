@@ -382,6 +382,13 @@ class AnswerStore:
             raise self.full from None
         self.kept += answer
 
+    def delete(self, key: str) -> None:
+        """Forget ``key`` (e.g. a failed fine-tuning job, so a re-run starts a new one)."""
+        try:
+            self._call(self.cache.pop if hasattr(self.cache, "pop") else self.cache.__delitem__, key, None)
+        except (KeyError, TypeError):
+            pass
+
     # ---- leases between processes
     def _lease(self, key: str) -> str:
         return "lease:" + key

@@ -48,8 +48,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = Tru
         "--pricing",
         default=None,
         metavar="FILE",
-        help='JSON {"models": {MODEL: {"prompt", "cached_prompt", "completion"}}} in USD per 1M tokens; '
-        "overrides the bundled table",
+        help='JSON {"models": {MODEL: {"prompt", "cached_prompt", "completion"}}} in USD per 1M tokens, plus '
+        '"training" (per 1M trained tokens) and "fine_tuned" {...} for fine-tunable models; overrides the '
+        "bundled table",
     )
 
 

@@ -7,6 +7,9 @@ against the wire format's typed models (``responses.py``) -> drop echoed headers
 store it (checksummed; a full disk stops the run, ``cache.py``) -> settle the reservation with
 billed usage -> return.
 
+Uploads (``post_multipart``) take the same path with a key over the files' content; GETs
+(``get_json``: a fine-tuning job's status) skip the cache and the lease, nothing else.
+
 Retryable failures (429 with Retry-After, 5xx, 408, timeouts, connection errors, garbled,
 incomplete or malformed answers) are retried by tenacity with jittered exponential backoff,
 ``--max-retries`` times. Other 4xx raise ``ProviderError`` with a message of their own (401: the
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import hashlib
 import json
 import logging
 import math
@@ -370,16 +374,85 @@ class RequestEngine:
         if self.store is not None:
             self.store.put(key, value, answer=False)
 
-    # --- the one public request method ---------------------------------------------------
+    def cached(self, path: str, body: dict[str, Any]) -> Any:
+        """The stored answer to ``body`` posted at ``path``, or None (nothing is sent)."""
+        return self.cache_get(request_key(self.base_url, path, body))
+
+    def remember(self, path: str, body: dict[str, Any], data: dict[str, Any]) -> None:
+        """Store ``data`` as the answer to ``body`` at ``path`` (e.g. a fine-tuning job found by
+        listing the account's jobs after a run died between sending and storing its answer)."""
+        self.cache_put(request_key(self.base_url, path, body), scrub_answer(data))
+
+    def forget(self, path: str, body: dict[str, Any]) -> None:
+        """Drop the stored answer to ``body`` at ``path`` (a failed job: a re-run asks anew)."""
+        if self.store is not None:
+            self.store.delete(request_key(self.base_url, path, body))
+
+    # --- the public request methods ------------------------------------------------------
     async def post_json(
-        self, path: str, body: dict[str, Any], *, validate: Callable[[dict[str, Any]], None] | None = None
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        validate: Callable[[dict[str, Any]], None] | None = None,
+        cost_usd: float | None = None,
     ) -> dict[str, Any]:
         """The provider's parsed JSON answer to ``body`` posted at ``path`` (cache first).
 
         ``validate(data)`` may raise ``ValueError`` to mark an answer as incomplete; it is then
-        retried like garbled JSON instead of being cached.
+        retried like garbled JSON instead of being cached. ``cost_usd`` replaces the token-based
+        price of the request (reserved against ``--budget-usd`` and kept as billed), for requests
+        billed otherwise, such as creating a fine-tuning job.
         """
         key = request_key(self.base_url, path, body)
+        return await self._cached_request(key, path, body, validate, cost_usd=cost_usd)
+
+    async def post_multipart(
+        self, path: str, *, fields: dict[str, str], files: dict[str, tuple[str, bytes, str]]
+    ) -> dict[str, Any]:
+        """A multipart/form-data POST (file uploads: ``files`` maps a field to (filename, content,
+        content type)), cache first like ``post_json``: the key hashes the fields and each file's
+        name, size and SHA-256, so an identical upload is never sent twice."""
+        described = {
+            "multipart": dict(fields),
+            "files": {
+                name: {"filename": fn, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "type": ct}
+                for name, (fn, data, ct) in files.items()
+            },
+        }
+
+        def send() -> Awaitable[httpx.Response]:
+            assert self._client is not None
+            return self._client.post(
+                self.base_url + path, data=fields, files=files, headers={**self._headers, **self._auth_headers()}
+            )
+
+        key = request_key(self.base_url, path, described)
+        return await self._cached_request(key, path, described, None, send=send)
+
+    async def get_json(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A GET whose answer changes over time (a job's status): never cached, otherwise like a
+        POST -- rate limits, retries with backoff, ``--max-requests``, typed answers, no key kept."""
+        self._ensure_loop()
+
+        def send() -> Awaitable[httpx.Response]:
+            assert self._client is not None
+            return self._client.get(
+                self.base_url + path, params=params, headers={**self._headers, **self._auth_headers()}
+            )
+
+        return await self._send_with_retries(None, path, dict(params or {}), None, send=send, method="GET")
+
+    async def _cached_request(
+        self,
+        key: str,
+        path: str,
+        body: dict[str, Any],
+        validate: Callable[[dict[str, Any]], None] | None,
+        *,
+        cost_usd: float | None = None,
+        send: Callable[[], Awaitable[httpx.Response]] | None = None,
+    ) -> dict[str, Any]:
         hit = self.cache_get(key)
         if hit is not None:
             self.stats.cache_hits += 1
@@ -400,7 +473,7 @@ class RequestEngine:
                 data = hit
             else:
                 try:
-                    data = await self._send_with_retries(key, path, body, validate)
+                    data = await self._send_with_retries(key, path, body, validate, cost_usd=cost_usd, send=send)
                 finally:
                     if self.store is not None:
                         self.store.release(key)
@@ -435,12 +508,25 @@ class RequestEngine:
             delay = min(delay * 1.5, 0.25)
 
     async def _send_with_retries(
-        self, key: str, path: str, body: dict[str, Any], validate: Callable[[dict[str, Any]], None] | None
+        self,
+        key: str | None,
+        path: str,
+        body: dict[str, Any],
+        validate: Callable[[dict[str, Any]], None] | None,
+        *,
+        cost_usd: float | None = None,
+        send: Callable[[], Awaitable[httpx.Response]] | None = None,
+        method: str = "POST",
     ) -> dict[str, Any]:
+        """Send with retries; ``key`` None = do not store the answer (a GET). Requests that are
+        not a JSON POST priced by tokens (uploads, GETs, ``cost_usd``) reserve ``cost_usd or 0``."""
         model = body.get("model")
-        price = self._price_or_refuse(model)
-        est_prompt, est_completion = estimate_body_tokens(body, self.count_tokens, self.default_max_tokens)
-        est_cost = price.cost(est_prompt, est_completion) if price else 0.0
+        priced = cost_usd is None and send is None and method == "POST"
+        price = self._price_or_refuse(model) if priced else None
+        est_prompt, est_completion = (
+            estimate_body_tokens(body, self.count_tokens, self.default_max_tokens) if priced else (0, 0)
+        )
+        est_cost = cost_usd if cost_usd is not None else (price.cost(est_prompt, est_completion) if price else 0.0)
         attempts = 0
         try:
             async for attempt in AsyncRetrying(
@@ -453,7 +539,9 @@ class RequestEngine:
                     attempts += 1
                     if attempts > 1:
                         self.stats.retries += 1
-                    data = await self._attempt(key, path, body, price, est_cost, est_prompt + est_completion, validate)
+                    data = await self._attempt(
+                        key, path, body, price, est_cost, est_prompt + est_completion, validate, send, method
+                    )
         except RetryError as err:
             last = err.last_attempt.exception()
             assert isinstance(last, _Retryable)
@@ -474,13 +562,15 @@ class RequestEngine:
 
     async def _attempt(
         self,
-        key: str,
+        key: str | None,
         path: str,
         body: dict[str, Any],
         price: ModelPrice | None,
         est_cost: float,
         est_tokens: int,
         validate: Callable[[dict[str, Any]], None] | None,
+        send: Callable[[], Awaitable[httpx.Response]] | None = None,
+        method: str = "POST",
     ) -> dict[str, Any]:
         # The reservation is taken only once this request holds a concurrency slot, so a cap
         # stops the requests that would exceed it, not ones queued behind a full pipe.
@@ -499,9 +589,12 @@ class RequestEngine:
                 self.stats.requests_sent += 1
                 self.stats.by_path[path] = self.stats.by_path.get(path, 0) + 1
                 try:
-                    resp = await self._client.post(
-                        self.base_url + path, json=body, headers={**self._headers, **self._auth_headers()}
-                    )
+                    if send is not None:
+                        resp = await send()
+                    else:
+                        resp = await self._client.post(
+                            self.base_url + path, json=body, headers={**self._headers, **self._auth_headers()}
+                        )
                 except httpx.TimeoutException as exc:
                     self._count_error("timeout")
                     raise _Retryable(f"timeout ({type(exc).__name__})") from None
@@ -515,7 +608,7 @@ class RequestEngine:
                     self._raise_for_status(resp)
                 try:
                     data = resp.json()
-                    typed = validate_answer(path, data)
+                    typed = validate_answer(path, data, method)
                     if validate is not None:
                         validate(data)
                 except ProtocolError as exc:
@@ -533,7 +626,7 @@ class RequestEngine:
                 if price is not None:
                     actual = price.cost(p, c, cached) if getattr(typed, "usage", None) is not None else None
                 data = scrub_answer(data)  # no echoed header or key ever reaches the cache
-                if self.store is not None:
+                if self.store is not None and key is not None:
                     # write-ahead, before the concurrency slot is released: at a kill, only
                     # answers still on the wire (at most max_concurrency) can be lost
                     self.store.put(key, data)

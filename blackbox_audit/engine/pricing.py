@@ -1,5 +1,11 @@
 """Per-model token prices (USD per 1M tokens) from the bundled table plus a user file.
 
+An entry is ``{"prompt", "cached_prompt", "completion"}`` and, for models a provider fine-tunes,
+optionally ``"training"`` (USD per 1M *trained* tokens: the training file's tokens times the
+epochs, as OpenAI bills a job) and ``"fine_tuned"`` (a nested ``{"prompt", "cached_prompt",
+"completion"}``: the inference price of models fine-tuned from it). A fine-tuned model's name
+(OpenAI's ``ft:BASE:ORG:SUFFIX:ID``) is priced by its base's ``fine_tuned`` entry.
+
 Prices go stale, so the bundled ``pricing.json`` is a default, never the truth: a user file
 (``--pricing FILE``, same format, or a flat ``{model: {...}}`` mapping) overrides it entry by
 entry. A model missing from both has no price; the engine then refuses a ``--budget-usd`` cap
@@ -19,11 +25,18 @@ from blackbox_audit.errors import UserError
 
 @dataclass(frozen=True)
 class ModelPrice:
-    """USD per 1M tokens."""
+    """USD per 1M tokens; ``training`` per 1M trained tokens and ``fine_tuned`` (the price of
+    models fine-tuned from this one) where the provider fine-tunes it."""
 
     prompt: float
     cached_prompt: float
     completion: float
+    training: float | None = None
+    fine_tuned: ModelPrice | None = None
+
+    def training_cost(self, trained_tokens: float) -> float | None:
+        """USD of a fine-tuning job that trains ``trained_tokens`` (tokens x epochs), if priced."""
+        return None if self.training is None else trained_tokens * self.training / 1e6
 
     def cost(self, prompt_tokens: float, completion_tokens: float, cached_prompt_tokens: float = 0.0) -> float:
         uncached = max(0.0, prompt_tokens - cached_prompt_tokens)
@@ -44,14 +57,31 @@ def _parse(obj: Any, source: str) -> dict[str, ModelPrice]:
         if name.startswith("_"):
             continue
         try:
-            prompt = float(p["prompt"])
-            out[name] = ModelPrice(prompt, float(p.get("cached_prompt", prompt)), float(p["completion"]))
-        except (TypeError, KeyError, ValueError) as exc:
+            ft = p.get("fine_tuned")
+            out[name] = ModelPrice(
+                *_three(p),
+                training=None if p.get("training") is None else _nonnegative(p["training"]),
+                fine_tuned=None if ft is None else ModelPrice(*_three(ft)),
+            )
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
             raise UserError(
                 f"pricing file {source}: entry '{name}' is malformed ({exc!r})",
-                'give {"prompt": USD_per_1M, "cached_prompt": USD_per_1M, "completion": USD_per_1M}',
+                'give {"prompt": USD_per_1M, "cached_prompt": USD_per_1M, "completion": USD_per_1M} and optionally '
+                '"training": USD_per_1M_trained_tokens, "fine_tuned": {"prompt": ..., "completion": ...}',
             ) from exc
     return out
+
+
+def _nonnegative(value: Any) -> float:
+    v = float(value)
+    if not v >= 0 or v == float("inf"):
+        raise ValueError(f"price {value!r} is not a finite number >= 0")
+    return v
+
+
+def _three(p: Any) -> tuple[float, float, float]:
+    prompt = _nonnegative(p["prompt"])
+    return prompt, _nonnegative(p.get("cached_prompt", prompt)), _nonnegative(p["completion"])
 
 
 class PricingTable:
@@ -81,8 +111,12 @@ class PricingTable:
         return cls(prices, sources)
 
     def get(self, model: str | None) -> ModelPrice | None:
+        """Exact name, else the longest key that prefixes it; ``ft:BASE:...`` -> BASE's ``fine_tuned``."""
         if not model:
             return None
+        if model.startswith("ft:") and model not in self.prices:
+            base = self.get(model.split(":")[1])
+            return None if base is None else base.fine_tuned
         if model in self.prices:
             return self.prices[model]
         matches = [k for k in self.prices if model.startswith(k)]

@@ -15,10 +15,13 @@ models pin down the shape of what the adapters read, nothing more.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from openai.types import FileObject
 from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob
 from openai.types.completion_usage import PromptTokensDetails
+from openai.types.fine_tuning import FineTuningJob
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
@@ -123,6 +126,13 @@ class MessagesAnswer(_Wire):
     usage: MessagesUsage | None = None
 
 
+class FineTuningJobList(_Wire):
+    """``GET /fine_tuning/jobs``: a page of the account's jobs, newest first."""
+
+    data: list[FineTuningJob]
+    has_more: bool = False
+
+
 class ProtocolError(ValueError):
     """A 200 answer that does not have the wire format's shape; ``field`` names the first bad one."""
 
@@ -141,8 +151,21 @@ def _first_error(exc: ValidationError) -> ProtocolError:
     return ProtocolError(loc or "(answer)", f"{err.get('msg', 'is invalid').lower()} (got {got})")
 
 
-def model_for(path: str) -> type[_Wire] | None:
-    """The response model of an endpoint path (None: only "a JSON object" is required)."""
+_JOB_PATH = re.compile(r"/fine_tuning/jobs/[^/]+(/cancel)?$")
+
+
+def model_for(path: str, method: str = "POST") -> type[BaseModel] | None:
+    """The response model of an endpoint path (None: only "a JSON object" is required).
+
+    Files and fine-tuning jobs are the ``openai`` package's own models (``FileObject``,
+    ``FineTuningJob``), so their field names and statuses are OpenAI's by construction.
+    """
+    if path.endswith("/files"):
+        return FileObject
+    if path.endswith("/fine_tuning/jobs"):
+        return FineTuningJobList if method == "GET" else FineTuningJob
+    if _JOB_PATH.search(path):
+        return FineTuningJob
     if path.endswith("/chat/completions"):
         return ChatAnswer
     if path.endswith("/completions"):
@@ -154,11 +177,11 @@ def model_for(path: str) -> type[_Wire] | None:
     return None
 
 
-def validate_answer(path: str, data: Any) -> _Wire | None:
+def validate_answer(path: str, data: Any, method: str = "POST") -> BaseModel | None:
     """The typed answer for ``path``; raises ``ProtocolError`` naming the first malformed field."""
     if not isinstance(data, dict):
         raise ProtocolError("(answer)", f"is a JSON {type(data).__name__}, not an object")
-    model = model_for(path)
+    model = model_for(path, method)
     if model is None:
         return None
     try:
@@ -170,6 +193,7 @@ def validate_answer(path: str, data: Any) -> _Wire | None:
 __all__ = [
     "ChatAnswer",
     "CompletionAnswer",
+    "FineTuningJobList",
     "MessagesAnswer",
     "ModelList",
     "ProtocolError",
