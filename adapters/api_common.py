@@ -54,6 +54,9 @@ from .wire import ApiOracle, Conditioning, chatml_text
 
 log = logging.getLogger(__name__)
 ADAPTER_VERSION = "api-1"
+#: target kinds whose provider API has OpenAI's fine-tuning endpoints (``adapters/finetune_api.py``);
+#: a compat server without them answers 404 on ``/files``, reported as one clear error
+FINE_TUNING_KINDS = frozenset({"openai", "compat"})
 T = TypeVar("T")
 
 
@@ -142,8 +145,15 @@ class ApiTarget(Target):
             full_distribution=False,
             conditional=True,
             generation=True,
-            extra={"api": cond.api, "semantics": sem.to_json() if sem else None, "logprobs": sem is not None},
+            extra={
+                "api": cond.api,
+                "semantics": sem.to_json() if sem else None,
+                "logprobs": sem is not None,
+                "fine_tuning": kind in FINE_TUNING_KINDS,
+            },
         )
+        self._options: dict[str, Any] = {}  # build options, for siblings (with_model)
+        self._owns_engine = True  # False for a sibling sharing its parent's engine and loop
 
     # ---- identity
     def fingerprint(self) -> str:
@@ -407,6 +417,61 @@ class ApiTarget(Target):
             meta=meta,
         )
 
+    # ---- fine-tuning (FSD)
+    def with_model(self, model: str) -> ApiTarget:
+        """The same endpoint, conditioning and engine (cache, budget, ledger) for another model
+        name (e.g. a fine-tuned copy); probed anew, since a fine-tuned model may answer otherwise."""
+        name = self.name[: -len(self.model)] + model if self.name.endswith(self.model) else f"{self.kind}:{model}"
+        options = {**self._options, "api": self.cond.api}
+        sibling = probe_and_build(
+            engine=self.engine, loop=self._loop, kind=self.kind, name=name, model=model, table=self.table,
+            options=options, extra_engines=[], owns_engine=False,
+        )  # fmt: skip
+        return sibling
+
+    def fine_tune(self, texts: Sequence[str], options: Any, *, progress: bool = True) -> Any:
+        """Fine-tune through the provider's API (``adapters/finetune_api.py``) and return the
+        fine-tuned model as a sibling target sharing this one's engine."""
+        from .base import FineTuned
+        from .finetune_api import run_fine_tuning, training_rows
+        from .lora import lora_of
+
+        if not self.capabilities.extra.get("fine_tuning"):
+            return super().fine_tune(texts, options, progress=progress)
+        lora = lora_of(options)
+        outcome = self._loop.run(
+            run_fine_tuning(
+                self.engine,
+                self.model,
+                training_rows(texts, self.cond),
+                count_tokens=lambda s: len(self.table.encode(s)),
+                epochs=lora.epochs,
+                batch_size=lora.batch_size,
+                lr_multiplier=options.lr_multiplier,
+                seed=options.seed,
+                suffix=options.suffix,
+                poll_s=options.poll_s,
+                poll_max_s=options.poll_max_s,
+                timeout_s=options.timeout_s,
+                progress=progress,
+            )
+        )
+        details = {
+            "kind": "provider",
+            "job": outcome.job_id,
+            "training_file": outcome.file_id,
+            "fine_tuned_model": outcome.fine_tuned_model,
+            "job_from": outcome.resumed,
+            "n_texts": len(texts),
+            "trained_tokens": outcome.trained_tokens,
+            "estimated_trained_tokens": outcome.estimated_tokens,
+            "training_cost_usd": outcome.cost_usd,
+            "wall_time_s": outcome.wall_time_s,
+            "format": "chat" if self.cond.api == "chat" else "completions",
+            **outcome.details,
+        }
+        return FineTuned(self.with_model(outcome.fine_tuned_model), details)
+
     # ---- generation
     def generate(
         self,
@@ -441,6 +506,9 @@ class ApiTarget(Target):
         return self._loop.run(all_())
 
     def close(self) -> None:
+        if not self._owns_engine:  # a sibling: its parent closes the shared engine and loop
+            return
+
         async def shut() -> None:
             for e in [self.engine, *self._extra_engines]:
                 await e.aclose()
@@ -462,7 +530,15 @@ def status_counts(records: Sequence[TokenLogprobs]) -> dict[str, int]:
     return dict(c)
 
 
-__all__ = ["ApiOracle", "ApiTarget", "Conditioning", "LoopThread", "build_api_target", "status_counts"]
+__all__ = [
+    "ApiOracle",
+    "ApiTarget",
+    "Conditioning",
+    "LoopThread",
+    "build_api_target",
+    "probe_and_build",
+    "status_counts",
+]
 
 
 def build_api_target(
@@ -490,6 +566,26 @@ def build_api_target(
         # engine_options: --budget-usd, --max-requests, --rpm, --tpm, --concurrency, --pricing (CLI)
         **{"max_concurrency": int(options.get("max_concurrency", 8)), **(options.get("engine_options") or {})},
     )
+    return probe_and_build(
+        engine=engine, loop=loop, kind=kind, name=name, model=model, table=table, options=options,
+        extra_engines=extra_engines,
+    )  # fmt: skip
+
+
+def probe_and_build(
+    *,
+    engine: RequestEngine,
+    loop: LoopThread,
+    kind: str,
+    name: str,
+    model: str,
+    table: TokenTable,
+    options: dict[str, Any],
+    extra_engines: Sequence[RequestEngine],
+    owns_engine: bool = True,
+) -> ApiTarget:
+    """Probe (or read the cached probe report of) ``model`` on ``engine`` and build its target;
+    on failure the engine and loop are closed only when the new target would own them."""
     api = options.get("api") or "auto"
     if api not in ("auto", "chat", "completions"):
         raise UserError(f"unknown api '{api}'", "use auto, chat or completions")
@@ -513,8 +609,9 @@ def build_api_target(
             )
             engine.cache_put(key, report.to_json())
     except BaseException:
-        loop.run(engine.aclose())
-        loop.close()
+        if owns_engine:
+            loop.run(engine.aclose())
+            loop.close()
         raise
     sem = options.get("semantics") or report.semantics
     cond = Conditioning(
@@ -531,7 +628,7 @@ def build_api_target(
         prior = load_target(prior, **{k: v for k, v in options.items() if k in ("device", "batch_size")})
     if prior is not None and not hasattr(prior, "logprob_matrix"):
         raise UserError("the prior model must be a white-box target", "pass prior=hf:PATH, gguf:PATH or smollm2")
-    return ApiTarget(
+    target = ApiTarget(
         name=name,
         kind=kind,
         engine=engine,
@@ -546,3 +643,6 @@ def build_api_target(
         prior=prior,
         prior_template=prior_template,
     )
+    target._options = {**{k: v for k, v in options.items() if k != "semantics"}, "prior": prior}
+    target._owns_engine = owns_engine
+    return target

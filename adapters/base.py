@@ -16,6 +16,37 @@ from blackbox_audit.types import TokenLogprobs
 
 
 @dataclass(frozen=True)
+class FineTuneOptions:
+    """How to fine-tune a target on known non-members (FSD, SPEC §6).
+
+    A local target trains a LoRA adapter with ``lora`` (``adapters/lora.py``; defaults are the
+    FSD paper's: LoRA, 3 epochs, batch 8, lr 1e-3, cosine). A provider gets the settings its
+    API takes: ``lora.epochs``, ``lora.batch_size``, ``seed`` and ``lr_multiplier`` (OpenAI
+    scales its own base rate; None sends ``"auto"``), plus ``suffix`` for the model name.
+    ``poll_s``/``poll_max_s``: first and longest wait between job status checks;
+    ``timeout_s``: give up waiting (the job keeps running and a re-run resumes it).
+    """
+
+    lora: Any = None  # adapters.lora.LoraOptions; None = its defaults
+    seed: int = 0
+    lr_multiplier: float | None = None
+    suffix: str = "fsd"
+    poll_s: float = 5.0
+    poll_max_s: float = 60.0
+    timeout_s: float | None = None
+    cache_dir: str | None = None  # where local adapters are cached (default: the cache folder)
+
+
+@dataclass
+class FineTuned:
+    """A fine-tuned copy of a target, and what a report needs about how it was made (adapter
+    folder or provider job, data size, time, billed tokens and cost)."""
+
+    target: Target
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a target can do; scores declare requirements against these names."""
 
@@ -102,6 +133,14 @@ class Target(abc.ABC):
         was chosen, or None for a target whose logprobs are exact anyway (white-box). A target
         that changes its tolerance must change its ``fingerprint`` with it."""
         return None
+
+    def fine_tune(self, texts: Sequence[str], options: FineTuneOptions, *, progress: bool = True) -> FineTuned:
+        """A copy of this target fine-tuned on ``texts`` (FSD): LoRA for local models, the
+        provider's fine-tuning API for API targets that have one (capability ``fine_tuning``)."""
+        raise CapabilityError(
+            f"target {self.name} cannot be fine-tuned",
+            "use a white-box target (hf:PATH, gguf:PATH, smollm2) or an API with fine-tuning (openai:, compat:)",
+        )
 
     def describe(self) -> dict[str, Any]:
         """What run.json records about the target (never credentials)."""

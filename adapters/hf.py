@@ -54,7 +54,7 @@ import numpy as np
 from blackbox_audit.errors import UserError
 from blackbox_audit.types import FullDistribution, Status, Strategy, TokenLogprobs
 
-from .base import Capabilities, Target
+from .base import Capabilities, FineTuned, FineTuneOptions, Target
 from .chat_templates import ChatConditioning, chat_conditioning
 
 log = logging.getLogger(__name__)
@@ -242,7 +242,11 @@ class HFTarget(Target):
         pad = tokenizer.pad_token_id
         self._pad_id = int(pad if pad is not None else (tokenizer.eos_token_id or 0))
         self.capabilities = Capabilities(
-            full_distribution=True, conditional=True, generation=True, max_context=self.max_context
+            full_distribution=True,
+            conditional=True,
+            generation=True,
+            max_context=self.max_context,
+            extra={"white_box": True, "fine_tuning": True},
         )
         self._fingerprint: str | None = None
         self.conditional_path = "auto"  # "auto" (cost model), "kv" or "naive"; see conditional_logprobs
@@ -675,6 +679,28 @@ class HFTarget(Target):
         return out
 
     # ---- generation
+    def fine_tune(self, texts: Sequence[str], options: FineTuneOptions, *, progress: bool = True) -> FineTuned:
+        """LoRA fine-tune of a copy (``adapters/lora.py``), cached by content under the cache
+        folder and reused; the result is this model with the adapter merged in."""
+        from .lora import apply_adapter, examples_from_texts, finetuned_adapter, lora_of
+
+        adapter = finetuned_adapter(
+            self,
+            examples_from_texts(texts),
+            lora_of(options),
+            seed=options.seed,
+            cache_dir=options.cache_dir,
+            progress=progress,
+        )
+        details = {
+            "kind": "lora",
+            "adapter": str(adapter.path),
+            "reused": not adapter.trained,
+            "n_texts": len(texts),
+            **{k: adapter.card.get(k) for k in ("train_loss_per_epoch", "wall_time_s", "cpu_time_s", "threads")},
+        }
+        return FineTuned(apply_adapter(self, adapter.path), details)
+
     def generate(
         self,
         prompts: Sequence[str],

@@ -7,6 +7,9 @@ checks that must not send requests), and how to plan its cost without loading it
 (``planning_view``, for ``--dry-run``). Loaders and planners are ``"module:function"`` strings
 imported on use, so an API-only install never imports torch.
 
+A white-box kind also takes ``BASE+lora:DIR`` (``split_adapter``): BASE loaded by its kind, then a
+saved PEFT adapter merged into a copy (``adapters/lora.py``).
+
 Add a kind with ``register_target_kind(TargetKind(...))`` from the adapter's module or here.
 """
 
@@ -60,7 +63,10 @@ def _resolve(ref: str) -> Callable[..., Any]:
 _WHITE_BOX = Capabilities(
     full_distribution=True, conditional=True, generation=True, extra={"white_box": True, "fine_tuning": True}
 )
-_API = Capabilities(full_distribution=False, conditional=True, generation=True, extra={"white_box": False})
+# fine_tuning: the provider has OpenAI's fine-tuning API (openai:, and compat: servers that serve it)
+_API = Capabilities(
+    full_distribution=False, conditional=True, generation=True, extra={"white_box": False, "fine_tuning": True}
+)
 _TEXT_ONLY_API = Capabilities(
     full_distribution=False, conditional=False, generation=True, extra={"white_box": False, "logprobs": False}
 )
@@ -106,25 +112,50 @@ for _kind in (
     register_target_kind(_kind)
 
 
+#: ``BASE+lora:DIR``: a white-box target with a saved PEFT (LoRA) adapter merged in (``adapters/lora.py``)
+LORA_SEP = "+lora:"
+
+
+def split_adapter(spec: str) -> tuple[str, str | None]:
+    """``("hf:BASE", "DIR")`` for ``hf:BASE+lora:DIR``; ``(spec, None)`` without an adapter."""
+    base, sep, adapter = spec.partition(LORA_SEP)
+    if sep and not adapter:
+        raise UserError(f"target '{spec}' names no adapter folder after '+lora:'", "write BASE+lora:DIR")
+    return (base, adapter) if sep else (spec, None)
+
+
 def target_kind(spec: str) -> TargetKind:
     """The kind of target string ``spec``; ``UserError`` listing the valid syntaxes otherwise."""
+    spec, adapter = split_adapter(spec)
     scheme = spec.partition(":")[0]
     kind = TARGET_KINDS.get(scheme)
     if kind is None or (not kind.takes_rest and spec != scheme):
         raise UserError(f"unknown target '{spec}'", f"use one of {', '.join(k.syntax for k in TARGET_KINDS.values())}")
+    if adapter is not None and kind.api:
+        raise UserError(
+            f"a LoRA adapter (+lora:) applies to white-box targets only, not to {kind.syntax}",
+            "write hf:PATH+lora:DIR, gguf:PATH+lora:DIR or smollm2+lora:DIR",
+        )
     return kind
 
 
 def is_api_spec(spec: str) -> bool:
     """True for targets reached through an API (requests are priced, budgeted and probed)."""
-    kind = TARGET_KINDS.get(spec.partition(":")[0])
+    kind = TARGET_KINDS.get(split_adapter(spec)[0].partition(":")[0])
     return kind is not None and kind.api
 
 
 def load_target(spec: str, **options: Any) -> Target:
     """Resolve a target string into a ready ``Target`` (options the kind does not take are ignored
-    by its loader)."""
-    return target_kind(spec).load(spec.partition(":")[2], **options)
+    by its loader); ``BASE+lora:DIR`` loads BASE and merges the adapter into a copy of it."""
+    kind = target_kind(spec)
+    base, adapter = split_adapter(spec)
+    target = kind.load(base.partition(":")[2], **options)
+    if adapter is None:
+        return target
+    from .lora import apply_adapter
+
+    return apply_adapter(target, adapter)
 
 
 def planning_view(spec: str, **options: Any) -> Any:
@@ -137,7 +168,7 @@ def planning_view(spec: str, **options: Any) -> Any:
     from blackbox_audit.planning import PlanningView
 
     kind = target_kind(spec)
-    rest = spec.partition(":")[2]
+    rest = split_adapter(spec)[0].partition(":")[2]  # an adapter does not change the tokenizer
     if kind.planner is not None:
         return _resolve(kind.planner)(rest, **options)
     if kind.api:
@@ -154,6 +185,8 @@ __all__ = [
     "is_api_spec",
     "load_target",
     "planning_view",
+    "split_adapter",
+    "LORA_SEP",
     "LOCAL_OPTIONS",
     "API_OPTIONS",
 ]

@@ -123,6 +123,12 @@ class CachedTarget(Target):
     def describe(self) -> dict[str, Any]:
         return self.inner.describe()
 
+    def fine_tune(self, texts: Sequence[str], options: Any, *, progress: bool = True) -> Any:
+        """The wrapped target's fine-tuned copy (``Target.fine_tune``), wrapped in the same cache."""
+        tuned = self.inner.fine_tune(texts, options, progress=progress)
+        tuned.target = CachedTarget(tuned.target, self.cache)
+        return tuned
+
     def close(self) -> None:
         self.inner.close()
 
