@@ -2,7 +2,9 @@
 
 For trying the API adapters and the recovery ladder offline against known ground truth: the
 emulator (``blackbox_audit.fixtures.emulator``) plays one provider's exact endpoint semantics
-(``--profile``), optionally with seeded faults and logit noise. Serves until Ctrl-C.
+(``--profile``), optionally with seeded faults and logit noise, and (OpenAI-wire profiles) OpenAI's
+Files and Fine-tuning APIs, serving each fine-tuned model under its ``ft:...`` name. Serves until
+Ctrl-C.
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--noise", type=float, default=0.0, help="sigma of Gaussian noise on logits per request")
     p.add_argument("--seed", type=int, default=0, help="seed of faults and noise")
     p.add_argument("--device", help="torch device for the backend (default: best available)")
+    p.add_argument(
+        "--fine-tune-delay",
+        type=float,
+        default=0.0,
+        help="seconds each fine-tuning job waits in 'queued' (OpenAI-wire profiles serve /v1/files and "
+        "/v1/fine_tuning/jobs; default 0)",
+    )
+    p.add_argument("--adapter-cache", help="folder to cache fine-tuned LoRA adapters in (default: train every job)")
     p.set_defaults(func=run)
 
 
@@ -57,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
             noise=args.noise,
             seed=args.seed,
             background=False,
+            fine_tune_delay_s=args.fine_tune_delay,
+            adapter_cache=args.adapter_cache,
         )
     except OSError as exc:
         raise UserError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}", "pick another --port or 0") from exc
