@@ -110,11 +110,14 @@ class PlanEstimate:
     sampling: list[Any] = field(default_factory=list)  # one Estimate per batched sampling call (SaMIA)
     items: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    fine_tuned: Any = None  # Estimate of the calls on the fine-tuned model (FSD), API targets
+    fine_tuned_scoring: CallCost | None = None
 
     @property
     def usd(self) -> tuple[float, float] | None:
         """Total cost range, or None when some part has no known price."""
         parts = [] if self.estimate is None else [self.estimate.cost_usd]
+        parts += [] if self.fine_tuned is None else [self.fine_tuned.cost_usd]
         parts += [e.cost_usd for e in self.sampling] + [i.usd for i in self.items]
         if not self.view.api and not self.items:
             return (0.0, 0.0)
@@ -129,6 +132,7 @@ class PlanEstimate:
             "positions": self.scoring.positions,
             "estimate": None if self.estimate is None else self.estimate.to_json(),
             "sampling": [e.to_json() for e in self.sampling],
+            "fine_tuned": None if self.fine_tuned is None else self.fine_tuned.to_json(),
             "items": [i.__dict__ for i in self.items],
             "usd": None if self.usd is None else list(self.usd),
             "notes": self.notes,
@@ -148,8 +152,17 @@ class PlanEstimate:
             ]
         for item in self.items:
             usd = "unknown price" if item.usd is None else f"${item.usd[0]:,.4f} – ${item.usd[1]:,.4f}"
+            if item.usd is not None and item.usd[0] == item.usd[1]:
+                usd = f"${item.usd[0]:,.4f}"
+            if not self.view.api:
+                usd = "local, no cost"
             lines.append(f"  + {item.what}: {usd}")
-        if self.items and self.usd is not None:
+        if self.fine_tuned is not None:
+            lines += ["  + then, on the fine-tuned model:", "    " + self.fine_tuned.format().replace("\n", "\n    ")]
+        elif self.fine_tuned_scoring is not None:
+            c = self.fine_tuned_scoring
+            lines.append(f"  + then, on the fine-tuned model: {c.scorings} scorings, {c.positions} token positions")
+        if (self.items or self.fine_tuned is not None) and self.usd is not None and self.view.api:
             lines.append(f"  total: ${self.usd[0]:,.4f} – ${self.usd[1]:,.4f}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -195,9 +208,40 @@ def price_plan(plan: CostPlan, view: PlanningView) -> PlanEstimate:
         counts = [len(view.tokenize(p)) for p in call.texts]
         price = view.price if view.api else None
         sampling.append(estimate_generation(counts, n, max_new, price=price, prompt_overhead=SAMPLING_PROMPT_OVERHEAD))
-    return PlanEstimate(
+    out = PlanEstimate(
         view=view, scoring=cost, estimate=estimate, sampling=sampling, items=list(plan.items), notes=notes
     )
+    if plan.fine_tune is not None:
+        _price_fine_tune(out, plan.fine_tune, view)
+    return out
+
+
+def _price_fine_tune(out: PlanEstimate, ft: Any, view: PlanningView) -> None:
+    """A fine-tuning job (training tokens x epochs x the training price) and the calls on its result."""
+    from blackbox_audit.methods.base import CostItem
+
+    tokens = sum(len(view.tokenize(t)) + ft.overhead_tokens for t in ft.texts) * ft.epochs
+    price = view.price if view.api else None
+    usd = None
+    if price is not None and price.training is not None:
+        usd = (price.training_cost(tokens),) * 2
+    rate = "" if price is None or price.training is None else f" x ${price.training:,.2f}/1M"
+    what = f"fine-tuning on {len(ft.texts)} texts: {tokens:,} trained tokens ({ft.epochs} epochs){rate}"
+    if not view.api:
+        what = f"LoRA fine-tuning on {len(ft.texts)} texts: {tokens:,} trained tokens ({ft.epochs} epochs)"
+        usd = (0.0, 0.0)
+    elif price is None or price.training is None:
+        out.notes.append(f'no training price known for {view.model}: add "training" to its --pricing entry')
+    out.items.append(CostItem(what=what, usd=usd, tokens=(tokens, tokens)))
+    cost = call_cost(ft.calls, view.tokenize)
+    if view.api:
+        ft_price = None if price is None else price.fine_tuned
+        if price is not None and ft_price is None:
+            out.notes.append(f'no fine-tuned price known for {view.model}: add "fine_tuned" to its --pricing entry')
+        out.fine_tuned = cost.estimate(view.shape, price=ft_price, prompt_overhead=view.prompt_overhead)
+        out.notes.append("the job's file upload, creation and status checks are not billed")
+    else:
+        out.fine_tuned_scoring = cost
 
 
 def view_of_target(target: Any, *, pricing: str | None = None) -> PlanningView:

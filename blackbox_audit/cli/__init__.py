@@ -29,6 +29,7 @@ COMMANDS: list[str] = [
     "compare",
     "canary",
     "em_mia",
+    "fsd",
     "ptdi",
     "ptdi_eval",
     "contamination",

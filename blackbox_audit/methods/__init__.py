@@ -2,11 +2,11 @@
 
 Importing this package registers the built-in methods, so ``get_method(name)`` (audit specs,
 reports) finds them: ``score`` (every registered score, PAC and ReCaLL included), ``em_mia``,
-``ptdi``, ``contamination``, ``di_plain`` and ``di_calibrated`` (dataset inference), ``compare``.
+``ptdi``, ``contamination``, ``di_plain`` and ``di_calibrated`` (dataset inference), ``compare``, ``fsd``.
 A new method registers itself with ``@register_method`` in its own module, added below.
 """
 
-from . import compare, contamination, di, em_mia, ptdi, scoring  # noqa: F401 - register the built-in methods
+from . import compare, contamination, di, em_mia, fsd, ptdi, scoring  # noqa: F401 - register the built-in methods
 from .base import (
     METHODS,
     AuditInputs,

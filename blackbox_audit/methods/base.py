@@ -265,13 +265,29 @@ class CostItem:
     tokens: tuple[int, int] = (0, 0)
 
 
+@dataclass(frozen=True)
+class FineTunePlan:
+    """A fine-tuning job a method would buy (FSD), priced by the target's planning view.
+
+    ``texts`` are trained on for ``epochs`` (each text plus ``overhead_tokens`` of chat
+    template: training tokens x epochs x the view's ``training`` price); ``calls`` are then
+    scored on the fine-tuned model, at its ``fine_tuned`` price and with its own probe.
+    """
+
+    texts: tuple[str, ...]
+    epochs: int
+    calls: list[Any] = field(default_factory=list)
+    overhead_tokens: int = 0
+
+
 @dataclass
 class CostPlan:
     """What a run would send, before anything is sent (``--dry-run``).
 
     ``calls`` are the batched scoring calls on the target (``scores.FetchCall``); a planning
     view of the target prices them (``blackbox_audit.planning``). ``items`` are other billed
-    items; ``notes`` say what the estimate leaves out. ``tolerance``: the per-token error bound
+    items; ``fine_tune`` a fine-tuning job and the calls on its result; ``notes`` say what the
+    estimate leaves out. ``tolerance``: the per-token error bound
     the method will ask the target for (``Target.set_tolerance``, ``--precision auto``; None:
     full precision), so the estimate prices the bisection tolerance the run will use.
     """
@@ -280,6 +296,7 @@ class CostPlan:
     items: list[CostItem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     tolerance: float | None = None
+    fine_tune: FineTunePlan | None = None
 
 
 # --------------------------------------------------------------------------- result

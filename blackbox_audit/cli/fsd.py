@@ -1,0 +1,123 @@
+"""``blackbox-audit fsd``: fine-tuned score deviation (SPEC §6), white-box or through a provider.
+
+Fine-tunes the target on ``--finetune FILE`` (known non-members of the same domain; LoRA for
+local models, the provider's fine-tuning API for ``openai:``/``compat:`` targets), scores
+``--data`` with the target and with the fine-tuned copy, and writes the ``fsd`` method's result
+(``blackbox_audit.methods.fsd``): raw scores, ``fsd_<score>`` deviations (higher = member) and
+the fine-tuned model's scores as ``ft_<score>`` fields. Same common options as ``score``;
+``--dry-run`` prints the scoring cost of both models and the fine-tuning cost, sending nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from blackbox_audit.cli.common import add_common_arguments, dry_run, load_data, open_session, positive_int
+from blackbox_audit.data import Dataset, load_dataset
+from blackbox_audit.engine.cli import add_engine_arguments
+from blackbox_audit.errors import UserError
+from blackbox_audit.methods.base import AuditInputs
+from blackbox_audit.methods.fsd import FSD, LOSS_FAMILY, FSDConfig
+from blackbox_audit.options import positive_float
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    d = FSDConfig()
+    p = subparsers.add_parser(
+        "fsd",
+        help="fine-tuned score deviation: fine-tune on known non-members, score before/after -> OUT/scores.jsonl",
+        description="FSD (Zhang et al.): fine-tune the target on known non-members of the domain (LoRA locally, "
+        "the provider's fine-tuning API for openai:/compat: targets), then score every text before and after; "
+        "fsd_<score> = score(target) - score(fine-tuned), higher = member.",
+    )
+    add_common_arguments(p)
+    add_engine_arguments(p)
+    p.add_argument("--finetune", required=True, metavar="FILE", help="known non-members to fine-tune on (same domain)")
+    p.add_argument("--finetune-limit", type=positive_int, help="use only the first N texts of --finetune")
+    p.add_argument(
+        "--scores",
+        default="",
+        help=f"loss-family score specs (default: every one of {','.join(LOSS_FAMILY)} the target supports)",
+    )
+    p.add_argument("--bounded", choices=("error", "upper"), default="error", help="as in 'score'")
+    f = p.add_argument_group("fine-tuning (defaults: the FSD paper's)")
+    f.add_argument("--epochs", type=positive_int, default=d.epochs, help=f"epochs (default {d.epochs})")
+    f.add_argument(
+        "--ft-batch-size", type=positive_int, default=d.batch_size, help=f"texts per step (default {d.batch_size})"
+    )
+    f.add_argument("--lr", type=positive_float, default=d.lr, help=f"LoRA learning rate, local models (default {d.lr})")
+    f.add_argument(
+        "--lora-r",
+        type=positive_int,
+        default=d.lora_r,
+        help=f"LoRA rank; alpha = 2 x rank as in the paper (default {d.lora_r})",
+    )
+    f.add_argument("--seed", type=int, default=d.seed, help=f"fine-tuning seed (default {d.seed})")
+    f.add_argument(
+        "--lr-multiplier",
+        type=positive_float,
+        default=None,
+        help="provider jobs: learning-rate multiplier (default: the provider's 'auto'; the emulator's base rate "
+        "is the paper's 1e-3)",
+    )
+    f.add_argument(
+        "--suffix", default=d.suffix, help=f"provider jobs: fine-tuned model name suffix (default {d.suffix})"
+    )
+    f.add_argument(
+        "--poll",
+        type=positive_float,
+        default=d.poll_s,
+        help=f"provider jobs: first status check after S s ({d.poll_s})",
+    )
+    f.add_argument(
+        "--ft-timeout",
+        type=positive_float,
+        default=None,
+        help="provider jobs: stop waiting after S s (the job keeps running; re-run to resume it)",
+    )
+    p.set_defaults(func=run)
+
+
+def _finetune_set(args: argparse.Namespace) -> Dataset:
+    ds = load_dataset(
+        args.finetune,
+        text_field=args.text_field,
+        label_field=args.label_field,
+        id_field=args.id_field,
+        limit=args.finetune_limit,
+    )
+    members = sum(1 for s in ds.samples if s.label == 1)
+    if members:
+        raise UserError(
+            f"--finetune {args.finetune} must hold known non-members, but {members} row(s) are labelled 1 (member)",
+            "pass a file of texts known to be outside the training data (e.g. published after the model)",
+        )
+    return ds
+
+
+def run(args: argparse.Namespace) -> int:
+    names = tuple(dict.fromkeys(s.strip() for s in args.scores.split(",") if s.strip()))
+    config = FSDConfig(
+        scores=names,
+        epochs=args.epochs,
+        batch_size=args.ft_batch_size,
+        lr=args.lr,
+        lora_r=args.lora_r,
+        lora_alpha=2 * args.lora_r,
+        seed=args.seed,
+        lr_multiplier=args.lr_multiplier,
+        suffix=args.suffix,
+        poll_s=args.poll,
+        poll_max_s=max(args.poll, FSDConfig().poll_max_s),
+        timeout_s=args.ft_timeout,
+        bounded=args.bounded,
+    )
+    method = FSD(config)  # a bad option fails before any loading
+    finetune = _finetune_set(args)
+    if args.dry_run:  # before the target is loaded: loading an API target probes it
+        return dry_run(args, method.plan(AuditInputs(data=load_data(args), sets={"finetune": finetune})))
+    session = open_session(args, "fsd")
+    try:
+        return session.finish(method.run(session.inputs(sets={"finetune": finetune})))
+    finally:
+        session.close()
