@@ -40,8 +40,9 @@ Measured (``bench/precision_auto.py``, a 120+120 tiny canary, texts cut to 40-48
 ``openai-chat`` (integer biases) auto saves 4.7 % of the requests and changes no AUC by more than
 0.0025 (40 texts); on ``openai-chat-float`` it saves 31.6 % but min_k's AUC moves by 0.0133
 (30 texts, i.e. 3 of 225 member/non-member pairs swap: score errors of 0.015 nats, within their
-certified bound, reorder texts whose scores are that close). So delta bounds each *score's*
-error, not the AUC change, which depends on how close the texts' scores lie.
+certified bound, reorder texts whose scores are that close); there ``--precision-delta 0.02``
+saves 20.1 % with no AUC change. So delta bounds each *score's* error, not the AUC change,
+which depends on how close the texts' scores lie.
 ``--precision-delta D`` scales every score's target by ``D / 0.05``.
 
 ``plan_precision`` turns the requested scores into the largest per-token bound they tolerate
