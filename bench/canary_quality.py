@@ -19,7 +19,10 @@ through the logprob cache (``--cache-dir``), so a second run only re-reads them.
     .venv/bin/python bench/canary_quality.py --bases smollm2 --em-texts 60
 
 Cost on a 2-core CPU: the EM-MIA matrix is ``n x n`` conditional scorings (400 texts on tiny:
-160,000, ~10 min; SmolLM2 is ~40x slower per token, hence fewer texts by default).
+160,000, ~10 min; SmolLM2 is ~40x slower per token, hence fewer texts by default);
+``--em-texts 0`` skips EM-MIA. One torch thread by default: on this shared 2-core machine under
+load, the tiny canary's 30 x 30 matrix took 47 CPU-s / 222 s wall with 2 threads and 5.3 CPU-s /
+24 s wall with 1 (the threads spin waiting for each other).
 """
 
 from __future__ import annotations
@@ -69,7 +72,12 @@ def measure(base: str, seed: int, em_texts: int, cache_dir: str | None, progress
     for name in table:
         out[name.split(":")[0]] = auc(table[name], y)
     out["blind"] = float(blind_baseline(texts, y, seed=seed)["auc"])
+    out["score_cpu_s"] = round(time.process_time() - t0, 1)
+    print(json.dumps(out), file=sys.stderr, flush=True)  # the scores, before the long EM-MIA part
     n = min(em_texts, len(texts))
+    if n < 2:
+        target.close()
+        return out
     sub, ys = texts[:n], y[:n]
     init = table["loss"][:n]
     matrix = em.recall_matrix(target, sub, em.pool_indices(n), progress=progress)
@@ -86,7 +94,7 @@ def measure(base: str, seed: int, em_texts: int, cache_dir: str | None, progress
         "neg_prefix_final": auc(em.em_mia(matrix, init, update="neg-prefix").final, ys),
         "topk_final": auc(em.em_mia(matrix, init, update="topk-recall").final, ys),
         "avg": auc(em.avg_scores(matrix), ys),
-        "score_cpu_s": round(time.process_time() - t0, 1),
+        "em_cpu_s": round(time.process_time() - t0 - out["score_cpu_s"], 1),
     }
     target.close()
     return out
@@ -118,12 +126,12 @@ COLUMNS = [
 
 def print_table(results: list[dict[str, Any]]) -> None:
     heads = [c for c, _ in COLUMNS]
-    cells = [[fmt.format(r[c]) for c, fmt in COLUMNS] for r in results]
+    cells = [[fmt.format(r[c]) if c in r else "-" for c, fmt in COLUMNS] for r in results]
     widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(heads)]
     print("  ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True)))
     for row in cells:
         print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
-    ok = [r["em_final"] >= r["em_init"] - 0.02 for r in results]
+    ok = [r["em_final"] >= r["em_init"] - 0.02 for r in results if "em_final" in r]
     print(f"EM-MIA auto final >= initialiser - 0.02 in {sum(ok)} of {len(ok)} rows")
 
 
@@ -131,9 +139,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bases", default="tiny,smollm2")
     ap.add_argument("--seeds", default="0,1")
-    ap.add_argument("--em-texts", type=int, help="texts in the EM-MIA matrix (default: tiny 400, smollm2 60)")
+    ap.add_argument(
+        "--em-texts", type=int, help="texts in the EM-MIA matrix (default: tiny 400, smollm2 60; 0 = skip EM-MIA)"
+    )
     ap.add_argument("--cache-dir", help="canary + logprob cache (default: the shared one)")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads (default 2: the machine's cores)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, see above)")
     ap.add_argument("--json", help="also write the rows to this file")
     ap.add_argument("--progress", action="store_true")
     args = ap.parse_args()
@@ -143,7 +153,8 @@ def main() -> None:
     results = []
     for base in args.bases.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
-            row = measure(base, seed, args.em_texts or EM_TEXTS[base], args.cache_dir, args.progress)
+            em_texts = EM_TEXTS[base] if args.em_texts is None else args.em_texts
+            row = measure(base, seed, em_texts, args.cache_dir, args.progress)
             print(json.dumps(row), file=sys.stderr, flush=True)
             results.append(row)
     print_table(results)

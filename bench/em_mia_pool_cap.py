@@ -11,6 +11,10 @@ scorings. The full-pool row adds forced ``neg-prefix``. Labels are used for the 
 
     .venv/bin/python bench/em_mia_pool_cap.py                                  # tiny canary, seed 11, 400 texts
     .venv/bin/python bench/em_mia_pool_cap.py --seed 0 --caps 200,100,50 --pool-seeds 0,1,2,3,4
+    .venv/bin/python bench/em_mia_pool_cap.py --matrix m.npz --caps 100,50   # a matrix saved by --save-matrix
+
+Cost: the full matrix is ``n^2`` scorings (tiny canary, 400 texts: 160,000, ~15 CPU-min at one
+thread; far more wall time on a loaded machine), so ``--texts`` is the knob.
 """
 
 from __future__ import annotations
@@ -56,7 +60,8 @@ def main() -> None:
     ap.add_argument("--caps", default="200,100,50")
     ap.add_argument("--pool-seeds", default="0,1,2,3,4")
     ap.add_argument("--cache-dir", help="canary + logprob cache (default: the shared one)")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: see bench/canary_quality.py)")
+    ap.add_argument("--matrix", help="read the full matrix, init and labels from this .npz instead of scoring")
     ap.add_argument("--save-matrix", help="write the full matrix, init and labels to this .npz")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
@@ -69,21 +74,29 @@ def main() -> None:
     from blackbox_audit.scores import compute_scores
 
     torch.set_num_threads(args.threads)
-    canary = build_canary(CanaryOptions(base=args.base, seed=args.seed), cache_dir=args.cache_dir)
-    rows = canary.dataset()[: args.texts]
-    texts = [r["text"] for r in rows]
-    y = np.array([int(r["label"]) for r in rows])
-    n = len(texts)
-    target = CachedTarget(load_target(canary.target_spec, device="cpu", progress=False), open_cache(args.cache_dir))
     t0 = time.process_time()
-    table = compute_scores(target, texts, args.init, progress=False)
-    init = next(iter(table.values()))
-    full = em.recall_matrix(target, texts, em.pool_indices(n), progress=True)
-    target.close()
-    cpu = time.process_time() - t0
+    if args.matrix:
+        saved = np.load(args.matrix)
+        init, y = saved["init"], saved["labels"].astype(int)
+        n = len(y)
+        full = em.RecallMatrix(values=saved["values"], pool=em.pool_indices(n), ll=saved["ll"])
+        print(f"matrix {args.matrix}: {n} texts ({int(y.sum())} members)")
+    else:
+        canary = build_canary(CanaryOptions(base=args.base, seed=args.seed), cache_dir=args.cache_dir)
+        rows = canary.dataset()[: args.texts]
+        texts = [r["text"] for r in rows]
+        y = np.array([int(r["label"]) for r in rows])
+        n = len(texts)
+        inner = load_target(canary.target_spec, device="cpu", progress=False)
+        target = CachedTarget(inner, open_cache(args.cache_dir))
+        table = compute_scores(target, texts, args.init, progress=False)
+        init = next(iter(table.values()))
+        full = em.recall_matrix(target, texts, em.pool_indices(n), progress=True)
+        target.close()
+        print(f"{args.base} canary seed {args.seed}, {n} texts ({int(y.sum())} members), init {args.init}")
     if args.save_matrix:
         np.savez_compressed(args.save_matrix, values=full.values, ll=full.ll, init=init, labels=y)
-    print(f"{args.base} canary seed {args.seed}, {n} texts ({int(y.sum())} members), init {args.init}")
+    cpu = time.process_time() - t0
     print(f"init AUC {auc(init, y):.3f}; full matrix {n}x{n} = {n * n:,} scorings, {cpu:.0f} CPU-s (cache hits cheap)")
     results: list[dict[str, Any]] = [{"pool": n, "seed": None, **evaluate(full, init, y, True)}]
     for cap in (int(c) for c in args.caps.split(",")):
