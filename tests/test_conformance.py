@@ -220,7 +220,7 @@ def test_em_mia_prefix_scores_update_avg_avgp_topk_by_hand() -> None:
     r = em.prefix_scores(matrix, f)
     np.testing.assert_allclose(r, [0.5, 1.0, 0.0, 1.0])
     # NegPref update: membership = -prefix score
-    res = em.em_mia(matrix, f, iterations=1)
+    res = em.em_mia(matrix, f, iterations=1, update="neg-prefix")  # named: auto is gated by its premise check
     np.testing.assert_allclose(res.final, [-0.5, -1.0, 0.0, -1.0])
     # Avg(x) = mean_p R[p, x] (emmia.py: recall_all_scores.mean(0)), diagonal included
     np.testing.assert_allclose(em.avg_scores(matrix), [2.35 / 4, 2.25 / 4, 2.57 / 4, 2.28 / 4])

@@ -49,11 +49,13 @@ def test_recovers_planted_structure_from_a_weak_start() -> None:
     matrix, y, init = planted(n=200)
     start = auc(init, y)
     assert 0.6 < start < 0.85
-    res = em.em_mia(matrix, init, iterations=10)  # auto: the premise check passes, so neg-prefix runs
+    res = em.em_mia(matrix, init, iterations=10)  # auto: the premise check passes, so topk-recall runs
     assert res.premise[0].passed and res.stopped is None and not res.warnings
-    assert res.update == "neg-prefix" and len(res.scores) == 11 and len(res.prefix) == 10
+    assert res.update == "topk-recall" and len(res.scores) == 11 and len(res.prefix) == 10
     assert auc(res.final, y) > 0.97 > start
-    assert auc(res.prefix[-1], 1 - y) > 0.97  # non-members make the discriminative prefixes
+    neg = em.em_mia(matrix, init, iterations=10, update="neg-prefix")  # the paper's rule, when named
+    assert neg.update == "neg-prefix" and auc(neg.final, y) > 0.97
+    assert auc(neg.prefix[-1], 1 - y) > 0.97  # non-members make the discriminative prefixes
     # a subset pool with the top-k ensemble update still recovers it for every text (the premise
     # check gates it too; its power falls with the pool: it passes here at 150 prefixes, not at 60)
     sub = em.RecallMatrix(values=matrix.values[:150], pool=np.arange(150), ll=matrix.ll)

@@ -51,7 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--update",
         choices=UPDATES,
         default="auto",
-        help="membership update: neg-prefix (paper default, needs the full pool), topk-recall, or auto",
+        help="membership update: auto (default: topk-recall while a label-free premise check holds, else stop at "
+        "the initial score with a warning; docs/em_mia.md), neg-prefix (the paper's, needs --prefix-pool all) or "
+        "topk-recall (every iteration, ungated)",
     )
     g.add_argument("--topk", type=positive_int, default=DEFAULT_TOPK, help="prefixes averaged by topk-recall")
     g.add_argument(
