@@ -368,7 +368,7 @@ def test_bad_heldout_sets_are_refused_before_scoring() -> None:
         run_method(bench, unlabelled(bench).subset([0, 1]), target)
     with pytest.raises(UserError, match="'heldout' data set"):
         Contamination().run(AuditInputs(data=bench, target=target))
-    with pytest.raises(UserError, match="synthetic held-out side needs calibrated dataset inference"):
+    with pytest.raises(UserError, match="cannot use a synthetic held-out side yet"):
         Contamination(heldout="synthetic").run(AuditInputs(data=bench, target=target))
     assert target.calls == 0
 

@@ -20,7 +20,8 @@ same distribution** (the held-out side) under one membership score, chosen befor
 **Held-out side.** ``known``: a set of items the model cannot have seen, written in the same
 format, for example items written after the model's cutoff or a private split (``--heldout
 FILE``). The rate and the list need these. ``synthetic``: the calibrated dataset-inference
-generator (SPEC §5). It is not built yet, and the seam is ``synthetic_heldout``.
+generator (SPEC §5). Calibrated DI exists (``blackbox_audit.di``, the ``di`` command) but is not
+wired into this check yet; the seam is ``synthetic_heldout``.
 
 **Parts.** ``output``: the answer given the question (PAC §5.6's "output" setting; a
 conditional record per item, ``scores.output``). ``whole``: the whole item ``prompt + output``.
@@ -137,12 +138,13 @@ def interleave(n_a: int, n_b: int) -> list[tuple[int, int]]:
 def synthetic_heldout(benchmark: Benchmark, config: ContaminationConfig) -> Any:
     """Seam for the calibrated-DI held-out side (SPEC §5): generated answers paired with real ones.
 
-    Not in this build: the generator and the calibrated test belong to ``methods/di.py``.
+    Not wired yet: calibrated DI (``blackbox_audit.di``) works on documents; this check does not yet
+    pass it question/answer pairs. Until it does, ``di --suspect`` on the benchmark's answers is the route.
     """
     raise UserError(
-        "a synthetic held-out side needs calibrated dataset inference (SPEC §5), which this build does not have yet",
+        "the contamination check cannot use a synthetic held-out side yet (calibrated DI is not wired into it)",
         "pass --heldout FILE with known non-members in the benchmark's format (e.g. items written after the "
-        "model's cutoff)",
+        "model's cutoff), or run calibrated DI on the benchmark's texts with `blackbox-audit di`",
     )
 
 
