@@ -389,6 +389,7 @@ def apply_adapter(base: Any, adapter_dir: str | os.PathLike[str], *, name: str |
         progress=base.progress,
         padding_side=base.padding_side,
         source={**base.source, "base": base.name, "lora": str(folder), "lora_sha256": digest},
+        chat=getattr(base, "chat", None),  # FSD compares base and tuned: both must be scored the same way
     )
     target._fingerprint = hashlib.sha256(f"{base.fingerprint()}|lora|{digest}".encode()).hexdigest()
     return target

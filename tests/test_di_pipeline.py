@@ -214,6 +214,9 @@ def test_methods_follow_the_contract(tiny_llama_dir: Path, texts: list[str], tar
     assert {p.name for p in paths} >= {"scores.jsonl", "verdict.json", "di.json", "pairs.jsonl", "run.json"}
     back = read_result(tmp_path / "out")
     assert back.verdict.p_value == result.verdict.p_value
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    di_prov = next(v["di"] for v in _walk_dicts(run) if isinstance(v.get("di"), dict))
+    assert di_prov["adapter_id"] and di_prov["generation_id"]  # the README's "cache ids" reach run.json
     # labels are for evaluation only: unlabelled data gives the same verdict
     unlabelled = Dataset([Sample(s.id, s.text) for s in data.samples])
     same = method.run(AuditInputs(data=unlabelled, target=target, cache_dir=tmp_path / "c", progress=False))
@@ -277,3 +280,14 @@ def test_cli(tiny_llama_dir: Path, tiny_lm_dir: Path, texts: list[str], tmp_path
     assert main([*api, "--features", "loss,min_k_pp", "--dry-run", "--out", str(tmp_path / "z")]) == 2
     assert "min_k_pp" in capsys.readouterr().err
     assert np.isfinite(di["p_value"])
+
+
+def _walk_dicts(obj):
+    """Every dict inside a JSON value (run.json nests the method's provenance)."""
+    if isinstance(obj, dict):
+        yield obj
+        for v in obj.values():
+            yield from _walk_dicts(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _walk_dicts(v)

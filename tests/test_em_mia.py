@@ -142,6 +142,27 @@ def test_update_rules_and_argument_errors() -> None:
     assert np.array_equal(em.pool_indices(5, 99), np.arange(5))
 
 
+def test_neg_prefix_on_a_subset_pool_fails_before_any_model_call(tiny_target) -> None:
+    """The error comes before the initial scores and the ReCaLL matrix are bought, not after."""
+
+    class NoCalls:
+        def __getattr__(self, name):
+            raise AssertionError(f"the target was used ({name}) before the configuration was refused")
+
+    with pytest.raises(UserError, match="neg-prefix update scores only texts in the prefix pool"):
+        em.run_em_mia(NoCalls(), [f"text {i}" for i in range(10)], init="loss", pool_size=4, update="neg-prefix")
+    from blackbox_audit.data import Dataset, Sample
+    from blackbox_audit.methods.base import AuditInputs
+
+    data = Dataset([Sample(str(i), f"text {i}") for i in range(10)])
+    method = em.EMMIA(em.EMMIAConfig(init="loss", update="neg-prefix", prefix_pool=4))
+    with pytest.raises(UserError, match="prefix-pool all"):
+        method.check(AuditInputs(data=data, target=tiny_target))
+    em.EMMIA(em.EMMIAConfig(init="loss", update="neg-prefix", prefix_pool="all")).check(
+        AuditInputs(data=data, target=tiny_target)
+    )
+
+
 def test_baselines_by_hand() -> None:
     v = np.array([[np.nan, 2.0, 4.0], [1.0, np.nan, 3.0]])
     matrix = em.RecallMatrix(values=v, pool=np.array([0, 1]), ll=-np.ones(3))

@@ -203,3 +203,30 @@ def test_finetune_file_with_members_is_refused(tiny_lm_dir, tmp_path, capsys) ->
     argv = ["fsd", "--target", f"hf:{tiny_lm_dir}", "--data", str(data), "--finetune", str(data)]
     assert main([*argv, "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]) == 2
     assert "must hold known non-members, but 2 row(s) are labelled 1" in capsys.readouterr().err
+
+
+def test_applied_adapter_keeps_the_chat_conditioning(tiny_target, tmp_path) -> None:
+    """FSD subtracts the tuned model's score from the base's: both must be scored in the same
+    conditioning, so a chat-conditioned base gives a chat-conditioned tuned target."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    from blackbox_audit.adapters.chat_templates import chat_conditioning
+    from blackbox_audit.adapters.lora import apply_adapter
+
+    peft_model = get_peft_model(
+        copy.deepcopy(tiny_target.model), LoraConfig(r=2, target_modules=["c_attn"], fan_in_fan_out=True)
+    )
+    peft_model.save_pretrained(str(tmp_path / "adapter"))
+    base = tiny_target.with_chat(chat_conditioning("chatml"))
+    tuned = apply_adapter(base, tmp_path / "adapter")
+    assert tuned.chat == base.chat is not None
+    text = "The committee met on Tuesday and agreed on the budget."
+    # an untrained LoRA (B = 0) leaves the weights as they were: same conditioning, same values
+    np.testing.assert_allclose(
+        tuned.token_logprobs([text], progress=False)[0].logprobs,
+        base.token_logprobs([text], progress=False)[0].logprobs,
+        atol=1e-5,
+    )
+    assert tuned.fingerprint() != base.fingerprint()

@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=SYNTHETIC,
         metavar="FILE|synthetic",
         help="known non-members in the benchmark's format (items the model cannot have seen); 'synthetic' = "
-        "calibrated dataset inference's generated answers (not in this build yet; default, for planning)",
+        "calibrated dataset inference's generated answers (default, for planning only: a run needs FILE)",
     )
     m = p.add_argument_group("method")
     m.add_argument(

@@ -687,6 +687,7 @@ class ContaminationPlan:
                 lines.append(format_power(power_statement(nb, nh, self.alpha)))
         if self.heldout == "synthetic":
             lines.append(
-                "  (power of the rank test against known non-members; a synthetic held-out side uses DI's test)"
+                "  (power of the rank test against known non-members of the same size; a synthetic held-out side "
+                "cannot run yet: the run needs --heldout FILE with known non-members)"
             )
         return "\n".join(lines)

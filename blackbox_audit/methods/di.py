@@ -419,8 +419,8 @@ class CalibratedDI(Method):
             provenance={
                 "di": {
                     "generator": res.heldout.info["generator"],
-                    "adapter_key": res.heldout.info["adapter"]["key"],
-                    "generation_key": res.heldout.info["generation"]["key"],
+                    "adapter_id": res.heldout.info["adapter"]["key"],  # not *_key: run.json drops names like keys
+                    "generation_id": res.heldout.info["generation"]["key"],
                     "artifacts": res.info["artifacts"],
                     "timings": res.info["timings"],
                 }

@@ -554,6 +554,11 @@ def run_em_mia(
     pool = pool_indices(len(texts), pool_size, seed=pool_seed)
     if init == "avgp" and len(pool) < len(texts):
         raise UserError("init avgp scores only texts in the prefix pool", "use init avg or pool_size=None (all)")
+    if update == "neg-prefix" and len(pool) < len(texts):  # before the matrix is paid for, not after
+        raise UserError(
+            f"the neg-prefix update scores only texts in the prefix pool ({len(pool)} of {len(texts)})",
+            "use --update topk-recall (or auto), or pass --prefix-pool all",
+        )
     init_field, init_values = init, None
     if init not in BASELINES:
         table = compute_scores(target, texts, init, ids=ids, progress=progress)
@@ -668,6 +673,11 @@ class EMMIA(Method):
             raise UserError(
                 f"init avgp scores only texts in the prefix pool ({cfg.pool_size} of {len(inputs.texts)})",
                 "use init avg, or pass --prefix-pool all (prefix_pool = 'all')",
+            )
+        if cfg.update == "neg-prefix" and cfg.pool_size is not None and cfg.pool_size < len(inputs.texts):
+            raise UserError(
+                f"the neg-prefix update scores only texts in the prefix pool ({cfg.pool_size} of {len(inputs.texts)})",
+                "use --update topk-recall (or auto), or pass --prefix-pool all (prefix_pool = 'all')",
             )
 
     def run(self, inputs: AuditInputs) -> MethodResult:
