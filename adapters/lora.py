@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from blackbox_audit.errors import UserError
+from blackbox_audit.training import clipped_step
 
 #: bumped whenever training changes its result, so cached adapters are not reused
 LORA_FORMAT = 1
@@ -239,13 +240,9 @@ def train_lora(
                         mask[r, : len(x)] = 1
                     ids, labels, mask = (t.to(peft_model.device) for t in (ids, labels, mask))
                     out = peft_model(input_ids=ids, attention_mask=mask, labels=labels)
-                    opt.zero_grad()
-                    out.loss.backward()
-                    torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-                    opt.step()
-                    sched.step()
+                    step_loss = clipped_step(out.loss, opt, sched, trainable)
                     n = int((labels[:, 1:] != -100).sum())
-                    tok_loss += float(out.loss.detach()) * n
+                    tok_loss += step_loss * n
                     tok_count += n
                     bar.update(1)
                 losses.append(tok_loss / max(1, tok_count))

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from blackbox_audit.errors import UserError
+from blackbox_audit.training import clipped_step
 
 from .artifacts import ArtifactStore, content_key, texts_digest
 from .segment import Pair
@@ -272,12 +273,7 @@ class LocalGenerator:
                 for start in range(0, len(order), cfg.batch_size):
                     idx = [int(i) for i in order[start : start + cfg.batch_size]]
                     loss, n_tok = self._step_loss(peft_model, seqs, idx, hidden, cut)
-                    opt.zero_grad()
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(params, 1.0)
-                    opt.step()
-                    sched.step()
-                    tot += float(loss.detach()) * n_tok
+                    tot += clipped_step(loss, opt, sched, params) * n_tok
                     count += n_tok
                     bar.update(1)
                 losses.append(tot / max(1, count))
