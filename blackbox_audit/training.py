@@ -1,11 +1,12 @@
-"""One optimiser step as every trainer in the project takes it (canary, LoRA fine-tunes, DI's generator).
+"""Seeding and one optimiser step as every trainer in the project takes it (canary, LoRA fine-tunes, DI's generator).
 
 Kept in one place so the canary, FSD's LoRA and DI's generator cannot drift apart in how they clip
 gradients or advance the schedule."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 
@@ -20,3 +21,18 @@ def clipped_step(loss: Any, optimizer: Any, scheduler: Any, params: Iterable[Any
     optimizer.step()
     scheduler.step()
     return float(loss.detach())
+
+
+@contextlib.contextmanager
+def seeded_torch(seed: int) -> Iterator[None]:
+    """Seed torch and ask for deterministic kernels; restore the caller's RNG and setting afterwards."""
+    import torch
+
+    was = torch.are_deterministic_algorithms_enabled()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(was)

@@ -40,11 +40,10 @@ from typing import Any
 import numpy as np
 
 from blackbox_audit.errors import UserError
-from blackbox_audit.training import clipped_step
+from blackbox_audit.training import clipped_step, seeded_torch
 
 from .artifacts import ArtifactStore, content_key, texts_digest
 from .segment import Pair
-from .text_classifier import seeded_torch
 
 log = logging.getLogger(__name__)
 

@@ -17,12 +17,13 @@ the former (as in the authors' ``linear_di.py``) and tested on the latter.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
+from blackbox_audit.training import seeded_torch
 
 PAD = 0
 
@@ -58,21 +59,6 @@ def _batch(rows: Sequence[Sequence[int]]):
         ids[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
         mask[i, : len(r)] = 1
     return ids, mask
-
-
-@contextlib.contextmanager
-def seeded_torch(seed: int):
-    """Seed torch and ask for deterministic kernels; restore the caller's RNG and setting afterwards."""
-    import torch
-
-    was = torch.are_deterministic_algorithms_enabled()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        try:
-            yield
-        finally:
-            torch.use_deterministic_algorithms(was)
 
 
 def train_and_predict(
