@@ -12,20 +12,26 @@ from blackbox_audit.cli import main
 
 def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "demo"
-    argv = ["demo", "--members=30", "--nonmembers=30", "--calibration=20", "--epochs=2"]
+    argv = ["demo", "--members=30", "--nonmembers=30", "--calibration=20", "--epochs=2", "--em-mia-texts=10"]
     argv += ["--out", str(out), "--cache-dir", str(tmp_path / "cache")]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "[1/" in captured.err  # step-by-step progress
 
     metrics = json.loads((out / "score" / "metrics.json").read_text())
-    for name in ("loss", "zlib", "min_k", "min_k_pp", "blind"):
+    for name in ("loss", "zlib", "min_k", "min_k_pp", "recall", "blind"):
         assert 0.0 <= metrics[name]["auc"] <= 1.0 and metrics[name]["n"] == 60, name
-    assert not {"recall", "pac", "samia"} & set(metrics)  # left out on the tiny canary (see demo.py)
-    assert any("recall" in note for note in run_notes(out))
+    assert not {"pac", "samia"} & set(metrics)  # left out for time (see demo.py)
+    assert any("pac" in note for note in run_notes(out))
     ptdi = json.loads((out / "ptdi" / "verdict.json").read_text())["details"]
     assert ptdi["n_calibration"] == 20 and ptdi["n_test"] == 60 and ptdi["method"] == "subtraction"
     assert json.loads((out / "ptdi-vanilla" / "run.json").read_text())["config"]["method"] == "vanilla"
+    # EM-MIA on the first 10 texts (--em-mia-texts; on by default only on the SmolLM2 canary)
+    em = json.loads((out / "em-mia" / "metrics.json").read_text())
+    em_run = json.loads((out / "em-mia" / "run.json").read_text())
+    assert em["em_mia"]["n"] == 10 and em_run["premise"] and em_run["pool_size"] == 10
+    em_line = next(row for row in captured.out.splitlines() if row.startswith("em_mia "))
+    assert f"{em['em_mia']['auc']:.3f}" in em_line and "premise" in em_line
 
     table = captured.out
     for name in ("loss", "min_k", "blind", "ptdi/subtraction"):

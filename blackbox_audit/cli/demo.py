@@ -16,8 +16,13 @@ conditioning: a side-by-side table of AUCs, per-token |delta| against the stated
 requests per token and what those requests would cost at a named model's published price
 (``--price-as``). Last, ``OUT/report.html`` is drawn from the result folders.
 
+With ``--base smollm2`` (the SmolLM2 canary) it also runs EM-MIA (label-free, default
+``--em-mia-texts 60``: its ReCaLL matrix costs texts x texts scorings); on the tiny canary
+EM-MIA runs only when ``--em-mia-texts`` is given, so the default demo stays fast.
+
 Each method's result goes through the one result writer into its own folder (``OUT/score``,
-``OUT/ptdi``, ``OUT/ptdi-vanilla``, ``OUT/api-compare``); ``OUT/run.json`` records the canary, the
+``OUT/ptdi``, ``OUT/ptdi-vanilla``, ``OUT/em-mia``,
+``OUT/api-compare``); ``OUT/run.json`` records the canary, the
 tables and the notes. The demo is a list of steps (``STEPS``); each takes the shared ``DemoRun``.
 """
 
@@ -94,14 +99,14 @@ def canary_score_params(canary: Any) -> dict[str, dict[str, Any]]:
 
 
 #: Scores the demo leaves out unless named with --scores, and why (it must stay a few minutes).
+#: ReCaLL is included on both canaries: on the default tiny canary it scores AUC 0.820 against
+#: loss 0.749 (docs/CONFORMANCE.md; its 12-shot prefix is cut to the last tokens that fit the
+#: 512-token context, with a warning) and costs about as much as all the other scores together
+#: (1,000 texts: 10 CPU-s against 9.5).
 SLOW_SCORES = {
     "pac": "5 augmented copies per text make it ~6x slower than all other scores; add --scores",
     "samia": "10 sampled continuations of up to 128 tokens per text (generation, not one forward pass); add --scores",
 }
-#: ... and, on the tiny canary only: it is trained on single paragraphs (<= ~170 positions), so a
-#: ~500-token prefix puts the text at positions it never learned; measured AUC 0.64 vs loss 0.66
-#: on the default canary while doubling the demo's scoring time.
-TINY_SKIPPED = {"recall": "prefix positions beyond the tiny canary's trained length; use --base smollm2"}
 
 
 def applicable_scores(
@@ -145,8 +150,7 @@ def _step_scores(run: DemoRun) -> None:
     names = [s for s in run.args.scores.split(",") if s] if run.args.scores else None
     skipped: dict[str, str] = {}
     if names is None:
-        leave_out = {**SLOW_SCORES, **(TINY_SKIPPED if run.canary.card["base"] == "tiny" else {})}
-        names, skipped = applicable_scores(run.target, params, leave_out)
+        names, skipped = applicable_scores(run.target, params, SLOW_SCORES)
     params = {k: v for k, v in params.items() if k in {n.split(":")[0] for n in names}}
     method = ScoreMethod(ScoreConfig(scores=tuple(names), params=params, seed=run.args.seed))
     result = run.run_method("score", method, AuditInputs(data=run.data, target=run.target))
@@ -198,6 +202,48 @@ def _step_ptdi(run: DemoRun) -> None:
                 f"power {power}",
             }
         )
+
+
+#: EM-MIA texts by canary base when --em-mia-texts is not given (0 = skipped): SmolLM2 is the
+#: canary EM-MIA is meant for; 60 texts = 3,600 conditional scorings, minutes on a CPU.
+EM_MIA_TEXTS = {"smollm2": 60}
+
+
+def _step_em_mia(run: DemoRun) -> None:
+    """EM-MIA (label-free) on the first ``--em-mia-texts`` texts, with its defaults (``--update auto``:
+    it updates only while its premise check holds, else it keeps the initial score and says why)."""
+    from blackbox_audit.methods.em_mia import EMMIA, EMMIAConfig
+
+    assert run.data is not None
+    base = run.canary.card["base"]
+    n = run.args.em_mia_texts if run.args.em_mia_texts is not None else EM_MIA_TEXTS.get(base, 0)
+    n = min(n, len(run.data))
+    if n < 2:
+        run.notes.append(f"EM-MIA skipped on the {base} canary (add --em-mia-texts N, cost N x N scorings)")
+        return
+    data = Dataset(run.data.samples[:n], path=run.data.path)
+    members = sum(s.label == 1 for s in data.samples)
+    print(f"      EM-MIA on the first {n} texts ({members} members): {n * n:,} conditional scorings", file=sys.stderr)
+    result = run.run_method("em-mia", EMMIA(EMMIAConfig()), AuditInputs(data=data, target=run.target, progress=True))
+    prov, m = result.provenance, result.metrics
+    first = prov["premise"][0]
+    init_auc = m[prov["init"]]["auc"]
+    verdict = (
+        f"{prov['update']}, {prov['iterations_run']} iterations"
+        if prov["stopped"] is None
+        else "stopped at the initial score"
+    )
+    note = (
+        f"label-free, {n} texts; init {prov['init']} AUC {init_auc:.3f}; premise {first['statistic']:.3f} "
+        f"vs {first['threshold']:.3f} -> {verdict}"
+    )
+    run.rows.append(
+        {"method": "em_mia", "auc": m["em_mia"]["auc"], "tpr5": m["em_mia"]["tpr_at_5pct_fpr"], "note": note}
+    )
+    if "avg" in m:
+        row = {"method": "em_mia/avg", "auc": m["avg"]["auc"], "tpr5": m["avg"]["tpr_at_5pct_fpr"]}
+        run.rows.append({**row, "note": f"label-free Avg baseline, same {n} texts"})
+    run.notes += result.warnings
 
 
 API_SCORES = ("loss", "zlib", "min_k")  # scores an API with logprobs can serve (no full distribution)
@@ -310,6 +356,7 @@ STEPS: list[tuple[str, Callable[[DemoRun], None]]] = [
     ("build or reuse the canary", _step_canary),
     ("white-box membership scores and the blind baseline", _step_scores),
     ("PTDI set selection", _step_ptdi),
+    ("EM-MIA (label-free; SmolLM2 canary or --em-mia-texts)", _step_em_mia),
     ("serve the canary through the provider emulator (OpenAI chat semantics) and probe it", _step_api),
     ("recovered logprobs and the same scores through the API, beside the white-box model", _step_compare),
 ]
@@ -327,6 +374,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--scores", help="comma-separated score specs (default: every applicable score)")
     p.add_argument("--alpha", type=float, default=0.1, help="PTDI target FDR (default: 0.1)")
     p.add_argument("--ptdi-score", default="min_k", help="score PTDI selects on (default: min_k)")
+    p.add_argument(
+        "--em-mia-texts",
+        type=int,
+        help="run EM-MIA on the first N texts (cost N x N conditional scorings; default: 60 with --base smollm2, "
+        "skipped on the tiny canary; 0 = skip)",
+    )
     p.add_argument("--no-cache", action="store_true", help="do not read or write the logprob cache")
     a = p.add_argument_group("the API path (the canary behind the provider emulator)")
     a.add_argument(
