@@ -235,8 +235,8 @@ async def run_fine_tuning(
     if price is not None and job.trained_tokens is not None and not engine.free:
         billed = price.training_cost(job.trained_tokens)
     if resumed == "new" and billed is not None and est_cost is not None:
-        engine.budget.adjust(billed - est_cost)  # the reservation was the estimate; this is the bill
-        engine.stats.cost_usd = engine.budget.spent_usd
+        # the reservation was the estimate; this is the bill (added to this engine's own share)
+        engine.stats.cost_usd += engine.budget.adjust(billed - est_cost)
     return JobOutcome(
         fine_tuned_model=job.fine_tuned_model,
         job_id=job.id,

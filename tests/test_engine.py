@@ -250,6 +250,25 @@ def test_budget_usd_reserves_before_sending():
     assert e.stats.cost_usd == pytest.approx(route.call_count * 6.5e-6)
 
 
+@respx.mock
+def test_engines_sharing_one_budget_each_report_their_own_spend():
+    # an audit gives its targets one Budget: the cap is global, but each engine's ledger
+    # (stats.cost_usd, shown per target) must hold only what that engine spent
+    respx.post(f"{BASE}/completions").mock(return_value=ok(3, 1))  # billed $6.5e-6 each
+    shared = Budget(max_usd=1.0)
+    first = engine(cache={}, budget=shared, pricing=PricingTable.load())
+    second = engine(cache={}, budget=shared, pricing=PricingTable.load())
+
+    async def go(e, ids):
+        return await asyncio.gather(*[e.post_json("/completions", body(i)) for i in ids])
+
+    run(go(first, range(3)))
+    run(go(second, range(100, 105)))
+    assert first.stats.cost_usd == pytest.approx(3 * 6.5e-6)
+    assert second.stats.cost_usd == pytest.approx(5 * 6.5e-6)
+    assert shared.spent_usd == pytest.approx(8 * 6.5e-6)
+
+
 def test_budget_refuses_unpriced_models():
     e = engine(cache={}, budget=Budget(max_usd=1.0), pricing=PricingTable.load())
     with pytest.raises(UserError, match="no price known for model 'mystery-model'.*--pricing"):

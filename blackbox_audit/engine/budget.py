@@ -57,18 +57,23 @@ class Budget:
         self.reserved_usd += est_cost_usd
         return Reservation(est_cost_usd)
 
-    def settle(self, res: Reservation, actual_cost_usd: float | None) -> None:
-        """Replace the reservation by the billed cost (``None``: keep the estimate)."""
+    def settle(self, res: Reservation, actual_cost_usd: float | None) -> float:
+        """Replace the reservation by the billed cost (``None``: keep the estimate). Returns what
+        was added to ``spent_usd``, so an engine that shares this budget can keep its own share."""
         if res.settled:
-            return
+            return 0.0
         res.settled = True
         self.reserved_usd = max(0.0, self.reserved_usd - res.cost_usd)
-        self.spent_usd += res.cost_usd if actual_cost_usd is None else actual_cost_usd
+        added = res.cost_usd if actual_cost_usd is None else actual_cost_usd
+        self.spent_usd += added
+        return added
 
-    def adjust(self, delta_usd: float) -> None:
+    def adjust(self, delta_usd: float) -> float:
         """Correct what was spent once the real bill is known (a fine-tuning job's trained tokens
-        replace the estimate reserved when it was created)."""
+        replace the estimate reserved when it was created). Returns the change applied."""
+        before = self.spent_usd
         self.spent_usd = max(0.0, self.spent_usd + delta_usd)
+        return self.spent_usd - before
 
     def to_json(self) -> dict[str, Any]:
         return {

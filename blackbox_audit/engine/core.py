@@ -632,8 +632,8 @@ class RequestEngine:
                     self.store.put(key, data)
                 return data
             finally:
-                self.budget.settle(res, actual)
-                self.stats.cost_usd = self.budget.spent_usd
+                # this engine's own share: in an audit several engines share one budget
+                self.stats.cost_usd += self.budget.settle(res, actual)
 
     def _raise_for_status(self, resp: httpx.Response) -> None:
         status = resp.status_code
