@@ -14,6 +14,12 @@ from the requested scores). Printed:
   under the same chat conditioning (ground truth), the largest |auto - full| score change, the
   largest certified error bound of the auto run and the score's delta.
 
+The auto run uses the endpoint's default delta as ``score --precision auto`` does
+(``PrecisionPlan.for_endpoint``: 0.05, or 0.02 where recovery bisects with fractional biases)
+unless ``--delta`` is given. ``--repeat-full`` scores a second time at full precision and prints
+the AUC change between the two full runs (their searches differ with the completion order), the
+floor any comparison against full precision sits on.
+
 Run: .venv/bin/python bench/precision_auto.py [--canary PATH] [--texts 100] [--profile openai-chat]
 """
 
@@ -82,7 +88,7 @@ def main(argv=None) -> int:
     from blackbox_audit.fixtures.canary import CanaryOptions, build_canary, load_canary
     from blackbox_audit.fixtures.emulator import run_emulator
     from blackbox_audit.scores import parse_specs, plan_requests
-    from blackbox_audit.scores.precision import DEFAULT_DELTA, plan_precision
+    from blackbox_audit.scores.precision import DEFAULT_DELTA, fractional_bisection, plan_precision
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--canary", help="a built canary folder (default: the default tiny canary, built once and cached)")
@@ -90,7 +96,14 @@ def main(argv=None) -> int:
     ap.add_argument("--max-tokens", type=int, help="cut each text to its first N target tokens (default: whole)")
     ap.add_argument("--profile", default="openai-chat")
     ap.add_argument("--scores", default="loss,zlib,min_k")
-    ap.add_argument("--delta", type=float, help="--precision-delta (default: each score's own, 0.05 nats)")
+    ap.add_argument(
+        "--delta",
+        type=float,
+        help="--precision-delta (default: the endpoint's, 0.05 nats; 0.02 with fractional biases)",
+    )
+    ap.add_argument(
+        "--repeat-full", action="store_true", help="also score twice at full precision: the AUC change between them"
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
 
@@ -107,12 +120,18 @@ def main(argv=None) -> int:
         f"profile {args.profile}; scores {','.join(scores)}",
         flush=True,
     )
-    print(f"precision {prec.describe()}", flush=True)
 
     with run_emulator(backend, args.profile) as emu:
         full, n_full, w_full, _, t_full = run_once(emu, str(canary.model_dir), texts, scores, None)
+        prec = prec.for_endpoint(fractional_bisection(t_full.sem))  # the endpoint's default delta (ScoreMethod)
         t_full.close()
+        print(f"precision {prec.describe()}", flush=True)
         print(f"  full precision done: {n_full} requests, {w_full:.0f} s", file=sys.stderr, flush=True)
+        again = None
+        if args.repeat_full:  # the noise floor: two full-precision runs differ by their search orders
+            again, n_again, w_again, _, t_again = run_once(emu, str(canary.model_dir), texts, scores, None)
+            t_again.close()
+            print(f"  second full run done: {n_again} requests, {w_again:.0f} s", file=sys.stderr, flush=True)
         auto, n_auto, w_auto, chosen, target = run_once(emu, str(canary.model_dir), texts, scores, prec.per_token)
         print(f"  auto done: {n_auto} requests, {w_auto:.0f} s", file=sys.stderr, flush=True)
         try:
@@ -139,12 +158,14 @@ def main(argv=None) -> int:
     )
     print(hdr)
     print("-" * len(hdr))
-    worst = 0.0
+    worst, floor = 0.0, 0.0
     for spec in specs:
         f = spec.field
         exact = np.array([spec.score.compute(t, truth, spec.params) for t in texts])
         a_full, a_auto, a_exact = (roc_auc_score(labels, v) for v in (full[f], auto[f], exact))
         worst = max(worst, abs(a_auto - a_full))
+        if again is not None:
+            floor = max(floor, abs(roc_auc_score(labels, again[f]) - a_full))
         scale = prec.delta / DEFAULT_DELTA  # --delta rescales every score's target (scores.precision)
         deltas = np.array([(spec.score.precision_delta(t, spec.params) or np.nan) * scale for t in texts])
         print(
@@ -153,6 +174,8 @@ def main(argv=None) -> int:
             f"{np.abs(auto[f] - exact).max():15.3e}"
         )
     print(f"\nlargest AUC change against full precision: {worst:.4f} (target <= 0.005)")
+    if again is not None:
+        print(f"largest AUC change between two full-precision runs (noise floor): {floor:.4f}")
     print(
         "max bound = the largest certified score error of the auto run (scores.precision); delta = its target "
         "(zlib: delta/Z(x), the largest shown)."

@@ -197,7 +197,15 @@ def price_plan(plan: CostPlan, view: PlanningView) -> PlanEstimate:
             from blackbox_audit.engine.estimate import UNKNOWN
 
             shape = shape or UNKNOWN
-            eps, how = eps_for_tolerance(plan.tolerance, shape.jitter, shape.eps)
+            tolerance = plan.tolerance
+            if plan.precision is not None:  # the endpoint's default delta; not probed: the finer one
+                fractional = shape.fractional_bias is not False
+                prec = plan.precision.for_endpoint(fractional)
+                tolerance = prec.per_token
+                if prec is not plan.precision:
+                    assumed = " (not probed yet: fractional biases assumed)" if shape.fractional_bias is None else ""
+                    notes.append(f"on this endpoint: precision {prec.describe()}{assumed}")
+            eps, how = eps_for_tolerance(tolerance, shape.jitter, shape.eps)
             shape = shape.with_eps(eps)
             if shape.bisect_cap is not None:
                 notes.append(f"bisection priced at {how}")

@@ -16,7 +16,14 @@ import pytest
 
 from blackbox_audit.fixtures.records import hand_record
 from blackbox_audit.scores import Plain, parse_specs
-from blackbox_audit.scores.precision import DEFAULT_DELTA, order_mean_bound, plan_precision, ratio_bound
+from blackbox_audit.scores.precision import (
+    DEFAULT_DELTA,
+    FRACTIONAL_DELTA,
+    fractional_bisection,
+    order_mean_bound,
+    plan_precision,
+    ratio_bound,
+)
 
 TEXTS = [
     "The Congress shall have power to lay and collect taxes, duties, imposts and excises.",
@@ -104,6 +111,29 @@ def test_plan_precision_picks_the_most_demanding_score_and_excludes_ratios(tmp_p
     assert samia.per_token is None and not samia.excluded  # nothing to bound: full precision, no savings claimed
 
 
+def test_fractional_bias_endpoints_default_to_the_smaller_delta():
+    """delta bounds each score, not the ranking: where bisection runs with fractional biases every
+    value moves with eps, and delta 0.05 was measured to move min_k's AUC by 0.0133 against full
+    precision (bench/precision_auto.py), so such endpoints default to ``FRACTIONAL_DELTA``."""
+    from blackbox_audit.adapters.recovery import Semantics
+
+    fractional = Semantics(top_n=20, top_under_bias=True)
+    integer = Semantics(top_n=20, integer_bias=True, top_under_bias=True)
+    forced = Semantics(top_n=20, forced_token=True)
+    assert fractional_bisection(fractional) and fractional_bisection(fractional.to_json())
+    assert not fractional_bisection(integer) and not fractional_bisection(forced) and not fractional_bisection(None)
+    plan = plan_precision(parse_specs(["loss", "zlib", "max_k"]), TEXTS, "auto")
+    on_float = plan.for_endpoint(True)
+    assert FRACTIONAL_DELTA < DEFAULT_DELTA and on_float.delta == FRACTIONAL_DELTA
+    assert on_float.per_token == pytest.approx(plan.per_token * FRACTIONAL_DELTA / DEFAULT_DELTA)
+    assert on_float.deltas["loss"] == pytest.approx(FRACTIONAL_DELTA) and on_float.limiting == "max_k"
+    assert plan.for_endpoint(False) is plan  # integer biases keep 0.05
+    given = plan_precision(parse_specs(["loss"]), TEXTS, "auto", delta=DEFAULT_DELTA)
+    assert given.for_endpoint(True) is given  # --precision-delta is honoured on every endpoint
+    full = plan_precision(parse_specs(["loss"]), TEXTS, "full")
+    assert full.for_endpoint(True) is full
+
+
 def _truth(emu, tiny, target, texts):
     """Records of ``texts`` holding the emulator's exact logprobs under the chat conditioning."""
     from blackbox_audit.fixtures.emulator import chat_prompt_ids
@@ -178,13 +208,21 @@ def test_cli_precision_auto_records_its_choice_and_certified_bounds(tiny_target,
         assert main([*base, "--out", str(tmp_path / "dry"), "--dry-run"]) == 0
         dry = capsys.readouterr().out
         assert emu.stats()["requests"] == 0  # a dry run sends nothing
-        assert "precision auto: per-token error bound 0.05" in dry and "eps 0.1" in dry, dry
+        # not probed yet: priced at the fractional-bias default (the finer, dearer one)
+        assert "precision auto: per-token error bound 0.05" in dry and "not probed yet" in dry, dry
+        assert "per-token error bound 0.02" in dry and "eps 0.04" in dry, dry
         assert main([*base, "--out", str(tmp_path / "o")]) == 0
-    out = capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert main([*base, "--out", str(tmp_path / "dry2"), "--dry-run"]) == 0  # the probe is cached now
+        dry = capsys.readouterr().out
+        assert "eps 0.04" in dry and "not probed yet" not in dry, dry
     assert "precision auto" in out and "largest certified score error from recovery" in out, out
     prec = json.loads((tmp_path / "o" / "run.json").read_text())["precision"]
-    assert prec["mode"] == "auto" and prec["per_token_bound"] == pytest.approx(DEFAULT_DELTA)
-    assert prec["target"]["eps"] == pytest.approx(2 * DEFAULT_DELTA) and prec["target"]["full_eps"] < 2 * DEFAULT_DELTA
+    # openai-chat-float bisects with fractional biases: the endpoint's default delta is 0.02
+    assert prec["mode"] == "auto" and prec["delta"] == FRACTIONAL_DELTA and not prec["delta_given"]
+    assert prec["per_token_bound"] == pytest.approx(FRACTIONAL_DELTA)
+    eps = 2 * FRACTIONAL_DELTA
+    assert prec["target"]["eps"] == pytest.approx(eps) and prec["target"]["full_eps"] < eps
     for name in ("loss", "zlib", "min_k"):
         row = prec["score_error_bounds"][name]
         assert row["unbounded_texts"] == 0 and 0 < row["max_bound_over_delta"] <= 1 + 1e-9, (name, row)

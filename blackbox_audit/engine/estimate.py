@@ -43,6 +43,8 @@ class LadderShape:
     votes: int = 1  # flip-test repeats (non-deterministic endpoints)
     eps: float = 0.01  # bisection tolerance the high end is priced at
     jitter: float = 0.0  # the probe's order jitter (nats): part of every error bound
+    # bisection with fractional biases (``scores.precision.fractional_bisection``); None: not probed
+    fractional_bias: bool | None = None
 
     @staticmethod
     def bisection_requests(cap: float, eps: float) -> float:
@@ -65,9 +67,9 @@ class LadderShape:
         """
         echo = bool(getattr(sem, "echo", False))
         if getattr(sem, "prompt_logprobs", False):
-            return cls(echo=True, miss_extra_hi=0, label="prompt logprobs (vLLM)")
+            return cls(echo=True, miss_extra_hi=0, label="prompt logprobs (vLLM)", fractional_bias=False)
         if echo and not getattr(sem, "echo_offset", 0):
-            return cls(echo=True, miss_extra_hi=0, label="echo")
+            return cls(echo=True, miss_extra_hi=0, label="echo", fractional_bias=False)
         if getattr(sem, "bias_reflecting", False) or getattr(sem, "forced_token", False):
             extra, label = 1.0, "forced-token" if sem.forced_token else "bias-reflecting"
         elif getattr(sem, "argmax_moves", False):
@@ -79,12 +81,19 @@ class LadderShape:
                 bisect_cap=cap,
                 votes=n_votes,
                 jitter=float(getattr(sem, "jitter", 0.0) or 0.0),
+                fractional_bias=not getattr(sem, "integer_bias", False),
             )
             return shape.with_eps(eps)
         else:
             extra, label = 0.0, "top-n only (bounded)"
         jitter = float(getattr(sem, "jitter", 0.0) or 0.0)
-        return cls(echo=echo, miss_extra_hi=extra, label=("shifted echo + " if echo else "") + label, jitter=jitter)
+        return cls(
+            echo=echo,
+            miss_extra_hi=extra,
+            label=("shifted echo + " if echo else "") + label,
+            jitter=jitter,
+            fractional_bias=False,
+        )
 
 
 UNKNOWN = LadderShape(label="not probed yet", bisect_cap=100.0).with_eps(0.01)

@@ -289,13 +289,16 @@ class CostPlan:
     items; ``fine_tune`` a fine-tuning job and the calls on its result; ``notes`` say what the
     estimate leaves out. ``tolerance``: the per-token error bound
     the method will ask the target for (``Target.set_tolerance``, ``--precision auto``; None:
-    full precision), so the estimate prices the bisection tolerance the run will use.
+    full precision), so the estimate prices the bisection tolerance the run will use; ``precision``:
+    the ``scores.precision.PrecisionPlan`` behind it, whose default delta depends on the endpoint
+    (``PrecisionPlan.for_endpoint``), so the estimate can price the probed endpoint's own.
     """
 
     calls: list[Any] = field(default_factory=list)
     items: list[CostItem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     tolerance: float | None = None
+    precision: Any = None
     fine_tune: FineTunePlan | None = None
 
 

@@ -90,12 +90,16 @@ class ScoreMethod(Method):
         prec = self._precision(inputs)
         if prec.mode == "auto":
             notes.append(f"precision {prec.describe()}")
-        return CostPlan(calls=calls, notes=notes, tolerance=prec.per_token)
+        return CostPlan(calls=calls, notes=notes, tolerance=prec.per_token, precision=prec)
 
     def _precision(self, inputs: AuditInputs) -> Any:
-        from blackbox_audit.scores.precision import plan_precision
+        """The precision plan; with a target, at that endpoint's default delta (``for_endpoint``)."""
+        from blackbox_audit.scores.precision import fractional_bisection, plan_precision
 
-        return plan_precision(self.specs, inputs.texts, self.config.precision, self.config.precision_delta)
+        prec = plan_precision(self.specs, inputs.texts, self.config.precision, self.config.precision_delta)
+        if inputs.target is None:
+            return prec
+        return prec.for_endpoint(fractional_bisection(inputs.target.capabilities.extra.get("semantics")))
 
     def run(self, inputs: AuditInputs) -> MethodResult:
         from blackbox_audit.blind import blind_summary, blind_warning

@@ -36,14 +36,21 @@ project measured on a real server (0.21 nats, llama.cpp's default batching), i.e
 endpoint's own noise already puts into any recovered value; it is small against the spread of
 these scores between texts (per-text loss varies by tenths of a nat to nats), and bisection
 errors are spread over the bracket, so a mean over many tokens is much closer than its bound.
-Measured (``bench/precision_auto.py``, a 120+120 tiny canary, texts cut to 40-48 tokens): on
-``openai-chat`` (integer biases) auto saves 4.7 % of the requests and changes no AUC by more than
-0.0025 (40 texts); on ``openai-chat-float`` it saves 31.6 % but min_k's AUC moves by 0.0133
-(30 texts, i.e. 3 of 225 member/non-member pairs swap: score errors of 0.015 nats, within their
-certified bound, reorder texts whose scores are that close); there ``--precision-delta 0.02``
-saves 20.1 % with no AUC change. So delta bounds each *score's* error, not the AUC change,
-which depends on how close the texts' scores lie.
-``--precision-delta D`` scales every score's target by ``D / 0.05``.
+
+**Endpoints that bisect with fractional biases default to** ``FRACTIONAL_DELTA = 0.02``
+(``PrecisionPlan.for_endpoint``). delta bounds each *score's* error, not the ranking of texts, and
+there every bisected value moves with eps (uniformly within its final bracket), while on
+integer-only endpoints the reference refinement mostly ends where full precision would, so auto's
+values there mostly coincide with full precision's. Measured with ``bench/precision_auto.py`` on a
+120+120 tiny canary (texts cut to 40 tokens; the README states the commands and all figures): on
+``openai-chat-float`` delta 0.05 moved min_k's AUC by 0.0133 (30 texts: 3 of 225
+member/non-member pairs swapped by score errors of 0.015 nats, within their certified bounds)
+while 0.02 moved no AUC by more than the target 0.005 on 60-text runs; on ``openai-chat``
+(integer biases) 0.05 stays within 0.005. Ranking *certified* against full precision (refine
+every text whose certified interval overlaps another's) was measured to save nothing: on 60
+texts of 40 tokens every text's loss interval overlaps another's at 0.05 nats per token and 70 %
+still do at full precision's 0.005. ``--precision-delta D`` sets delta to ``D`` on every
+endpoint (every score's target scales by ``D / 0.05``).
 
 ``plan_precision`` turns the requested scores into the largest per-token bound they tolerate
 (``PrecisionPlan.per_token``); an API target turns that into its bisection tolerance
@@ -54,7 +61,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -65,6 +72,7 @@ from blackbox_audit.types import TokenLogprobs
 from .registry import ScoreSpec
 
 DEFAULT_DELTA = 0.05  # nats per token (module docstring)
+FRACTIONAL_DELTA = 0.02  # the default on endpoints that bisect with fractional biases (module docstring)
 MODES = ("full", "auto")
 
 
@@ -120,7 +128,9 @@ class PrecisionPlan:
     ``per_token``: the largest per-token error bound every requested score tolerates (None:
     full precision, the target's own tolerance); ``limiting``: the score that sets it;
     ``excluded``: requested scores with no a-priori bound (they forced full precision);
-    ``deltas``: each score's target error (the smallest over the texts for text-dependent ones).
+    ``deltas``: each score's target error (the smallest over the texts for text-dependent ones);
+    ``delta_given``: delta came from ``--precision-delta`` (else the endpoint picks its default,
+    ``for_endpoint``).
     """
 
     mode: str = "full"
@@ -129,11 +139,27 @@ class PrecisionPlan:
     excluded: tuple[str, ...] = ()
     deltas: dict[str, float] = field(default_factory=dict)
     delta: float = DEFAULT_DELTA
+    delta_given: bool = False
+
+    def for_endpoint(self, fractional: bool) -> PrecisionPlan:
+        """This plan on an endpoint whose recovery bisects with fractional biases (``fractional``):
+        there the default delta is ``FRACTIONAL_DELTA`` (module doc). Every target is linear in
+        delta, so the plan is rescaled; a given delta, full precision or another endpoint keep it."""
+        if self.mode != "auto" or self.delta_given or not fractional or self.delta == FRACTIONAL_DELTA:
+            return self
+        f = FRACTIONAL_DELTA / self.delta
+        return replace(
+            self,
+            per_token=None if self.per_token is None else self.per_token * f,
+            deltas={k: v * f for k, v in self.deltas.items()},
+            delta=FRACTIONAL_DELTA,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
             "delta": self.delta,
+            "delta_given": self.delta_given,
             "per_token_bound": self.per_token,
             "limiting_score": self.limiting,
             "excluded_scores": list(self.excluded),
@@ -146,7 +172,14 @@ class PrecisionPlan:
         if self.per_token is None:
             why = f"{', '.join(self.excluded)} cannot be bounded in advance" if self.excluded else "nothing to bound"
             return f"auto: full precision ({why})"
-        return f"auto: per-token error bound {self.per_token:.4g} nats (set by {self.limiting}, delta {self.delta:g})"
+        why = (
+            ""
+            if self.delta_given or self.delta != DEFAULT_DELTA
+            else f"; {FRACTIONAL_DELTA:g} if it bisects with fractional biases"
+        )
+        return (
+            f"auto: per-token error bound {self.per_token:.4g} nats (set by {self.limiting}, delta {self.delta:g}{why})"
+        )
 
 
 def check_mode(mode: str, delta: float | None = None) -> None:
@@ -185,9 +218,25 @@ def plan_precision(
             deltas[spec.field] = min(deltas.get(spec.field, math.inf), target)
             if target / sens < best:
                 best, limiting = target / sens, spec.field
+    given = delta is not None
     if excluded or not math.isfinite(best):
-        return PrecisionPlan(mode="auto", excluded=tuple(excluded), deltas=deltas, delta=d)
-    return PrecisionPlan(mode="auto", per_token=best, limiting=limiting, deltas=deltas, delta=d)
+        return PrecisionPlan(mode="auto", excluded=tuple(excluded), deltas=deltas, delta=d, delta_given=given)
+    return PrecisionPlan(mode="auto", per_token=best, limiting=limiting, deltas=deltas, delta=d, delta_given=given)
+
+
+def fractional_bisection(semantics: Mapping[str, Any] | Any | None) -> bool:
+    """Whether an endpoint with these probed semantics (``recovery.Semantics`` or its JSON) recovers
+    missed tokens by argmax bisection with fractional biases -- where ``eps`` moves every bisected
+    value, so ``PrecisionPlan.for_endpoint`` picks the smaller default delta. None (white-box, no
+    logprobs): False."""
+    if semantics is None:
+        return False
+
+    def get(key: str) -> Any:
+        return semantics.get(key) if isinstance(semantics, Mapping) else getattr(semantics, key, None)
+
+    one_request = get("forced_token") or get("bias_reflecting") or get("prompt_logprobs")
+    return bool(get("argmax_moves")) and not get("integer_bias") and not one_request
 
 
 def score_error_bounds(
