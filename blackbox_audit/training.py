@@ -1,4 +1,5 @@
-"""Seeding and one optimiser step as every trainer in the project takes it (canary, LoRA fine-tunes, DI's generator).
+"""Seeding, one optimiser step and layer slicing as every trainer in the project takes them (canary, LoRA
+fine-tunes, DI's generator).
 
 Kept in one place so the canary, FSD's LoRA and DI's generator cannot drift apart in how they clip
 gradients or advance the schedule."""
@@ -6,7 +7,7 @@ gradients or advance the schedule."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 
@@ -36,3 +37,21 @@ def seeded_torch(seed: int) -> Iterator[None]:
             yield
         finally:
             torch.use_deterministic_algorithms(was)
+
+
+@contextlib.contextmanager
+def only_layers(model: Any, layers: Sequence[Any], *, final_norm: bool = True) -> Iterator[None]:
+    """Run a Llama-style ``model`` (``model.model.layers``/``.norm``) with only ``layers`` (and without its
+    final norm unless ``final_norm``), then restore it. Trainers that tune only the top layers compute the
+    frozen lower layers once through this and feed their output to the top slice."""
+    import torch
+
+    inner = model.model
+    saved_layers, saved_norm = inner.layers, inner.norm
+    inner.layers = torch.nn.ModuleList(layers)
+    if not final_norm:
+        inner.norm = torch.nn.Identity()
+    try:
+        yield
+    finally:
+        inner.layers, inner.norm = saved_layers, saved_norm

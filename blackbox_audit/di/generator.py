@@ -29,10 +29,9 @@ reuses them and a crashed run resumes (generation keeps its finished batches).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from blackbox_audit.errors import UserError
-from blackbox_audit.training import clipped_step, seeded_torch
+from blackbox_audit.training import clipped_step, only_layers, seeded_torch
 
 from .artifacts import ArtifactStore, content_key, texts_digest
 from .segment import Pair
@@ -292,20 +291,6 @@ class LocalGenerator:
             mask[i, : len(r)] = 1
         return ids, mask
 
-    @contextlib.contextmanager
-    def _only_layers(self, layers: Sequence[Any], *, final_norm: bool) -> Iterator[None]:
-        import torch
-
-        inner = self.model.model
-        saved_layers, saved_norm = inner.layers, inner.norm
-        inner.layers = torch.nn.ModuleList(layers)
-        if not final_norm:
-            inner.norm = torch.nn.Identity()
-        try:
-            yield
-        finally:
-            inner.layers, inner.norm = saved_layers, saved_norm
-
     def _lower_hidden(self, seqs: list[list[int]], cut: int, batch_size: int) -> list[Any]:
         """Output of the frozen layers ``[0, cut)`` for every sequence (computed once)."""
         import torch
@@ -315,7 +300,7 @@ class LocalGenerator:
         out: list[Any] = [None] * len(seqs)
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
         bar = tqdm(total=len(seqs), desc=f"generator layers 1-{cut} (frozen, once)", disable=not self.progress)
-        with torch.inference_mode(), self._only_layers(list(inner.layers)[:cut], final_norm=False):
+        with torch.inference_mode(), only_layers(self.model, list(inner.layers)[:cut], final_norm=False):
             for start in range(0, len(order), batch_size):
                 idx = order[start : start + batch_size]
                 ids, mask = self._pad_right([seqs[i] for i in idx])
@@ -341,7 +326,7 @@ class LocalGenerator:
         for r, i in enumerate(idx):
             h[r, : len(seqs[i])] = hidden[i]
         inner = self.model.model
-        with self._only_layers(list(inner.layers)[cut:], final_norm=True):
+        with only_layers(self.model, list(inner.layers)[cut:], final_norm=True):
             top = inner(inputs_embeds=h, attention_mask=mask, use_cache=False).last_hidden_state
         logits = self.model.lm_head(top)[:, :-1].float()
         loss = torch.nn.functional.cross_entropy(
