@@ -139,7 +139,7 @@ class ApiTarget(Target):
         self.prior = prior  # white-box proxy with the same tokenizer (``logprob_matrix``), or None
         self.prior_template = prior_template  # chat: how the proxy renders the messages (``_chat_prior``)
         # search statistics shared by every call on this target: later batches search faster
-        self._gaps = GapModel(self.ladder.initial_step, self.ladder.prior_halfwidth, self.ladder.learned_brackets)
+        self._gaps = GapModel.for_config(self.ladder)
         self._guess = LpGuess()
         self.capabilities = Capabilities(
             full_distribution=False,
@@ -554,7 +554,8 @@ def build_api_target(
     options: dict[str, Any],
 ) -> ApiTarget:
     """Engine + probe + target. Options: ``cache`` (diskcache-like), ``api`` (auto, chat,
-    completions), ``system``, ``user_template``, ``eps``, ``max_concurrency``, ``semantics``
+    completions), ``system``, ``user_template``, ``eps``, ``learned_brackets``, ``search`` (``cells`` or
+    ``median``, ``recovery.LadderConfig``), ``max_concurrency``, ``semantics``
     (a ``Semantics`` to skip the probe, for tests), ``prior`` (a white-box target or spec with
     the same tokenizer: its logprobs under the same conditioning centre the bisection),
     ``prior_template`` (chat: ``chatml`` or ``model``, see ``ApiTarget._chat_prior``). White-box
@@ -622,6 +623,9 @@ def probe_and_build(
     prior_template = options.get("prior_template") or "chatml"
     if prior_template not in ("chatml", "model"):
         raise UserError(f"unknown prior_template '{prior_template}'", "use chatml or model")
+    search = str(options.get("search") or "cells")
+    if search not in ("cells", "median"):
+        raise UserError(f"unknown search '{search}'", "use cells (default) or median (the earlier search)")
     if isinstance(prior, str):
         from . import load_target
 
@@ -636,7 +640,11 @@ def probe_and_build(
         table=table,
         cond=cond,
         sem=sem,
-        ladder=LadderConfig(eps=eps, learned_brackets=bool(options.get("learned_brackets", True))),
+        ladder=LadderConfig(
+            eps=eps,
+            learned_brackets=bool(options.get("learned_brackets", True)),
+            search=search,
+        ),
         probe_evidence=report.evidence,
         loop=loop,
         extra_engines=extra_engines,

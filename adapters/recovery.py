@@ -102,6 +102,12 @@ class LadderConfig:
     # a density of the run's own prior residuals around the centre ("density")
     prior_center: str = "lp"
     prior_search: str = "bracket"
+    # how a learned search cuts its bracket: "cells" cuts (fractional biases) only on the grid
+    # lo + k*eps at the edge nearest the prior's mass median (``_cell_cut``), learns the gap density
+    # from 3 gaps on and gives the uniform part the rule of succession's share (``GapModel``);
+    # "median" reproduces the earlier search (continuous median cut, density from 6 gaps, uniform
+    # share 0.5/(1 + n/4)); bench/recovery.py runs both side by side
+    search: str = "cells"
 
 
 MIN_EPS = 1e-4  # finest bisection tolerance a precision choice may ask for
@@ -321,7 +327,7 @@ async def _recover(
     opening: tuple[float, bool | None] | None = None
     if base is None and sem.top_under_bias and sem.argmax_moves and sem.deterministic:
         # the first flip test doubles as the unbiased request: its top-n ignores the bias
-        gaps = gaps if gaps is not None else GapModel(cfg.initial_step, cfg.prior_halfwidth, cfg.learned_brackets)
+        gaps = gaps if gaps is not None else GapModel.for_config(cfg)
         b1 = gaps.opening_bias(prior, cfg.eps)
         b1 = min(sem.bias_cap, float(math.ceil(b1)) if sem.integer_bias else b1)
         base = await ask({target: b1})
@@ -352,7 +358,13 @@ class GapModel:
     always keeps a uniform component over the whole bracket). Correctness never depends on it.
     """
 
-    def __init__(self, mean: float = 1.0, prior_sigma: float = 1.0, learned: bool = True) -> None:
+    def __init__(
+        self, mean: float = 1.0, prior_sigma: float = 1.0, learned: bool = True, search: str = "cells"
+    ) -> None:
+        if search not in ("cells", "median"):
+            raise ValueError(f"unknown search {search!r}: use cells or median")
+        self.search = search
+        self.min_seen = 3 if search == "cells" else 6  # gaps needed before their density is used
         self.total, self.count, self.default = 0.0, 0, mean
         self.res_sq, self.res_n, self.sigma0 = 0.0, 0, prior_sigma
         self.residuals: list[float] = []  # B* - prior centre, recovered so far
@@ -361,7 +373,6 @@ class GapModel:
         self.flip_seen: list[float] = []  # recovered flip biases B* (the most recent MAX_SEEN)
         self.flip_residuals: list[float] = []  # B* - the proxy's predicted flip bias
 
-    MIN_SEEN = 6  # gaps needed before their density replaces the exponential
     MAX_SEEN = 512
     OPENING = 8.0  # first flip test before anything is known (B* of a typical missed token, nats)
 
@@ -371,12 +382,12 @@ class GapModel:
         the flip biases recovered so far, else ``OPENING``. Any choice is correct; a good one
         halves the search at no extra request."""
         if prior is not None and prior.flip_bias is not None:
-            if self.flip_residuals and len(self.flip_residuals) >= self.MIN_SEEN:
+            if self.flip_residuals and len(self.flip_residuals) >= self.min_seen:
                 import numpy as np
 
                 return prior.flip_bias + float(np.median(self.flip_residuals[-self.MAX_SEEN :]))
             return prior.flip_bias + eps
-        if len(self.flip_seen) >= self.MIN_SEEN:
+        if len(self.flip_seen) >= self.min_seen:
             import numpy as np
 
             return float(np.median(self.flip_seen[-self.MAX_SEEN :]))
@@ -393,7 +404,7 @@ class GapModel:
         prior with that mean is nearly flat, while the gaps themselves cluster, so a density over
         the run's own recovered gaps narrows the search (SPEC §1 leaves the search order free;
         correctness never depends on it, the bracket is always proven by flips)."""
-        if not self.learned or len(self.seen) < self.MIN_SEEN:
+        if not self.learned or len(self.seen) < self.min_seen:
             return None
         import numpy as np
 
@@ -401,10 +412,19 @@ class GapModel:
         bw = max(0.25, 1.06 * float(g.std()) * len(g) ** -0.2)  # Silverman's rule, floored
         return g, bw
 
+    @classmethod
+    def for_config(cls, cfg: LadderConfig) -> GapModel:
+        return cls(cfg.initial_step, cfg.prior_halfwidth, cfg.learned_brackets, cfg.search)
+
     @property
     def uniform_weight(self) -> float:
-        """Trust the learned gap scale only as evidence accumulates: half the mass is uniform
-        (≈ plain bisection, PAC-like cost on any gap) until a few positions are done."""
+        """The prior mass spread uniformly over the whole bracket: the chance that the next gap is
+        unlike the ``n`` seen so far, by the rule of succession ``1 / (n + 2)`` (``cells``), at
+        least ``UNIFORM_WEIGHT``; ``median``: half the mass until a few positions are done,
+        ``0.5 / (1 + n/4)``. A too-large share costs about ``-log2(1 - share)`` requests per
+        position; a too-small one costs a few requests on a gap far from all seen."""
+        if self.search == "cells":
+            return max(UNIFORM_WEIGHT, 1 / (self.count + 2))
         return max(UNIFORM_WEIGHT, 0.5 / (1 + self.count / 4))
 
     @property
@@ -424,10 +444,10 @@ class GapModel:
     def residual_density(self, offset: float) -> tuple[Any, float]:
         """(points, bandwidth) of the prior's error density placed at ``offset`` above the bracket's
         floor: a kernel density over the run's own residuals, or one kernel of the configured
-        width until ``MIN_SEEN`` are known."""
+        width until ``min_seen`` are known."""
         import numpy as np
 
-        if len(self.residuals) < self.MIN_SEEN:
+        if len(self.residuals) < self.min_seen:
             return np.array([offset]), self.sigma0
         r = np.asarray(self.residuals[-self.MAX_SEEN :], dtype=np.float64)
         bw = max(0.02, 1.06 * float(r.std()) * len(r) ** -0.2)
@@ -497,6 +517,34 @@ def _mass_median(cdf: Any, lo: float, hi: float) -> float:
     return min(max(q, lo + w * MIN_CUT), hi - w * MIN_CUT)
 
 
+def _cell_cut(cdf: Any, lo: float, hi: float, eps: float) -> float:
+    """The cut ``lo + k*eps`` nearest the mass median of ``(lo, hi]``.
+
+    The search ends once the bracket is at most ``eps`` wide. Cutting anywhere else leaves pieces
+    that are not whole cells, e.g. a bracket of 2.2 eps halved needs two more requests on either
+    side, while a cut at 1 eps ends one side at once (expected 1.67 requests instead of 2): with
+    cells, the search is a binary tree over ``ceil((hi - lo) / eps)`` cells, whose expected depth
+    under the prior is within a fraction of a request of its entropy."""
+    n = math.ceil((hi - lo) / eps - 1e-9)
+    if n < 2:
+        return (lo + hi) / 2
+    k_lo, k_hi = max(1, math.ceil(n * MIN_CUT)), min(n - 1, math.floor(n * (1 - MIN_CUT)))
+    if k_lo > k_hi:
+        k_lo, k_hi = 1, n - 1
+    target = (cdf(lo) + cdf(hi)) / 2
+    a, b = k_lo, k_hi
+    while a < b:  # smallest k whose cell edge holds at least half the mass
+        m = (a + b) // 2
+        if cdf(lo + m * eps) < target:
+            a = m + 1
+        else:
+            b = m
+    k = a
+    if k > k_lo and abs(cdf(lo + (k - 1) * eps) - target) <= abs(cdf(lo + k * eps) - target):
+        k -= 1
+    return lo + k * eps
+
+
 async def _bisect(
     ask: _Counter,
     sem: Semantics,
@@ -517,7 +565,7 @@ async def _bisect(
     """
     notes: list[str] = []
     disputed: list[float] = []  # biases whose repeated answers disagreed
-    gaps = gaps if gaps is not None else GapModel(cfg.initial_step, cfg.prior_halfwidth, cfg.learned_brackets)
+    gaps = gaps if gaps is not None else GapModel.for_config(cfg)
 
     async def flip_once(b: float) -> bool:
         emitted = (await ask({target: b})).emitted
@@ -611,12 +659,13 @@ async def _bisect_core(
     if c is not None and cfg.prior_search == "bracket" and lo < c < hi:
         lo, hi, hi_seen = await _bracket_prior(flips, sem, cfg, c, lo, hi, hi_seen)
     seen = -1
-    while hi - lo > cfg.eps:
+    while hi - lo > cfg.eps * (1 + 1e-9):  # cells: a whole cell, up to rounding, is done
         if gaps.count != seen:  # positions finishing meanwhile sharpen the prior of this one
             seen = gaps.count
             dens = gaps.density() if c is None or cfg.prior_search == "bracket" else gaps.residual_density(c - lo0)
             cdf = _prior_cdf(lo0, cap, gaps.mean, None, gaps.prior_sigma, gaps.uniform_weight, dens)
-        q = _mass_median(cdf, lo, hi)
+        cells = cfg.search == "cells" and not sem.integer_bias
+        q = _cell_cut(cdf, lo, hi, cfg.eps) if cells else _mass_median(cdf, lo, hi)
         if sem.integer_bias:
             ints = range(math.floor(lo) + 1, math.ceil(hi))
             if not ints:
@@ -708,7 +757,7 @@ async def recover_many(
     """All positions concurrently; the oracle's engine bounds how many requests are in flight."""
     pri = priors if priors is not None else [None] * len(jobs)
     bases = list(bases) if bases is not None else [None] * len(jobs)
-    gaps = gaps if gaps is not None else GapModel(cfg.initial_step, cfg.prior_halfwidth, cfg.learned_brackets)
+    gaps = gaps if gaps is not None else GapModel.for_config(cfg)
     guess = guess if guess is not None else LpGuess()
     return list(
         await asyncio.gather(

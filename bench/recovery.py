@@ -13,6 +13,8 @@ truth from ``/emulator/exact``):
 - **floor**: SPEC §1's physical limit: 1 request per text with echo, else 1 per position plus
   1 per token that misses the top-n for strategies 3-5.
 
+Argmax rows also run the same texts with the previous learned search (``prev``: ``search="median"``)
+and the earlier exponential prior (``old``), side by side, so their ratio is fair.
 Prints requests per position, requests per out-of-top-n token, max and mean |error| (exact and
 recovered positions; bounded ones are counted separately, and so are recovered positions whose error
 exceeds their own stated bound), and the ratios ours/PAC and
@@ -152,7 +154,18 @@ def bench_samia(backend, tok_dir, texts, n=2, max_new=8):
 
 
 def bench_profile(
-    backend, tok_dir, texts, profile, label, *, pac: bool, pac_hi=200.0, old=False, prior=None, **overrides
+    backend,
+    tok_dir,
+    texts,
+    profile,
+    label,
+    *,
+    pac: bool,
+    pac_hi=200.0,
+    old=False,
+    prev=False,
+    prior=None,
+    **overrides,
 ):
     from blackbox_audit.adapters import load_target
     from blackbox_audit.fixtures.emulator import run_emulator
@@ -197,6 +210,16 @@ def bench_profile(
                 else n_pos + n_missed,
                 "ours_wall_s": ours_wall,
             }
+            if prev:  # the same run with the previous learned search (continuous median cut), side by side
+                emu.reset()
+                before = load_target(emu.target_spec, max_concurrency=16, search="median", **opts, **extra)
+                try:
+                    emu.reset()
+                    recs_p = before.token_logprobs(texts, progress=False)
+                    per_p = np.concatenate([r.requests for r in recs_p])
+                    row["prev_req_per_missed"] = per_p[missed].sum() / max(1, n_missed)
+                finally:
+                    before.close()
             if old:  # the same run with the earlier exponential search prior, side by side
                 emu.reset()
                 before = load_target(emu.target_spec, max_concurrency=16, learned_brackets=False, **opts)
@@ -243,8 +266,8 @@ def main(argv=None) -> int:
     print(f"backend {args.backend or 'tiny random GPT-2'}; {len(texts)} texts x {args.tokens} tokens", flush=True)
     loose = {"strict_bias": False}
     plan = [
-        ("openai-chat", "openai-chat (strict, int bias)", False, {"old": True}),
-        ("openai-chat-float", "openai-chat-float (eps 0.01)", True, {"old": True, "pac_hi": 100.0}),
+        ("openai-chat", "openai-chat (strict, int bias)", False, {"old": True, "prev": True}),
+        ("openai-chat-float", "openai-chat-float (eps 0.01)", True, {"old": True, "prev": True, "pac_hi": 100.0}),
         ("openai-chat", "openai-chat (no range check)", True, loose),
         ("argmax-only", "argmax-only (float bias)", True, loose),
         ("forced-token", "forced-token", True, {}),
@@ -257,7 +280,12 @@ def main(argv=None) -> int:
         name = args.proxy.rsplit("/", 1)[-1]
         plan[2:2] = [
             ("openai-chat", f"openai-chat + proxy {name}", False, {"prior": proxy}),
-            ("openai-chat-float", f"openai-chat-float + proxy {name}", True, {"pac_hi": 100.0, "prior": proxy}),
+            (
+                "openai-chat-float",
+                f"openai-chat-float + proxy {name}",
+                True,
+                {"pac_hi": 100.0, "prior": proxy, "prev": True},
+            ),
         ]
     if args.only:
         keep = tuple(x.strip() for x in args.only.split(","))
@@ -269,7 +297,7 @@ def main(argv=None) -> int:
     samia_row = None if args.only and not "anthropic".startswith(keep) else bench_samia(backend, tok_dir, texts)
     hdr = (
         f"{'profile':32} {'pos':>4} {'miss':>4} | {'r/text':>7} {'ours r/pos':>10} {'ours r/miss':>11} "
-        f"{'old r/miss':>10} "
+        f"{'prev r/miss':>11} {'old r/miss':>10} "
         f"{'max|err|':>9} {'mean|err|':>9} {'bnd':>3} {'>b':>2} | {'PAC r/miss':>10} {'PAC max':>8} | {'ours/PAC':>8} "
         f"{'ours/floor':>10}"
     )
@@ -283,6 +311,7 @@ def main(argv=None) -> int:
             f"{r['profile']:32} {r['positions']:4d} {r['missed']:4d} | {r['ours_req_per_text']:7.1f} "
             f"{r['ours_req_per_pos']:10.3f} "
             f"{r['ours_req_per_missed']:11.3f} "
+            + (f"{r['prev_req_per_missed']:11.3f} " if "prev_req_per_missed" in r else f"{'-':>11} ")
             + (f"{r['old_req_per_missed']:10.3f} " if "old_req_per_missed" in r else f"{'-':>10} ")
             + f"{errs} | "
             + (f"{pac_rm:10.3f} {r['pac_max_err']:8.1e} | " if pac_rm else f"{'-':>10} {'-':>8} | ")
@@ -294,7 +323,9 @@ def main(argv=None) -> int:
             f"({samia_row['requests'] / len(texts):.1f} HTTP requests per text, {samia_row['retries']} retries); "
             "no logprobs"
         )
-    print("\nold r/miss = the same endpoint searched with the earlier exponential prior (learned_brackets=False).")
+    print("\nprev r/miss = the same endpoint, same run, with the previous learned search (search='median':")
+    print("continuous median cuts, density from 6 gaps); old r/miss = the earlier exponential prior")
+    print("(learned_brackets=False).")
     print("r/text, r/pos = requests per text, per scored position (probe excluded); r/miss = requests spent on")
     print("positions whose token misses the unbiased top-n, per such token; floor = SPEC §1 physical limit")
     print("(requests). SPEC's floor assumes an unbiased request per position; forced-token/bias-reflecting")

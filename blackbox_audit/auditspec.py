@@ -65,7 +65,7 @@ PRICE_KEYS = {"prompt": (int, float), "cached_prompt": (int, float), "completion
 EMULATE_KEYS = {"emulate": str, "profile": str, "port": int, "model": str, "noise": (int, float), "seed": int}
 TARGET_EXTRA = {
     "local": ("dtype", "padding_side"),
-    "api": ("eps", "learned_brackets"),
+    "api": ("eps", "learned_brackets", "search"),
 }
 STEP_KEYS = ("method", "name", "target", "data", "reference", "sets", "targets", "scored")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

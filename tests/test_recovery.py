@@ -192,7 +192,7 @@ def test_learned_brackets_save_requests_on_deep_clustered_tokens():
     for flag, cfg in cfgs.items():
         from blackbox_audit.adapters.recovery import GapModel
 
-        gaps = GapModel(cfg.initial_step, cfg.prior_halfwidth, cfg.learned_brackets)
+        gaps = GapModel.for_config(cfg)
         res = []
         for i in range(0, len(js), 10):
             res += asyncio.run(recover_many(SimulatedOracle(deep), sem, js[i : i + 10], cfg, gaps=gaps))
@@ -201,6 +201,63 @@ def test_learned_brackets_save_requests_on_deep_clustered_tokens():
         assert (np.abs(got - truth) <= bounds + 1e-9).all()
         reqs[flag] = np.mean([r.requests for r in res[20:]])
     assert reqs[True] < reqs[False] - 1.0, reqs
+
+
+def test_cell_cuts_land_on_the_eps_grid_and_split_whole_cells():
+    """``_cell_cut`` cuts at ``lo + k*eps`` only (so every final bracket is a whole cell), at the
+    edge nearest the mass median: a uniform 3-cell bracket is split 1 | 2 (expected 1.67 requests
+    to finish instead of 2 after a cut at its middle)."""
+    from blackbox_audit.adapters.recovery import _cell_cut
+
+    def uniform(b):
+        return b
+
+    eps = 0.01
+    q = _cell_cut(uniform, 5.0, 5.0 + 2.2 * eps, eps)
+    assert min(abs(q - (5.0 + eps)), abs(q - (5.0 + 2 * eps))) < 1e-12, q
+    for lo, hi in ((0.3, 7.9), (2.0, 2.0 + 40 * eps), (1.0, 100.0)):
+        k = (_cell_cut(uniform, lo, hi, eps) - lo) / eps
+        assert abs(k - round(k)) < 1e-9 and 1 <= round(k) < math.ceil((hi - lo) / eps)
+        assert abs(round(k) * eps - (hi - lo) / 2) <= eps  # the mass median of a uniform prior
+
+    def skewed(b):  # most mass near lo: the cut follows the mass, not the midpoint
+        return 1 - math.exp(-(b - 1.0) / 0.05)
+
+    assert _cell_cut(skewed, 1.0, 3.0, eps) < 1.1
+
+
+def test_cell_search_needs_fewer_requests_than_the_median_cut():
+    """Deep chat-like positions (12-16 nats below the top-n, fractional biases): cutting on the eps
+    grid with the rule-of-succession prior (``search="cells"``) needs fewer requests per token than
+    the earlier continuous median cut (``search="median"``), and every value stays within its bound."""
+    from blackbox_audit.adapters.recovery import GapModel
+
+    rng = np.random.default_rng(11)
+    table = {}
+
+    def deep(context):
+        key = tuple(context)
+        if key not in table:
+            logits = np.random.default_rng(abs(hash(key)) % (2**32)).normal(0, 1.0, V)
+            logits[context[-1] % V] = logits.max() - 14.0 + rng.uniform(-2, 2)
+            table[key] = logits - np.logaddexp.reduce(logits)
+        return table[key]
+
+    js = [([int(x) for x in rng.integers(0, V, 4)] + [k], 0) for k in range(120)]
+    js = [(c, c[-1] % V) for c, _ in js]
+    truth = np.array([deep(c)[t] for c, t in js])
+    reqs = {}
+    for search in ("cells", "median"):
+        cfg = LadderConfig(eps=0.01, search=search)
+        gaps = GapModel.for_config(cfg)
+        res = []
+        for i in range(0, len(js), 10):
+            res += asyncio.run(recover_many(SimulatedOracle(deep), Semantics(top_n=20), js[i : i + 10], cfg, gaps=gaps))
+        got = np.array([r.logprob for r in res])
+        bounds = np.array([r.error_bound for r in res])
+        assert (np.abs(got - truth) <= bounds + 1e-9).all() and bounds.max() <= 0.005 + 1e-12
+        reqs[search] = np.mean([r.requests for r in res])
+    assert reqs["cells"] < reqs["median"] - 0.2, reqs
 
 
 def test_unbiased_top_under_bias_saves_the_base_request():
