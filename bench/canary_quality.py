@@ -8,7 +8,9 @@ made the cached folder, on whatever load the machine had then), the AUC of ``los
 on the first ``--em-texts`` texts of the dataset (the issue's case on tiny: 400 texts): the
 initialiser's AUC, the final AUC, the label-free premise statistic on the initial score with
 its threshold, the rule ``auto`` chose and how many iterations it ran. For reference the row
-also gives what forced ``neg-prefix`` and ``topk-recall`` reach from the same matrix.
+also gives what forced ``neg-prefix`` and ``topk-recall`` reach from the same matrix and, when
+there are more texts than the default prefix-pool cap (``POOL_CAP`` = 200), what ``auto`` reaches
+with that cap (the ``cap_*`` columns: the CLI's default run, from the same matrix's rows).
 
 Everything follows the authors' conventions (the defaults since issue 11: ReCaLL shots joined
 directly and scored over every token; EM-MIA self-pairs kept, ``u_2..u_L``). Model calls go
@@ -31,6 +33,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,7 +48,9 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float(membership_metrics(scores[ok], labels[ok])["auc"])
 
 
-def measure(base: str, seed: int, em_texts: int, cache_dir: str | None, progress: bool) -> dict[str, Any]:
+def measure(
+    base: str, seed: int, em_texts: int, cache_dir: str | None, progress: bool, save_matrix: str | None = None
+) -> dict[str, Any]:
     from blackbox_audit.adapters import load_target
     from blackbox_audit.blind import blind_baseline
     from blackbox_audit.cache import CachedTarget, open_cache
@@ -96,6 +101,21 @@ def measure(base: str, seed: int, em_texts: int, cache_dir: str | None, progress
         "avg": auc(em.avg_scores(matrix), ys),
         "em_cpu_s": round(time.process_time() - t0 - out["score_cpu_s"], 1),
     }
+    if n > em.POOL_CAP:  # what the CLI runs by default: a seeded pool of POOL_CAP prefixes (same matrix rows)
+        pool = em.pool_indices(n, em.POOL_CAP)
+        capped = em.em_mia(em.RecallMatrix(values=matrix.values[pool], pool=pool, ll=matrix.ll), init, update="auto")
+        out |= {
+            "cap_pool": len(pool),
+            "cap_final": auc(capped.final, ys),
+            "cap_premise": capped.premise[0].statistic,
+            "cap_threshold": capped.premise[0].threshold,
+            "cap_iterations": len(capped.scores) - 1,
+        }
+    if save_matrix:
+        path = Path(save_matrix) / f"{base}-seed{seed}-n{n}.npz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(path, values=matrix.values, ll=matrix.ll, init=init, labels=np.asarray(ys))  # em_mia_pool_cap --matrix
+        out["matrix"] = str(path)
     target.close()
     return out
 
@@ -121,6 +141,10 @@ COLUMNS = [
     ("neg_prefix_final", "{:.3f}"),
     ("topk_final", "{:.3f}"),
     ("avg", "{:.3f}"),
+    ("cap_pool", "{}"),
+    ("cap_final", "{:.3f}"),
+    ("cap_premise", "{:.3f}"),
+    ("cap_iterations", "{}"),
 ]
 
 
@@ -132,7 +156,11 @@ def print_table(results: list[dict[str, Any]]) -> None:
     for row in cells:
         print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
     ok = [r["em_final"] >= r["em_init"] - 0.02 for r in results if "em_final" in r]
-    print(f"EM-MIA auto final >= initialiser - 0.02 in {sum(ok)} of {len(ok)} rows")
+    print(f"EM-MIA auto final >= initialiser - 0.02 in {sum(ok)} of {len(ok)} rows (full pool)")
+    capped = [r["cap_final"] >= r["em_init"] - 0.02 for r in results if "cap_final" in r]
+    if capped:
+        pool = results[0].get("cap_pool", "-")
+        print(f"... and with the default pool cap ({pool} prefixes): {sum(capped)} of {len(capped)}")
 
 
 def main() -> None:
@@ -145,6 +173,9 @@ def main() -> None:
     ap.add_argument("--cache-dir", help="canary + logprob cache (default: the shared one)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, see above)")
     ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument(
+        "--save-matrix", help="write each ReCaLL matrix to DIR/BASE-seedS-nN.npz (for em_mia_pool_cap.py --matrix)"
+    )
     ap.add_argument("--progress", action="store_true")
     args = ap.parse_args()
     import torch
@@ -154,7 +185,7 @@ def main() -> None:
     for base in args.bases.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
             em_texts = EM_TEXTS[base] if args.em_texts is None else args.em_texts
-            row = measure(base, seed, em_texts, args.cache_dir, args.progress)
+            row = measure(base, seed, em_texts, args.cache_dir, args.progress, args.save_matrix)
             print(json.dumps(row), file=sys.stderr, flush=True)
             results.append(row)
     print_table(results)
