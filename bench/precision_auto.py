@@ -12,7 +12,9 @@ from the requested scores). Printed:
   requests saved;
 - per score: AUC of both runs and their difference, the AUC from the emulator's exact logprobs
   under the same chat conditioning (ground truth), the largest |auto - full| score change, the
-  largest certified error bound of the auto run and the score's delta.
+  largest certified error bound of the auto run and the score's delta;
+- per score, the share of texts whose certified interval overlaps another text's in each run: a
+  ranking certified against full precision would have to refine all of those.
 
 The auto run uses the endpoint's default delta as ``score --precision auto`` does
 (``PrecisionPlan.for_endpoint``: 0.05, or 0.02 where recovery bisects with fractional biases)
@@ -66,6 +68,22 @@ def truth_records(emu, backend, target, texts: list[str]) -> dict:
             ex = list(emu.exact_sequence(ids))
         out[Plain(text)] = hand_record(text, ex, context=ids[:1])
     return out
+
+
+def overlapping(values: np.ndarray, bounds: np.ndarray) -> float:
+    """Share of texts whose certified interval ``value ± bound`` overlaps another text's: the texts
+    a ranking *certified* against full precision would have to refine (none of them can be ordered
+    by the bounds alone)."""
+    lo, hi = values - bounds, values + bounds
+    order = np.argsort(lo)
+    hit = np.zeros(len(values), dtype=bool)
+    reach = -np.inf  # the largest upper end among intervals starting earlier
+    for k, i in enumerate(order):
+        if lo[i] <= reach:
+            hit[i] = True
+            hit[order[:k][hi[order[:k]] >= lo[i]]] = True
+        reach = max(reach, hi[i])
+    return float(hit.mean()) if len(values) else 0.0
 
 
 def run_once(emu, tok_dir: str, texts: list[str], scores: list[str], per_token: float | None):
@@ -173,6 +191,17 @@ def main(argv=None) -> int:
             f"{np.abs(auto[f] - full[f]).max():14.3e} {auto.error_bounds[f].max():10.3e} {np.nanmax(deltas):9.3e} "
             f"{np.abs(auto[f] - exact).max():15.3e}"
         )
+    shares = {
+        spec.field: (
+            overlapping(full[spec.field], full.error_bounds[spec.field]),
+            overlapping(auto[spec.field], auto.error_bounds[spec.field]),
+        )
+        for spec in specs
+    }
+    print(
+        "texts whose certified interval overlaps another text's (full / auto): "
+        + ", ".join(f"{f} {a:.0%} / {b:.0%}" for f, (a, b) in shares.items())
+    )
     print(f"\nlargest AUC change against full precision: {worst:.4f} (target <= 0.005)")
     if again is not None:
         print(f"largest AUC change between two full-precision runs (noise floor): {floor:.4f}")

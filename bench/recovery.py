@@ -82,17 +82,41 @@ def exact_positions(emu, backend, target, rec) -> np.ndarray:
     return emu.exact_sequence(ids)
 
 
-def missed_mask(emu, backend, target, rec, top_n: int) -> np.ndarray:
+def missed_mask(emu, backend, target, rec, top_n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per position: does the token miss the exact top-n, and the exact n-th logprob (lp_n)."""
     from blackbox_audit.fixtures.emulator import chat_prompt_ids
 
     ids = [int(x) for x in (*rec.context_ids, *rec.token_ids)]
-    out = []
+    out, floor = [], []
     for i in range(1, len(ids)):
         ctx = ids[:i]
         if target.cond.api == "chat":
             ctx = chat_prompt_ids(backend.tokenize, target.cond.messages(target.decode(ctx)))
-        out.append(ids[i] not in {t for t, _ in emu.exact_top(ctx, top_n)})
-    return np.array(out, dtype=bool)
+        top = emu.exact_top(ctx, top_n)
+        out.append(ids[i] not in {t for t, _ in top})
+        floor.append(min(lp for _, lp in top))
+    return np.array(out, dtype=bool), np.array(floor)
+
+
+def information_floor(gaps: np.ndarray, eps: float = 0.01) -> float:
+    """Bits a search needs per token to locate ``lp_n - lp(t)`` within an ``eps``-wide cell when the
+    gaps' spread is already known: the mean over tokens of ``-log2 P(its cell)`` under a Gaussian
+    kernel density of the *other* tokens' gaps (leave one out, Silverman's bandwidth). Each flip
+    test answers one yes/no question, so this estimates the least any search can average once it has
+    learned the spread (a run starts without it and pays for learning it). An estimate, not a proof:
+    a cross-entropy under a kernel density, which is at least the gaps' true entropy."""
+    from scipy.special import ndtr
+
+    g = np.asarray(gaps, dtype=np.float64)
+    if len(g) < 3:
+        return float("nan")
+    bits = []
+    for i in range(len(g)):
+        o = np.delete(g, i)
+        bw = max(0.05, 1.06 * float(o.std()) * len(o) ** -0.2)
+        p = float((ndtr((g[i] + eps / 2 - o) / bw) - ndtr((g[i] - eps / 2 - o) / bw)).mean())
+        bits.append(-np.log2(max(p, 1e-300)))
+    return float(np.mean(bits))
 
 
 async def pac_position(oracle, ctx, t, eps=0.01, lo=0.0, hi=200.0):
@@ -186,7 +210,9 @@ def bench_profile(
             bound = np.concatenate([np.asarray(r.error_bound, dtype=np.float64) for r in recs])
             per_pos = np.concatenate([r.requests for r in recs])
             top_n = target.sem.top_n
-            missed = np.concatenate([missed_mask(emu, backend, target, r, top_n) for r in recs])
+            masks = [missed_mask(emu, backend, target, r, top_n) for r in recs]
+            missed = np.concatenate([m for m, _ in masks])
+            lp_n = np.concatenate([f for _, f in masks])
             n_pos, n_missed = len(exact), int(missed.sum())
             echo = target.sem.echo
             row = {
@@ -210,6 +236,8 @@ def bench_profile(
                 else n_pos + n_missed,
                 "ours_wall_s": ours_wall,
             }
+            if target._bisects(target.sem) and not target.sem.integer_bias and n_missed >= 3:
+                row["floor_bits"] = information_floor((lp_n - exact)[missed], target.ladder.eps)
             if prev:  # the same run with the previous learned search (continuous median cut), side by side
                 emu.reset()
                 before = load_target(emu.target_spec, max_concurrency=16, search="median", **opts, **extra)
@@ -297,7 +325,7 @@ def main(argv=None) -> int:
     samia_row = None if args.only and not "anthropic".startswith(keep) else bench_samia(backend, tok_dir, texts)
     hdr = (
         f"{'profile':32} {'pos':>4} {'miss':>4} | {'r/text':>7} {'ours r/pos':>10} {'ours r/miss':>11} "
-        f"{'prev r/miss':>11} {'old r/miss':>10} "
+        f"{'prev r/miss':>11} {'old r/miss':>10} {'H bits':>6} "
         f"{'max|err|':>9} {'mean|err|':>9} {'bnd':>3} {'>b':>2} | {'PAC r/miss':>10} {'PAC max':>8} | {'ours/PAC':>8} "
         f"{'ours/floor':>10}"
     )
@@ -313,6 +341,7 @@ def main(argv=None) -> int:
             f"{r['ours_req_per_missed']:11.3f} "
             + (f"{r['prev_req_per_missed']:11.3f} " if "prev_req_per_missed" in r else f"{'-':>11} ")
             + (f"{r['old_req_per_missed']:10.3f} " if "old_req_per_missed" in r else f"{'-':>10} ")
+            + (f"{r['floor_bits']:6.2f} " if "floor_bits" in r else f"{'-':>6} ")
             + f"{errs} | "
             + (f"{pac_rm:10.3f} {r['pac_max_err']:8.1e} | " if pac_rm else f"{'-':>10} {'-':>8} | ")
             + f"{ratio} {r['ours_req'] / r['floor']:10.3f}"
@@ -325,7 +354,8 @@ def main(argv=None) -> int:
         )
     print("\nprev r/miss = the same endpoint, same run, with the previous learned search (search='median':")
     print("continuous median cuts, density from 6 gaps); old r/miss = the earlier exponential prior")
-    print("(learned_brackets=False).")
+    print("(learned_brackets=False). H bits = the information floor of a bisecting search once the gaps'")
+    print("spread is known (information_floor: an estimate of the fewest yes/no questions per token).")
     print("r/text, r/pos = requests per text, per scored position (probe excluded); r/miss = requests spent on")
     print("positions whose token misses the unbiased top-n, per such token; floor = SPEC §1 physical limit")
     print("(requests). SPEC's floor assumes an unbiased request per position; forced-token/bias-reflecting")
