@@ -47,10 +47,11 @@ and the largest AUC change against full precision over loss, zlib and min_k -- `
 (integer biases) delta 0.05: 4.9 %, 0.0004; ``openai-chat-float`` delta 0.02: 20.7 %, 0.0012;
 ``openai-chat-float`` delta 0.05: 34.3 %, 0.0028, but 0.0133 on 30 texts (3 of 225
 member/non-member pairs swapped by min_k errors of 0.015 nats, within their certified bounds) and
-0.0033 on 60 (these two with the previous bisection search). Ranking *certified* against full precision (refine every text whose certified
-interval overlaps another's until none does or all are at full precision) would save little: in the
-100-text float run (the bench prints it) 97 % of the texts' min_k intervals overlap another's at
-delta 0.02, and 79 % still do at full precision, so those would be refined all the way.
+0.0033 on 60 (these two with the previous bisection search). Ranking *certified* against full
+precision (refine every text whose certified interval overlaps another's until none does or all
+are at full precision) would save little: in the 100-text float run (the bench prints it) 97 % of
+the texts' min_k intervals overlap another's at delta 0.02, and 79 % still do at full precision, so
+those would be refined all the way.
 ``--precision-delta D`` sets delta to ``D`` on every endpoint (every score's target scales by
 ``D / 0.05``).
 
