@@ -14,7 +14,8 @@ truth from ``/emulator/exact``):
   1 per token that misses the top-n for strategies 3-5.
 
 Argmax rows also run the same texts with the previous learned search (``prev``: ``search="median"``)
-and the earlier exponential prior (``old``), side by side, so their ratio is fair.
+and the earlier exponential prior (``old``: ``learned_brackets=False``, with the current cuts), side by
+side, so their ratio is fair.
 Prints requests per position, requests per out-of-top-n token, max and mean |error| (exact and
 recovered positions; bounded ones are counted separately, and so are recovered positions whose error
 exceeds their own stated bound), and the ratios ours/PAC and
@@ -354,8 +355,9 @@ def main(argv=None) -> int:
         )
     print("\nprev r/miss = the same endpoint, same run, with the previous learned search (search='median':")
     print("continuous median cuts, density from 6 gaps); old r/miss = the earlier exponential prior")
-    print("(learned_brackets=False). H bits = the information floor of a bisecting search once the gaps'")
-    print("spread is known (information_floor: an estimate of the fewest yes/no questions per token).")
+    print("(learned_brackets=False, with the current cuts). H bits = the information floor of a bisecting")
+    print("search once the gaps' spread is known (information_floor: an estimate of the fewest yes/no")
+    print("questions per token).")
     print("r/text, r/pos = requests per text, per scored position (probe excluded); r/miss = requests spent on")
     print("positions whose token misses the unbiased top-n, per such token; floor = SPEC §1 physical limit")
     print("(requests). SPEC's floor assumes an unbiased request per position; forced-token/bias-reflecting")
