@@ -131,6 +131,13 @@ def main() -> int:
     ap.add_argument("--generator", default=None, help="smollm2 / hf:DIR / gguf:FILE (default: the method's)")
     ap.add_argument("--heads", default="nested", choices=("nested", "authors"))
     ap.add_argument("--sampling", default="default", choices=("default", "authors"))
+    ap.add_argument(
+        "--temperature", type=float, default=None, help="generator sampling temperature (default: the method's)"
+    )
+    ap.add_argument(
+        "--text-lm", default=None, help="c_text also sees this local model's scores ('generator': its base)"
+    )
+    ap.add_argument("--combine", default=None, choices=("sidak", "cauchy"), help="default: the method's")
     ap.add_argument("--alpha", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-calibrated", action="store_true", help="plain DI rows only (fast)")
@@ -178,9 +185,15 @@ def main() -> int:
         gen_kw["model"] = args.generator
     if args.sampling == "authors":
         gen_kw |= {"temperature": 0.6, "top_p": 0.9, "top_k": 50, "repetition_penalty": 1.2}
+    if args.temperature is not None:
+        gen_kw["temperature"] = args.temperature
     opt_kw: dict[str, Any] = {"seeds": args.seeds, "seed": args.seed, "alpha": args.alpha, "heads": args.heads}
     if args.seq_tokens:
         opt_kw["seq_tokens"] = args.seq_tokens
+    if args.combine:
+        opt_kw["combine"] = args.combine
+    if args.text_lm:
+        opt_kw["text_lm"] = args.text_lm
     options = CalibratedOptions(generator=GeneratorConfig(**gen_kw), **opt_kw)
     print(f"canary {canary.path} (base {canary.card['base']}, {len(canary.members)} members); options: "
           f"{json.dumps(options.to_json())}", flush=True)  # fmt: skip

@@ -72,7 +72,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=_C.generator,
         help="local model that writes the held-out suffixes: smollm2 (default), hf:DIR or gguf:FILE",
     )
-    c.add_argument("--seeds", type=positive_int, default=_C.seeds, help=f"repetitions, Šidák-combined ({_C.seeds})")
+    c.add_argument("--seeds", type=positive_int, default=_C.seeds, help=f"re-splits of the pairs ({_C.seeds})")
+    c.add_argument(
+        "--combine",
+        choices=("sidak", "cauchy"),
+        default=_C.combine,
+        help=f"how the seeds' p-values combine (default {_C.combine}; see docs/di.md)",
+    )
+    c.add_argument(
+        "--text-lm",
+        default=_C.text_lm,
+        help="a local model (generator = the generator's base, hf:DIR, smollm2) whose scores of each suffix "
+        "the text classifier also sees (default: none)",
+    )
     c.add_argument(
         "--seq-tokens",
         type=positive_int,
@@ -136,6 +148,8 @@ def _method(args: argparse.Namespace) -> PlainDI | CalibratedDI:
         CalibratedDIConfig(
             generator=args.generator,
             seeds=args.seeds,
+            combine=args.combine,
+            text_lm=args.text_lm,
             seq_tokens=args.seq_tokens,
             min_seq_tokens=args.min_seq_tokens,
             max_per_doc=args.max_per_doc,

@@ -18,7 +18,8 @@ suffix)`` items (a benchmark's question and answer), and a target; it returns a
    feature, every weight constrained, ``c_comb`` refitted jointly, 200 Adam epochs); on the test
    pairs ``d = c(x_generated) - c(x_real)`` for both, and a paired one-sided t-test of
    H0: E[d_comb] <= E[d_text];
-4. Šidák over the seeds; verdict ``member`` when the combined p < alpha, else ``inconclusive``.
+4. the seeds' p-values combined (``combine``: Šidák, SPEC §5, or the Cauchy combination); verdict
+   ``member`` when the combined p < alpha, else ``inconclusive``.
 
 The generator's own shift check is reported beside it: a bag-of-words AUC (cross-validated
 TF-IDF logistic regression, ``blackbox_audit.blind``) and the text classifier's test AUC
@@ -43,7 +44,7 @@ from .features import default_features, feature_matrix, heldout_oriented
 from .generator import GeneratorConfig, LocalGenerator
 from .linear import fit_logistic
 from .segment import Pair, cut, fixed_pairs, segment, shuffle_split
-from .stats import auc_null_se, clip_outliers, normalise, paired_greater, sidak
+from .stats import COMBINATION_TEXT, COMBINATIONS, auc_null_se, clip_outliers, normalise, paired_greater
 from .text_classifier import TextClassifierConfig, train_and_predict
 
 METHOD = "calibrated DI"
@@ -75,10 +76,12 @@ class CalibratedOptions:
     prefix_ratio: float = 0.5
     test_fraction: float = 0.5
     seeds: int = 5
+    combine: str = "sidak"
     seed: int = 0
     alpha: float = 0.05
     clip_frac: float = 0.05
     heads: str = "nested"
+    text_lm: str | None = None
     features: tuple[str, ...] | None = None
     bounded: str = "error"
     max_suffix_tokens: int | None = None
@@ -129,10 +132,12 @@ class CalibratedDIResult:
         if self.flagged:
             return (
                 f"member: the target's membership scores separate the suspect texts from generated "
-                f"held-out texts beyond the generation shift (Šidák p = {self.p_value:.3g} < alpha = {self.alpha})"
+                f"held-out texts beyond the generation shift ({self.options.combine} p = {self.p_value:.3g} "
+                f"< alpha = {self.alpha})"
             )
         return (
-            f"inconclusive: no membership signal beyond the generation shift (Šidák p = {self.p_value:.3g} "
+            f"inconclusive: no membership signal beyond the generation shift ({self.options.combine} "
+            f"p = {self.p_value:.3g} "
             f">= alpha = {self.alpha}); this is not evidence that the set was not trained on"
         )
 
@@ -142,7 +147,7 @@ class CalibratedDIResult:
             "p_value": self.p_value,
             "alpha": self.alpha,
             "decision": self.decision,
-            "combination": "sidak: 1 - (1 - min p)^k over k seeds",
+            "combination": COMBINATION_TEXT[self.options.combine],
             "per_seed": self.per_seed,
             "auc_text": float(np.mean([s["auc_text"] for s in self.per_seed])),
             "auc_comb": float(np.mean([s["auc_comb"] for s in self.per_seed])),
@@ -326,7 +331,7 @@ def head_test(
         c_comb = head_comb.predict_proba(f_te, offset=head_text.logits(t_te))
         weights = np.r_[head_text.weights, head_comb.weights]
     else:
-        mask = [not text_weight_free] + [True] * f_tr.shape[1]
+        mask = [not text_weight_free] * t_tr.shape[1] + [True] * f_tr.shape[1]
         head_comb = fit_logistic(np.hstack([t_tr, f_tr]), y_tr, constrained=mask, epochs=epochs, seed=seed)
         c_comb = head_comb.predict_proba(np.hstack([t_te, f_te]))
         weights = head_comb.weights
@@ -357,8 +362,13 @@ def run_seed(
     store: ArtifactStore,
     feature_names: Sequence[str],
     progress: bool,
+    lm_sus: np.ndarray | None = None,
+    lm_val: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """One repetition of Alg. 2 on a seeded train/test split of the pairs."""
+    """One repetition of Alg. 2 on a seeded train/test split of the pairs.
+
+    ``lm_sus``/``lm_val``: the generator base model's scores of each suffix (``text_lm_features``),
+    given to both heads as further text features with free weights."""
     seed = int(opts.seed) * 1000 + s
     tr, te = pair_split(len(heldout.pairs), opts.test_fraction, opts.seed, s)
     real, gen = heldout.real, heldout.generated
@@ -380,11 +390,17 @@ def run_seed(
         )
         store.write_json("classifiers", key, cls)
     h = HEADS[opts.heads]
+    t_tr = text_feature(cls["train_proba"], h["text_feature"])
+    t_te = text_feature(cls["test_proba"], h["text_feature"])
+    if lm_sus is not None and lm_val is not None:
+        t_tr = np.hstack([t_tr, np.vstack([lm_sus[tr], lm_val[tr]])])
+        t_te = np.hstack([t_te, np.vstack([lm_sus[te], lm_val[te]])])
+    n_text = t_tr.shape[1]
     out = head_test(
-        text_feature(cls["train_proba"], h["text_feature"]),
+        t_tr,
         np.vstack([f_sus[tr], f_val[tr]]),
         y_tr,
-        text_feature(cls["test_proba"], h["text_feature"]),
+        t_te,
         np.vstack([f_sus[te], f_val[te]]),
         epochs=h["epochs"],
         seed=seed,
@@ -400,9 +416,43 @@ def run_seed(
         "n_train_pairs": int(len(tr)),
         "n_test_pairs": int(len(te)),
         "weights_comb": {"text": float(comb[0])}
-        | {name: float(w) for name, w in zip(feature_names, comb[1:], strict=True)},
+        | {f"text_lm_{j}": float(w) for j, w in enumerate(comb[1:n_text])}
+        | {name: float(w) for name, w in zip(feature_names, comb[n_text:], strict=True)},
         "classifier_key": key,
     }
+
+
+def text_lm_matrix(
+    spec: str,
+    generator: LocalGenerator,
+    texts: list[str],
+    names: Sequence[str],
+    store: ArtifactStore,
+    *,
+    progress: bool,
+) -> np.ndarray:
+    """A local reference model's scores (the MIA feature set) of every suffix, cached; ``spec`` is
+    ``generator`` (the generator's base model, no LoRA) or a model spec (``hf:DIR``, ``smollm2``).
+
+    A target-free view of how likely each text is to a language model that was not trained on the
+    suspect set: it lets ``c_text`` absorb the part of the generation shift that any language model
+    sees (sampled text being less likely to a model other than the one that wrote it), so that
+    ``c_comb`` gains only from what the target sees beyond it."""
+    from .generator import resolve_folder
+
+    folder = generator.folder if spec == "generator" else resolve_folder(spec)
+    lm = generator if spec == "generator" else LocalGenerator(spec, progress=False)
+    names = [n for n in names if n != "reference"]
+    key = content_key({"text_lm": lm.fingerprint(), "texts": texts_digest(texts), "names": list(names)})
+    found = store.read_json("text_lm", key)
+    if found is None:
+        from blackbox_audit.adapters.hf import load_hf
+
+        base = load_hf(str(folder), device="cpu", progress=False)
+        x, _ = feature_matrix(base, texts, names, progress=progress)
+        found = x.tolist()
+        store.write_json("text_lm", key, found)
+    return np.asarray(found, dtype=np.float64)
 
 
 def shift_check(heldout: HeldoutSet, per_seed: list[dict[str, Any]], seed: int) -> dict[str, Any]:
@@ -431,7 +481,7 @@ def calibrate(
     reference: Any = None,
     progress: bool = True,
 ) -> CalibratedDIResult:
-    """Steps 3-4 on a built held-out set: MIA features from ``target``, classifiers, tests, Šidák."""
+    """Steps 3-4 on a built held-out set: MIA features from ``target``, classifiers, tests, combination."""
     opts = options
     names = list(opts.features) if opts.features else list(default_features(reference))
     n = len(heldout.pairs)
@@ -445,14 +495,20 @@ def calibrate(
     timings["mia_scores"] = _since(t)
     raw_sus, raw_val = x[:n], x[n:]
     f_sus, f_val = _prepare_features(raw_sus, raw_val, opts.clip_frac)
+    lm_sus = lm_val = None
+    if opts.text_lm:
+        t = _clock()
+        g = text_lm_matrix(opts.text_lm, generator, texts, names, store, progress=progress)
+        lm_sus, lm_val = _prepare_features(g[:n], g[n:], opts.clip_frac)
+        timings["text_lm_scores"] = _since(t)
 
     t = _clock()
     per_seed = [
-        run_seed(s, heldout, f_sus, f_val, generator, opts, store, feat_info["names"], progress)
+        run_seed(s, heldout, f_sus, f_val, generator, opts, store, feat_info["names"], progress, lm_sus, lm_val)
         for s in range(opts.seeds)
     ]
     timings["classifiers_and_tests"] = _since(t)
-    p = sidak([r["p_value"] for r in per_seed])
+    p = COMBINATIONS[opts.combine]([r["p_value"] for r in per_seed])
     decision = "member" if p < opts.alpha else "inconclusive"
     shift = shift_check(heldout, per_seed, opts.seed)
     gap = {
@@ -559,6 +615,10 @@ def validate_options(opts: CalibratedOptions) -> None:
     fraction(opts.gen_train_fraction, "gen_train_fraction")
     fraction(opts.test_fraction, "test_fraction")
     fraction(opts.prefix_ratio, "prefix_ratio")
+    if opts.combine not in COMBINATIONS:
+        raise UserError(
+            f"combine must be one of {', '.join(COMBINATIONS)}, got {opts.combine!r}", "use 'sidak' or 'cauchy'"
+        )
     if opts.heads not in HEADS:
         raise UserError(f"heads must be one of {', '.join(HEADS)}, got {opts.heads!r}", "use 'nested' (default)")
     if not 0 <= opts.clip_frac < 1:

@@ -184,7 +184,8 @@ class CalibratedDIConfig(MethodConfig):
 
     Segmentation: ``seq_tokens`` (64), ``min_seq_tokens``, ``max_per_doc`` (0 = no cap),
     ``gen_train_fraction`` (sequences that train the generator), ``prefix_ratio``. Test:
-    ``test_fraction`` (pairs tested per seed), ``seeds`` (Šidák over them), ``alpha``,
+    ``test_fraction`` (pairs tested per seed), ``seeds`` (re-splits), ``combine`` (how their p-values
+    combine: sidak or cauchy), ``text_lm`` (a local model whose scores c_text also sees; "" = none), ``alpha``,
     ``clip_frac``, ``heads`` (nested, or authors). Generator: ``generator`` (smollm2 / hf:DIR / gguf:FILE),
     LoRA ``lora_r``/``lora_alpha`` on the top ``lora_layers`` layers, ``gen_epochs``, ``gen_lr``,
     sampling ``temperature``/``top_p``/``top_k``/``repetition_penalty``. Text classifier:
@@ -194,6 +195,8 @@ class CalibratedDIConfig(MethodConfig):
     alpha: float = 0.05
     seed: int = 0
     seeds: int = 5
+    combine: Literal["sidak", "cauchy"] = "sidak"
+    text_lm: str = ""
     seq_tokens: int = 64
     min_seq_tokens: int = 16
     max_per_doc: int = 20
@@ -233,6 +236,8 @@ class CalibratedDIConfig(MethodConfig):
             prefix_ratio=self.prefix_ratio,
             test_fraction=self.test_fraction,
             seeds=self.seeds,
+            combine=self.combine,
+            text_lm=self.text_lm or None,
             seed=self.seed,
             alpha=self.alpha,
             clip_frac=self.clip_frac,
@@ -286,8 +291,9 @@ class CalibratedDI(Method):
     title = "calibrated post-hoc dataset inference with a synthetic held-out set (Zhao et al.)"
     config_class = CalibratedDIConfig
     outputs = {
-        "di.json": "per seed p-value, AUC_text, AUC_comb, n; Šidák p-value and verdict; the generator's shift "
-        "check (bag-of-words and classifier AUC, MIA score gaps); options, keys and fingerprints to re-run it",
+        "di.json": "per seed p-value, AUC_text, AUC_comb, n; combined (Šidák or Cauchy) p-value and verdict; "
+        "the generator's shift check (bag-of-words and classifier AUC, MIA score gaps); options, keys and "
+        "fingerprints to re-run it",
         "pairs.jsonl": "one row per inference pair: seq_id, doc_id, prefix, real suffix, generated suffix",
     }
 
@@ -390,7 +396,8 @@ class CalibratedDI(Method):
         ]
         shift = res.shift
         summary += [
-            f"Šidák over {len(res.per_seed)} seeds: p = {res.p_value:.4g}; {len(pairs)} pairs; MIA scores see the "
+            f"{res.options.combine} over {len(res.per_seed)} seeds: p = {res.p_value:.4g}; {len(pairs)} pairs; "
+            "MIA scores see the "
             f"{'suffix alone' if 'alone' in body['mia_text'] else body['mia_text']}",
             f"generator shift check (real vs generated suffix): bag-of-words AUC {shift['bow_auc']:.3f}, "
             f"text classifier AUC {shift['classifier_auc']:.3f}",
