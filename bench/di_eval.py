@@ -134,10 +134,11 @@ def main() -> int:
     ap.add_argument(
         "--temperature", type=float, default=None, help="generator sampling temperature (default: the method's)"
     )
-    ap.add_argument(
-        "--text-lm", default=None, help="c_text also sees this local model's scores ('generator': its base)"
-    )
-    ap.add_argument("--combine", default=None, choices=("sidak", "cauchy"), help="default: the method's")
+    ap.add_argument("--baseline-lm", default=None, help="a baseline LM whose scores are subtracted from the target's")
+    ap.add_argument("--combine", default=None, choices=("sidak", "cauchy", "pair_mean"), help="default: the method's")
+    ap.add_argument("--crossfit", action="store_true", help="test every pair once (the parts swap roles)")
+    ap.add_argument("--features", default=None, help="comma-separated MIA features (default: the method's)")
+    ap.add_argument("--test-fraction", type=float, default=None, help="default: the method's")
     ap.add_argument("--alpha", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-calibrated", action="store_true", help="plain DI rows only (fast)")
@@ -190,10 +191,17 @@ def main() -> int:
     opt_kw: dict[str, Any] = {"seeds": args.seeds, "seed": args.seed, "alpha": args.alpha, "heads": args.heads}
     if args.seq_tokens:
         opt_kw["seq_tokens"] = args.seq_tokens
+    if args.features:
+        opt_kw["features"] = tuple(args.features.split(","))
+    if args.test_fraction:
+        opt_kw["test_fraction"] = args.test_fraction
+    if args.crossfit:
+        opt_kw["crossfit"] = True
     if args.combine:
         opt_kw["combine"] = args.combine
-    if args.text_lm:
-        opt_kw["text_lm"] = args.text_lm
+    if args.baseline_lm:
+        opt_kw["baseline_lm"] = args.baseline_lm
+
     options = CalibratedOptions(generator=GeneratorConfig(**gen_kw), **opt_kw)
     print(f"canary {canary.path} (base {canary.card['base']}, {len(canary.members)} members); options: "
           f"{json.dumps(options.to_json())}", flush=True)  # fmt: skip
@@ -260,7 +268,8 @@ def main() -> int:
                                 store=store)  # fmt: skip
             body = res.to_json()
             row = {"set": k, "truth": truth, "method": "calibrated", "p_value": res.p_value,
-                   "p_seeds": [s["p_value"] for s in res.per_seed], "auc_text": body["auc_text"],
+                   "p_seeds": [s["p_value"] for s in res.per_seed],
+                   "p_pair_mean": res.info.get("p_pair_mean"), "auc_text": body["auc_text"],
                    "auc_comb": body["auc_comb"], "bow_auc": res.shift["bow_auc"], "n_pairs": body["n_pairs"],
                    "loss_gap": res.shift["mia_score_gap"].get("loss", {}).get("heldout_minus_suspect"),
                    "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,

@@ -10,7 +10,14 @@ import pytest
 from scipy import stats as sps
 
 from blackbox_audit.di.artifacts import ArtifactStore, content_key
-from blackbox_audit.di.calibrated import head_test, minimum_sequences, pair_split, text_feature
+from blackbox_audit.di.calibrated import (
+    crossfit_folds,
+    head_test,
+    minimum_sequences,
+    pair_mean_test,
+    pair_split,
+    text_feature,
+)
 from blackbox_audit.di.linear import _loss_and_grad, fit_logistic
 from blackbox_audit.di.segment import cut, fixed_pairs, segment, shuffle_split
 from blackbox_audit.di.stats import cauchy, clip_outliers, normalise, paired_greater, sidak, welch_less
@@ -99,6 +106,33 @@ def test_cauchy_keeps_the_level_near_alpha_under_dependence(rho: float) -> None:
     se = math.sqrt(0.05 * 0.95 / n)
     assert level < 0.05 * 1.25 + 4 * se
     assert level > 0.05 - 4 * se  # not a trivially conservative rule either
+
+
+def test_crossfit_folds_test_every_pair_once_on_unseen_folds() -> None:
+    parts = crossfit_folds(50, seed=0, rep=1)
+    tested = np.concatenate([te for _, te, _ in parts])
+    assert sorted(tested.tolist()) == list(range(50))  # every pair tested exactly once
+    for cls, te, heads in parts:
+        assert not (set(cls) & set(te)) and not (set(heads) & set(te)) and not (set(cls) & set(heads))
+        assert len(cls) + len(te) + len(heads) == 50
+    assert not np.array_equal(crossfit_folds(50, 0, 2)[0][0], parts[0][0])  # a new split per repetition
+
+
+def test_pair_mean_averages_each_pair_over_the_seeds_then_tests_once() -> None:
+    rng = np.random.default_rng(6)
+    n, seeds = 40, 3
+    d_text = rng.normal(size=(seeds, n))
+    d_comb = d_text + rng.normal(0.1, 1.0, size=(seeds, n))
+    per_seed = []
+    for s in range(seeds):
+        order = rng.permutation(n)  # crossfit: every pair once per seed, in the seed's own order
+        per_seed.append({"_pairs": order, "_d_text": d_text[s, order], "_d_comb": d_comb[s, order]})
+    expected = paired_greater(d_comb.mean(axis=0), d_text.mean(axis=0))
+    assert pair_mean_test(per_seed, n) == pytest.approx(expected)
+    # a seed that did not test every pair (no crossfit) cannot be averaged pair by pair
+    per_seed[1] = {"_pairs": per_seed[1]["_pairs"][:20], "_d_text": d_text[1, :20], "_d_comb": d_comb[1, :20]}
+    with pytest.raises(ValueError):
+        pair_mean_test(per_seed, n)
 
 
 def test_loss_gradient_matches_finite_differences() -> None:

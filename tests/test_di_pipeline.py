@@ -141,6 +141,39 @@ def test_calibrated_di_runs_caches_and_is_deterministic(
     assert fresh.p_value == first.p_value and fresh.heldout.generated == first.heldout.generated
 
 
+def test_crossfit_pair_mean_and_reference_lm(
+    tiny_llama_dir: Path, tiny_lm_dir: Path, texts: list[str], target, tmp_path: Path
+) -> None:
+    """crossfit tests every pair once per seed; pair_mean combines them; --baseline-lm subtracts a
+    reference model's scores from the target's (cached with the other artifacts)."""
+    store = ArtifactStore(tmp_path / "di")
+    opts = small_options(f"hf:{tiny_llama_dir}", crossfit=True, combine="pair_mean", baseline_lm=f"hf:{tiny_lm_dir}")
+    res = calibrated_di(target, texts[:80], options=opts, store=store, progress=False)
+    body = res.to_json()
+    assert body["combination"].startswith("pair_mean")
+    assert all(s["n_test_pairs"] == len(res.heldout.pairs) for s in body["per_seed"])
+    assert 0 <= res.p_value <= 1 and "baseline_lm_scores" in res.info["timings"]
+    assert json.dumps(body)  # the per-pair arrays stay out of di.json
+    plain = calibrated_di(
+        target, texts[:80], options=small_options(f"hf:{tiny_llama_dir}"), store=store, progress=False
+    )
+    # the reference changes the features, so the test's answer (not the held-out texts) changes
+    assert plain.heldout.generated == res.heldout.generated and plain.p_value != res.p_value
+    again = calibrated_di(target, texts[:80], options=opts, store=store, progress=False)
+    assert again.p_value == res.p_value and store.hits.get("baseline_lm", 0) >= 1  # reference scores from the store
+    with pytest.raises(UserError, match="generator's base"):
+        calibrated_di(
+            target,
+            texts[:80],
+            options=small_options(f"hf:{tiny_llama_dir}", baseline_lm=f"hf:{tiny_llama_dir}"),
+            store=store,
+        )
+    with pytest.raises(UserError, match="crossfit"):
+        calibrated_di(
+            target, texts[:80], options=small_options(f"hf:{tiny_llama_dir}", combine="pair_mean"), store=store
+        )
+
+
 def test_generation_resumes_after_a_crash(tiny_llama_dir: Path, texts: list[str], target, tmp_path: Path) -> None:
     spec = f"hf:{tiny_llama_dir}"
     opts = dataclasses.replace(

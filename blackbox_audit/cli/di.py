@@ -75,15 +75,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--seeds", type=positive_int, default=_C.seeds, help=f"re-splits of the pairs ({_C.seeds})")
     c.add_argument(
         "--combine",
-        choices=("sidak", "cauchy"),
+        choices=("sidak", "cauchy", "pair_mean"),
         default=_C.combine,
-        help=f"how the seeds' p-values combine (default {_C.combine}; see docs/di.md)",
+        help=f"how the seeds combine: sidak (SPEC), cauchy, or pair_mean (needs --crossfit; see docs/di.md) "
+        f"(default {_C.combine})",
     )
+    c.add_argument("--crossfit", action="store_true", help="test every pair once per seed (the two parts swap roles)")
     c.add_argument(
-        "--text-lm",
-        default=_C.text_lm,
-        help="a local model (generator = the generator's base, hf:DIR, smollm2) whose scores of each suffix "
-        "the text classifier also sees (default: none)",
+        "--baseline-lm",
+        default=_C.baseline_lm,
+        help="a local reference model (hf:DIR, gguf:FILE, smollm2; never trained on the suspect set, and not "
+        "the generator's base) whose scores are subtracted from the target's (default: none; see docs/di.md)",
     )
     c.add_argument(
         "--seq-tokens",
@@ -149,7 +151,8 @@ def _method(args: argparse.Namespace) -> PlainDI | CalibratedDI:
             generator=args.generator,
             seeds=args.seeds,
             combine=args.combine,
-            text_lm=args.text_lm,
+            crossfit=args.crossfit,
+            baseline_lm=args.baseline_lm,
             seq_tokens=args.seq_tokens,
             min_seq_tokens=args.min_seq_tokens,
             max_per_doc=args.max_per_doc,

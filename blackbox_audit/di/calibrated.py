@@ -62,6 +62,9 @@ HEADS: dict[str, dict[str, Any]] = {
     "nested": {"text_feature": "logit", "text_weight_free": True, "nested": True, "epochs": 0},
     "authors": {"text_feature": "probability", "text_weight_free": False, "nested": False, "epochs": 200},
 }
+PAIR_MEAN_TEXT = (
+    "pair_mean: each pair's out-of-fold d_comb - d_text averaged over the seeds, one paired one-sided t-test"
+)
 MIA_TEXT = "suffix alone (as the authors' di.py scores the stored suffix, without its prefix)"
 
 
@@ -81,7 +84,9 @@ class CalibratedOptions:
     alpha: float = 0.05
     clip_frac: float = 0.05
     heads: str = "nested"
-    text_lm: str | None = None
+    baseline_lm: str | None = None
+    crossfit: bool = False
+    statistic: str = "difference"
     features: tuple[str, ...] | None = None
     bounded: str = "error"
     max_suffix_tokens: int | None = None
@@ -147,12 +152,18 @@ class CalibratedDIResult:
             "p_value": self.p_value,
             "alpha": self.alpha,
             "decision": self.decision,
-            "combination": COMBINATION_TEXT[self.options.combine],
+            "combination": COMBINATION_TEXT.get(self.options.combine, PAIR_MEAN_TEXT),
             "per_seed": self.per_seed,
             "auc_text": float(np.mean([s["auc_text"] for s in self.per_seed])),
             "auc_comb": float(np.mean([s["auc_comb"] for s in self.per_seed])),
             "n_pairs": len(self.heldout.pairs),
             "mia_text": MIA_TEXT,
+            "baseline_lm": self.options.baseline_lm,
+            "mia_features": (
+                "target score minus the baseline model's score, per feature"
+                if self.options.baseline_lm
+                else "the target's scores"
+            ),
             "features": self.features,
             "shift_check": self.shift,
             "options": self.options.to_json(),
@@ -352,30 +363,30 @@ def head_test(
     }
 
 
-def run_seed(
+def _split_test(
     s: int,
+    tr: np.ndarray,
+    te: np.ndarray,
     heldout: HeldoutSet,
     f_sus: np.ndarray,
     f_val: np.ndarray,
     generator: LocalGenerator,
     opts: CalibratedOptions,
     store: ArtifactStore,
-    feature_names: Sequence[str],
     progress: bool,
-    lm_sus: np.ndarray | None = None,
-    lm_val: np.ndarray | None = None,
+    head_rows: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """One repetition of Alg. 2 on a seeded train/test split of the pairs.
+    """Train ``c_text`` on the pairs ``tr`` and return the paired test's inputs on the pairs ``te``.
 
-    ``lm_sus``/``lm_val``: the generator base model's scores of each suffix (``text_lm_features``),
-    given to both heads as further text features with free weights."""
+    The heads are fitted on ``tr`` with the classifier's in-sample outputs (the paper), or, with
+    ``head_rows``, on those pairs with its out-of-sample outputs (crossfit)."""
     seed = int(opts.seed) * 1000 + s
-    tr, te = pair_split(len(heldout.pairs), opts.test_fraction, opts.seed, s)
     real, gen = heldout.real, heldout.generated
+    fit = tr if head_rows is None else head_rows
+    scored = te if head_rows is None else np.concatenate([head_rows, te])
     train_texts = [real[i] for i in tr] + [gen[i] for i in tr]
-    test_texts = [real[i] for i in te] + [gen[i] for i in te]
+    test_texts = [real[i] for i in scored] + [gen[i] for i in scored]
     y_tr = np.r_[np.zeros(len(tr)), np.ones(len(tr))]
-    y_te = np.r_[np.zeros(len(te)), np.ones(len(te))]
     key = classifier_key(train_texts, test_texts, y_tr.astype(int).tolist(), opts.classifier, seed)
     cls = store.read_json("classifiers", key)
     if cls is None:
@@ -390,39 +401,123 @@ def run_seed(
         )
         store.write_json("classifiers", key, cls)
     h = HEADS[opts.heads]
-    t_tr = text_feature(cls["train_proba"], h["text_feature"])
-    t_te = text_feature(cls["test_proba"], h["text_feature"])
-    if lm_sus is not None and lm_val is not None:
-        t_tr = np.hstack([t_tr, np.vstack([lm_sus[tr], lm_val[tr]])])
-        t_te = np.hstack([t_te, np.vstack([lm_sus[te], lm_val[te]])])
-    n_text = t_tr.shape[1]
+    if head_rows is None:
+        fit_proba, test_proba = np.asarray(cls["train_proba"]), np.asarray(cls["test_proba"])
+    else:  # rows of `scored`: head rows' real, te's real, head rows' generated, te's generated
+        p = np.asarray(cls["test_proba"], dtype=np.float64)
+        k, m = len(head_rows), len(scored)
+        fit_proba = np.r_[p[:k], p[m : m + k]]
+        test_proba = np.r_[p[k:m], p[m + k :]]
     out = head_test(
-        t_tr,
-        np.vstack([f_sus[tr], f_val[tr]]),
-        y_tr,
-        t_te,
+        text_feature(fit_proba, h["text_feature"]),
+        np.vstack([f_sus[fit], f_val[fit]]),
+        np.r_[np.zeros(len(fit)), np.ones(len(fit))],
+        text_feature(test_proba, h["text_feature"]),
         np.vstack([f_sus[te], f_val[te]]),
         epochs=h["epochs"],
         seed=seed,
         text_weight_free=h["text_weight_free"],
         nested=h["nested"],
     )
-    out.pop("c_text"), out.pop("c_comb")
-    comb = out.pop("comb_weights")
+    out["classifier_proba"] = test_proba
+    out["classifier_key"] = key
+    return out
+
+
+def crossfit_folds(n: int, seed: int, rep: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Three folds of the pairs in rotation, as ``(classifier, test, heads)`` index triples: each
+    pair is tested exactly once per repetition, by a classifier and heads fitted on the other folds."""
+    folds = np.array_split(np.random.default_rng([seed, 505, rep]).permutation(n), 3)
+    return [(folds[i], folds[(i + 2) % 3], folds[(i + 1) % 3]) for i in range(3)]
+
+
+def run_seed(
+    s: int,
+    heldout: HeldoutSet,
+    f_sus: np.ndarray,
+    f_val: np.ndarray,
+    generator: LocalGenerator,
+    opts: CalibratedOptions,
+    store: ArtifactStore,
+    feature_names: Sequence[str],
+    progress: bool,
+) -> dict[str, Any]:
+    """One repetition of Alg. 2 on a seeded split of the pairs.
+
+    ``crossfit=False`` (the paper): the classifier and the heads are trained on one part, the other
+    (``test_fraction``) is tested. ``crossfit=True``: three folds in rotation (classifier / heads /
+    test), so that *every* pair is tested once, by a classifier and heads that never saw it, and the
+    heads are fitted on the classifier's out-of-sample outputs (in-sample outputs of a classifier
+    trained from scratch are near-separable, which inflates the text head's weight and leaves the
+    MIA weights little to fit); one paired t-test over all pairs."""
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]
+    if opts.crossfit:
+        parts = list(crossfit_folds(len(heldout.pairs), opts.seed, s))
+    else:
+        tr, te = pair_split(len(heldout.pairs), opts.test_fraction, opts.seed, s)
+        parts = [(tr, te, None)]
+    runs = [_split_test(s, a, b, heldout, f_sus, f_val, generator, opts, store, progress, c) for a, b, c in parts]
+    m = [len(b) for _, b, _ in parts]
+
+    def halves(key: str) -> tuple[np.ndarray, np.ndarray]:
+        """The test rows of every run, real suffixes first, then their generated ones in the same order."""
+        real = np.concatenate([r[key][:k] for r, k in zip(runs, m, strict=True)])
+        gen = np.concatenate([r[key][k:] for r, k in zip(runs, m, strict=True)])
+        return real, gen
+
+    (t_real, t_gen), (c_real, c_gen), (k_real, k_gen) = halves("c_text"), halves("c_comb"), halves("classifier_proba")
+    if opts.statistic == "log_loss":  # per pair, minus the log-loss of both suffixes: higher = better head
+        d_text, d_comb = pair_log_score(t_real, t_gen), pair_log_score(c_real, c_gen)
+    else:
+        d_text, d_comb = t_gen - t_real, c_gen - c_real
+    order = np.concatenate([b for _, b, _ in parts])  # pair index of each tested row
+    y = np.r_[np.zeros(len(t_real)), np.ones(len(t_gen))]
+    comb = runs[0]["comb_weights"]
     return {
         "seed": s,
-        **out,
-        "auc_text_classifier": _auc(y_te, np.asarray(cls["test_proba"])),
-        "n_train_pairs": int(len(tr)),
-        "n_test_pairs": int(len(te)),
+        "p_value": paired_greater(d_comb, d_text),
+        "auc_text": _auc(y, np.r_[t_real, t_gen]),
+        "auc_comb": _auc(y, np.r_[c_real, c_gen]),
+        "mean_d_text": float(d_text.mean()),
+        "mean_d_comb": float(d_comb.mean()),
+        "text_weight": runs[0]["text_weight"],
+        "auc_text_classifier": _auc(y, np.r_[k_real, k_gen]),
+        "n_train_pairs": int(len(parts[0][0])),
+        "n_test_pairs": int(len(t_real)),
+        "crossfit": bool(opts.crossfit),
         "weights_comb": {"text": float(comb[0])}
-        | {f"text_lm_{j}": float(w) for j, w in enumerate(comb[1:n_text])}
-        | {name: float(w) for name, w in zip(feature_names, comb[n_text:], strict=True)},
-        "classifier_key": key,
+        | {name: float(w) for name, w in zip(feature_names, comb[1:], strict=True)},
+        "classifier_key": runs[0]["classifier_key"],
+        "_pairs": order,
+        "_d_text": d_text,
+        "_d_comb": d_comb,
     }
 
 
-def text_lm_matrix(
+def pair_log_score(p_real: np.ndarray, p_gen: np.ndarray) -> np.ndarray:
+    """Per pair ``log(1 - c(real)) + log c(generated)``: minus the head's log-loss on the pair (a
+    proper score, so a head gains only where its probabilities are better, in rank and in size)."""
+    eps = 1e-12
+    return np.log(np.clip(1 - p_real, eps, 1)) + np.log(np.clip(p_gen, eps, 1))
+
+
+def pair_mean_test(per_seed: Sequence[dict[str, Any]], n_pairs: int) -> float:
+    """``combine="pair_mean"``: every pair's ``d_comb - d_text`` averaged over the seeds (each an
+    out-of-fold value: crossfit tests every pair once per seed), then one paired one-sided t-test
+    over the pairs. The seeds' re-splits then reduce the noise of the split instead of being
+    counted as separate looks at the same pairs."""
+    d_text, d_comb = np.zeros(n_pairs), np.zeros(n_pairs)
+    seen = np.zeros(n_pairs)
+    for r in per_seed:
+        d_text[r["_pairs"]] += r["_d_text"]
+        d_comb[r["_pairs"]] += r["_d_comb"]
+        seen[r["_pairs"]] += 1
+    if not (seen == len(per_seed)).all():
+        raise ValueError("pair_mean needs every pair tested in every seed (crossfit)")
+    return paired_greater(d_comb / seen, d_text / seen)
+
+
+def baseline_lm_matrix(
     spec: str,
     generator: LocalGenerator,
     texts: list[str],
@@ -431,27 +526,33 @@ def text_lm_matrix(
     *,
     progress: bool,
 ) -> np.ndarray:
-    """A local reference model's scores (the MIA feature set) of every suffix, cached; ``spec`` is
-    ``generator`` (the generator's base model, no LoRA) or a model spec (``hf:DIR``, ``smollm2``).
+    """A local baseline model's scores (the MIA features ``names``) of every suffix, cached (``baseline_lm``).
 
-    A target-free view of how likely each text is to a language model that was not trained on the
-    suspect set: it lets ``c_text`` absorb the part of the generation shift that any language model
-    sees (sampled text being less likely to a model other than the one that wrote it), so that
-    ``c_comb`` gains only from what the target sees beyond it."""
+    ``calibrate`` subtracts them from the target's scores, feature by feature (the reference-model
+    idea of Carlini et al. 2021, applied to every feature): whatever *any* language model sees in
+    generated text (samples of one model are less likely to another) cancels, and what is left is
+    what the target sees beyond a model that was not trained on the suspect set. The reference must
+    not be the generator's base: that model finds its own samples likely, so the difference would
+    make generated suffixes look less member-like, a false 'member' (docs/di.md)."""
     from .generator import resolve_folder
 
-    folder = generator.folder if spec == "generator" else resolve_folder(spec)
-    lm = generator if spec == "generator" else LocalGenerator(spec, progress=False)
-    names = [n for n in names if n != "reference"]
-    key = content_key({"text_lm": lm.fingerprint(), "texts": texts_digest(texts), "names": list(names)})
-    found = store.read_json("text_lm", key)
+    folder = resolve_folder(spec)
+    if folder.resolve() == generator.folder.resolve():
+        raise UserError(
+            f"{METHOD}: the reference model ({spec}) is the generator's base model: it finds its own samples "
+            "likely, which makes generated suffixes look less member-like (a false 'member')",
+            "give --baseline-lm a different model (another family or training set), or leave it out",
+        )
+    lm = LocalGenerator(spec, progress=False)
+    key = content_key({"baseline_lm": lm.fingerprint(), "texts": texts_digest(texts), "names": list(names)})
+    found = store.read_json("baseline_lm", key)
     if found is None:
         from blackbox_audit.adapters.hf import load_hf
 
         base = load_hf(str(folder), device="cpu", progress=False)
         x, _ = feature_matrix(base, texts, names, progress=progress)
         found = x.tolist()
-        store.write_json("text_lm", key, found)
+        store.write_json("baseline_lm", key, found)
     return np.asarray(found, dtype=np.float64)
 
 
@@ -494,21 +595,32 @@ def calibrate(
     )
     timings["mia_scores"] = _since(t)
     raw_sus, raw_val = x[:n], x[n:]
-    f_sus, f_val = _prepare_features(raw_sus, raw_val, opts.clip_frac)
-    lm_sus = lm_val = None
-    if opts.text_lm:
+    rel = x
+    if opts.baseline_lm:
         t = _clock()
-        g = text_lm_matrix(opts.text_lm, generator, texts, names, store, progress=progress)
-        lm_sus, lm_val = _prepare_features(g[:n], g[n:], opts.clip_frac)
-        timings["text_lm_scores"] = _since(t)
+        own = [j for j, name in enumerate(feat_info["names"]) if name != "reference"]
+        base = baseline_lm_matrix(
+            opts.baseline_lm, generator, texts, [feat_info["names"][j] for j in own], store, progress=progress
+        )
+        rel = x.copy()
+        rel[:, own] -= base  # the 'reference' feature (a target-vs-reference score already) is kept as is
+        timings["baseline_lm_scores"] = _since(t)
+    f_sus, f_val = _prepare_features(rel[:n], rel[n:], opts.clip_frac)
 
     t = _clock()
     per_seed = [
-        run_seed(s, heldout, f_sus, f_val, generator, opts, store, feat_info["names"], progress, lm_sus, lm_val)
+        run_seed(s, heldout, f_sus, f_val, generator, opts, store, feat_info["names"], progress)
         for s in range(opts.seeds)
     ]
     timings["classifiers_and_tests"] = _since(t)
-    p = COMBINATIONS[opts.combine]([r["p_value"] for r in per_seed])
+    p_pair_mean = pair_mean_test(per_seed, n) if opts.crossfit else None
+    if opts.combine == "pair_mean":
+        p = p_pair_mean
+    else:
+        p = COMBINATIONS[opts.combine]([r["p_value"] for r in per_seed])
+    for r in per_seed:
+        for k in ("_pairs", "_d_text", "_d_comb"):
+            r.pop(k)
     decision = "member" if p < opts.alpha else "inconclusive"
     shift = shift_check(heldout, per_seed, opts.seed)
     gap = {
@@ -543,6 +655,7 @@ def calibrate(
     if feat_info["non_finite"]:
         warnings.append(f"{feat_info['non_finite']} non-finite MIA score(s) were replaced by their column's median")
     info = {
+        "p_pair_mean": p_pair_mean,
         "timings": timings,
         "feature_params": feat_info["params"],
         "n_tokens_target": {"suspect": feat_info["n_tokens"][:n], "heldout": feat_info["n_tokens"][n:]},
@@ -615,10 +728,12 @@ def validate_options(opts: CalibratedOptions) -> None:
     fraction(opts.gen_train_fraction, "gen_train_fraction")
     fraction(opts.test_fraction, "test_fraction")
     fraction(opts.prefix_ratio, "prefix_ratio")
-    if opts.combine not in COMBINATIONS:
+    if opts.combine not in (*COMBINATIONS, "pair_mean"):
         raise UserError(
-            f"combine must be one of {', '.join(COMBINATIONS)}, got {opts.combine!r}", "use 'sidak' or 'cauchy'"
+            f"combine must be sidak, cauchy or pair_mean, got {opts.combine!r}", "use e.g. 'sidak' (SPEC §5)"
         )
+    if opts.combine == "pair_mean" and not opts.crossfit:
+        raise UserError("combine=pair_mean needs crossfit (every pair tested in every seed)", "add --crossfit")
     if opts.heads not in HEADS:
         raise UserError(f"heads must be one of {', '.join(HEADS)}, got {opts.heads!r}", "use 'nested' (default)")
     if not 0 <= opts.clip_frac < 1:

@@ -184,8 +184,10 @@ class CalibratedDIConfig(MethodConfig):
 
     Segmentation: ``seq_tokens`` (64), ``min_seq_tokens``, ``max_per_doc`` (0 = no cap),
     ``gen_train_fraction`` (sequences that train the generator), ``prefix_ratio``. Test:
-    ``test_fraction`` (pairs tested per seed), ``seeds`` (re-splits), ``combine`` (how their p-values
-    combine: sidak or cauchy), ``text_lm`` (a local model whose scores c_text also sees; "" = none), ``alpha``,
+    ``test_fraction`` (pairs tested per seed), ``seeds`` (re-splits), ``combine`` (sidak, cauchy, or
+    pair_mean: each pair's out-of-fold difference averaged over the seeds, one test; needs ``crossfit``),
+    ``crossfit`` (every pair tested once per seed), ``baseline_lm`` (a local reference model whose scores are
+    subtracted from the target's; "" = none), ``alpha``,
     ``clip_frac``, ``heads`` (nested, or authors). Generator: ``generator`` (smollm2 / hf:DIR / gguf:FILE),
     LoRA ``lora_r``/``lora_alpha`` on the top ``lora_layers`` layers, ``gen_epochs``, ``gen_lr``,
     sampling ``temperature``/``top_p``/``top_k``/``repetition_penalty``. Text classifier:
@@ -195,8 +197,9 @@ class CalibratedDIConfig(MethodConfig):
     alpha: float = 0.05
     seed: int = 0
     seeds: int = 5
-    combine: Literal["sidak", "cauchy"] = "sidak"
-    text_lm: str = ""
+    combine: Literal["sidak", "cauchy", "pair_mean"] = "sidak"
+    crossfit: bool = False
+    baseline_lm: str = ""
     seq_tokens: int = 64
     min_seq_tokens: int = 16
     max_per_doc: int = 20
@@ -237,7 +240,8 @@ class CalibratedDIConfig(MethodConfig):
             test_fraction=self.test_fraction,
             seeds=self.seeds,
             combine=self.combine,
-            text_lm=self.text_lm or None,
+            crossfit=self.crossfit,
+            baseline_lm=self.baseline_lm or None,
             seed=self.seed,
             alpha=self.alpha,
             clip_frac=self.clip_frac,
