@@ -18,7 +18,12 @@ suffix)`` items (a benchmark's question and answer), and a target; it returns a
    feature, every weight constrained, ``c_comb`` refitted jointly, 200 Adam epochs); on the test
    pairs ``d = c(x_generated) - c(x_real)`` for both, and a paired one-sided t-test of
    H0: E[d_comb] <= E[d_text];
-4. the seeds' p-values combined (``combine``: Šidák, SPEC §5, or the Cauchy combination); verdict
+   ``crossfit`` (an option) replaces the one split by three folds in rotation (classifier / heads /
+   test): every pair is tested once per seed and the heads see the classifier's out-of-sample
+   outputs; ``baseline_lm`` (an option) subtracts a local baseline model's scores from the
+   target's, feature by feature, before clipping (docs/di.md has the measurements behind both);
+4. the seeds' p-values combined (``combine``: Šidák, SPEC §5, the default; the Cauchy combination;
+   or ``pair_mean``, one test of each pair's difference averaged over the seeds); verdict
    ``member`` when the combined p < alpha, else ``inconclusive``.
 
 The generator's own shift check is reported beside it: a bag-of-words AUC (cross-validated
@@ -86,7 +91,6 @@ class CalibratedOptions:
     heads: str = "nested"
     baseline_lm: str | None = None
     crossfit: bool = False
-    statistic: str = "difference"
     features: tuple[str, ...] | None = None
     bounded: str = "error"
     max_suffix_tokens: int | None = None
@@ -466,10 +470,7 @@ def run_seed(
         return real, gen
 
     (t_real, t_gen), (c_real, c_gen), (k_real, k_gen) = halves("c_text"), halves("c_comb"), halves("classifier_proba")
-    if opts.statistic == "log_loss":  # per pair, minus the log-loss of both suffixes: higher = better head
-        d_text, d_comb = pair_log_score(t_real, t_gen), pair_log_score(c_real, c_gen)
-    else:
-        d_text, d_comb = t_gen - t_real, c_gen - c_real
+    d_text, d_comb = t_gen - t_real, c_gen - c_real
     order = np.concatenate([b for _, b, _ in parts])  # pair index of each tested row
     y = np.r_[np.zeros(len(t_real)), np.ones(len(t_gen))]
     comb = runs[0]["comb_weights"]
@@ -492,13 +493,6 @@ def run_seed(
         "_d_text": d_text,
         "_d_comb": d_comb,
     }
-
-
-def pair_log_score(p_real: np.ndarray, p_gen: np.ndarray) -> np.ndarray:
-    """Per pair ``log(1 - c(real)) + log c(generated)``: minus the head's log-loss on the pair (a
-    proper score, so a head gains only where its probabilities are better, in rank and in size)."""
-    eps = 1e-12
-    return np.log(np.clip(1 - p_real, eps, 1)) + np.log(np.clip(p_gen, eps, 1))
 
 
 def pair_mean_test(per_seed: Sequence[dict[str, Any]], n_pairs: int) -> float:
