@@ -168,6 +168,8 @@ def test_crossfit_pair_mean_and_reference_lm(
             options=small_options(f"hf:{tiny_llama_dir}", baseline_lm=f"hf:{tiny_llama_dir}"),
             store=store,
         )
+    with pytest.raises(UserError, match="without a baseline model"):
+        calibrated_di(target, texts[:80], options=small_options(f"hf:{tiny_llama_dir}", crossfit=True), store=store)
     with pytest.raises(UserError, match="crossfit"):
         calibrated_di(
             target, texts[:80], options=small_options(f"hf:{tiny_llama_dir}", combine="pair_mean"), store=store

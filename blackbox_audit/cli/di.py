@@ -80,7 +80,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"how the seeds combine: sidak (SPEC), cauchy, or pair_mean (needs --crossfit; see docs/di.md) "
         f"(default {_C.combine})",
     )
-    c.add_argument("--crossfit", action="store_true", help="test every pair once per seed (the two parts swap roles)")
+    c.add_argument(
+        "--crossfit",
+        action="store_true",
+        help="three folds in rotation: every pair tested once per seed, heads on out-of-sample outputs "
+        "(needs --baseline-lm; see docs/di.md)",
+    )
     c.add_argument(
         "--baseline-lm",
         default=_C.baseline_lm,

@@ -726,6 +726,12 @@ def validate_options(opts: CalibratedOptions) -> None:
         raise UserError(
             f"combine must be sidak, cauchy or pair_mean, got {opts.combine!r}", "use e.g. 'sidak' (SPEC §5)"
         )
+    if opts.crossfit and not opts.baseline_lm:
+        raise UserError(
+            "crossfit without a baseline model flags non-member sets: in the bench it flagged 10 of 10 (docs/di.md), "
+            "because the target's raw scores see the generation shift that the text classifier misses",
+            "add --baseline-lm hf:DIR (a model never trained on the suspect set, not the generator's base)",
+        )
     if opts.combine == "pair_mean" and not opts.crossfit:
         raise UserError("combine=pair_mean needs crossfit (every pair tested in every seed)", "add --crossfit")
     if opts.heads not in HEADS:
