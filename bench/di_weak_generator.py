@@ -9,12 +9,15 @@ members of the target canary (checked and printed), so a ``member`` verdict is a
 It runs the ``di`` command itself and prints its output.
 
     .venv/bin/python bench/di_weak_generator.py --canary CANARY_DIR --out /tmp/di-weak
+    .venv/bin/python bench/di_weak_generator.py --canary CANARY_DIR --out /tmp/di-weak-b \
+        --di-args "--crossfit --baseline-lm hf:BASELINE_DIR"
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 
 
@@ -22,6 +25,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--canary", required=True, help="canary folder (its model is the target)")
     ap.add_argument("--out", required=True, help="work folder (models, data, cache, results)")
+    ap.add_argument("--di-args", default="", help="more di options, e.g. '--crossfit --baseline-lm hf:DIR'")
     args = ap.parse_args()
 
     import torch
@@ -61,7 +65,7 @@ def main() -> int:
         ["di", "--target", f"hf:{canary.model_dir}", "--suspect", str(out / "suspect.jsonl"),
          "--generator", f"hf:{out / 'generator'}", "--seq-tokens", "24", "--min-seq-tokens", "12", "--seeds", "2",
          "--gen-epochs", "1", "--lora-layers", "2", "--classifier-epochs", "2", "--cache-dir", str(out / "cache"),
-         "--out", str(out / "result")]
+         "--out", str(out / "result"), *shlex.split(args.di_args)]
     )  # fmt: skip
     di = json.loads((out / "result" / "di.json").read_text())
     print(f"decision {di['decision']} (p = {di['p_value']:.3g}); bag-of-words AUC {di['shift_check']['bow_auc']:.3f}, "
