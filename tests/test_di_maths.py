@@ -263,6 +263,8 @@ def test_minimum_sequences_is_the_smallest_that_fits() -> None:
     n = minimum_sequences(0.5, 0.5)
     assert n == 40  # 20 train the generator, 20 pairs: 10 train the classifiers, 10 are tested
     assert minimum_sequences(0.3, 0.5) < n
+    m = minimum_sequences(0.5, 0.5, crossfit=True)  # three folds of at least 10 pairs
+    assert m > n and m - int(round(m * 0.5)) >= 30 and (m - 1) - int(round((m - 1) * 0.5)) < 30
 
 
 # --------------------------------------------------------------------------- artifacts

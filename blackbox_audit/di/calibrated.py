@@ -185,23 +185,26 @@ def _since(t: tuple[float, float]) -> dict[str, float]:
     return {"wall_s": round(time.perf_counter() - t[0], 2), "cpu_s": round(time.process_time() - t[1], 2)}
 
 
-def minimum_sequences(gen_train_fraction: float, test_fraction: float) -> int:
-    """Smallest number of sequences whose splits reach every minimum at these fractions."""
+def minimum_sequences(gen_train_fraction: float, test_fraction: float, crossfit: bool = False) -> int:
+    """Smallest number of sequences whose splits reach every minimum at these fractions (with
+    ``crossfit``: each of the three folds of pairs holds ``MIN_PAIRS``)."""
     for n in range(2, 100_000):
         n_train = int(round(n * gen_train_fraction))
         n_pairs = n - n_train
         n_test = int(round(n_pairs * test_fraction))
-        if n_train >= MIN_GEN_TRAIN and n_test >= MIN_PAIRS and n_pairs - n_test >= MIN_PAIRS:
+        pairs_ok = n_pairs >= 3 * MIN_PAIRS if crossfit else n_test >= MIN_PAIRS and n_pairs - n_test >= MIN_PAIRS
+        if n_train >= MIN_GEN_TRAIN and pairs_ok:
             return n
     raise UserError("the split fractions leave no room for every split", "use fractions between 0.2 and 0.8")
 
 
 def _check_sizes(n_sequences: int, opts: CalibratedOptions, what: str) -> None:
-    need = minimum_sequences(opts.gen_train_fraction, opts.test_fraction)
+    need = minimum_sequences(opts.gen_train_fraction, opts.test_fraction, opts.crossfit)
     if n_sequences < need:
+        splits = "each of the three crossfit folds" if opts.crossfit else "each of the classifier-train and test splits"
         raise UserError(
             f"{METHOD}: {what}: {n_sequences}, below the minimum of {need} (generator training needs "
-            f"{MIN_GEN_TRAIN} sequences and each of the classifier-train and test splits {MIN_PAIRS} pairs "
+            f"{MIN_GEN_TRAIN} sequences and {splits} {MIN_PAIRS} pairs "
             f"at gen_train_fraction={opts.gen_train_fraction}, test_fraction={opts.test_fraction})",
             "give more or longer documents, or lower --seq-tokens so each document yields more sequences",
         )
