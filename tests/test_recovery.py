@@ -167,11 +167,10 @@ def test_bias_reflecting_never_rounds_to_a_wrong_zero():
     assert all(r.status == Status.EXACT for r in res)
 
 
-def test_learned_brackets_save_requests_on_deep_clustered_tokens():
-    """Chat-like positions: every target sits 12-16 nats below the top-n. The kernel density
-    over the run's recovered gaps finds them faster than the exponential prior; values stay
-    within their bounds either way."""
-    rng = np.random.default_rng(7)
+def deep_positions(n: int, seed: int):
+    """Chat-like positions: every target sits 12-16 nats below the top-n. Returns the logprob
+    function, the jobs and their exact logprobs."""
+    rng = np.random.default_rng(seed)
     table = {}
 
     def deep(context):
@@ -182,23 +181,33 @@ def test_learned_brackets_save_requests_on_deep_clustered_tokens():
             table[key] = logits - np.logaddexp.reduce(logits)
         return table[key]
 
-    js = [([int(x) for x in rng.integers(0, V, 4)] + [k], 0) for k in range(60)]
+    js = [([int(x) for x in rng.integers(0, V, 4)] + [k], 0) for k in range(n)]
     js = [(c, c[-1] % V) for c, _ in js]
-    truth = np.array([deep(c)[t] for c, t in js])
-    sem = Semantics(top_n=20)
-    cfgs = {flag: LadderConfig(eps=0.01, learned_brackets=flag) for flag in (True, False)}
-    # sequential batches, as a run's texts arrive: later positions use what earlier ones taught
-    reqs = {}
-    for flag, cfg in cfgs.items():
-        from blackbox_audit.adapters.recovery import GapModel
+    return deep, js, np.array([deep(c)[t] for c, t in js])
 
-        gaps = GapModel.for_config(cfg)
-        res = []
-        for i in range(0, len(js), 10):
-            res += asyncio.run(recover_many(SimulatedOracle(deep), sem, js[i : i + 10], cfg, gaps=gaps))
-        got = np.array([r.logprob for r in res])
-        bounds = np.array([r.error_bound for r in res])
-        assert (np.abs(got - truth) <= bounds + 1e-9).all()
+
+def recover_in_batches(lp, sem, js, cfg, truth, batch: int = 10):
+    """Sequential batches, as a run's texts arrive (later positions use what earlier ones taught,
+    through one shared ``GapModel``); asserts every value is within its stated bound."""
+    from blackbox_audit.adapters.recovery import GapModel
+
+    gaps = GapModel.for_config(cfg)
+    res = []
+    for i in range(0, len(js), batch):
+        res += asyncio.run(recover_many(SimulatedOracle(lp), sem, js[i : i + batch], cfg, gaps=gaps))
+    bounds = np.array([r.error_bound for r in res])
+    assert (np.abs(np.array([r.logprob for r in res]) - truth) <= bounds + 1e-9).all()
+    return res, bounds
+
+
+def test_learned_brackets_save_requests_on_deep_clustered_tokens():
+    """Chat-like positions: every target sits 12-16 nats below the top-n. The kernel density
+    over the run's recovered gaps finds them faster than the exponential prior; values stay
+    within their bounds either way."""
+    deep, js, truth = deep_positions(60, seed=7)
+    reqs = {}
+    for flag in (True, False):
+        res, _ = recover_in_batches(deep, Semantics(top_n=20), js, LadderConfig(eps=0.01, learned_brackets=flag), truth)
         reqs[flag] = np.mean([r.requests for r in res[20:]])
     assert reqs[True] < reqs[False] - 1.0, reqs
 
@@ -230,32 +239,11 @@ def test_cell_search_needs_fewer_requests_than_the_median_cut():
     """Deep chat-like positions (12-16 nats below the top-n, fractional biases): cutting on the eps
     grid with the rule-of-succession prior (``search="cells"``) needs fewer requests per token than
     the earlier continuous median cut (``search="median"``), and every value stays within its bound."""
-    from blackbox_audit.adapters.recovery import GapModel
-
-    rng = np.random.default_rng(11)
-    table = {}
-
-    def deep(context):
-        key = tuple(context)
-        if key not in table:
-            logits = np.random.default_rng(abs(hash(key)) % (2**32)).normal(0, 1.0, V)
-            logits[context[-1] % V] = logits.max() - 14.0 + rng.uniform(-2, 2)
-            table[key] = logits - np.logaddexp.reduce(logits)
-        return table[key]
-
-    js = [([int(x) for x in rng.integers(0, V, 4)] + [k], 0) for k in range(120)]
-    js = [(c, c[-1] % V) for c, _ in js]
-    truth = np.array([deep(c)[t] for c, t in js])
+    deep, js, truth = deep_positions(120, seed=11)
     reqs = {}
     for search in ("cells", "median"):
-        cfg = LadderConfig(eps=0.01, search=search)
-        gaps = GapModel.for_config(cfg)
-        res = []
-        for i in range(0, len(js), 10):
-            res += asyncio.run(recover_many(SimulatedOracle(deep), Semantics(top_n=20), js[i : i + 10], cfg, gaps=gaps))
-        got = np.array([r.logprob for r in res])
-        bounds = np.array([r.error_bound for r in res])
-        assert (np.abs(got - truth) <= bounds + 1e-9).all() and bounds.max() <= 0.005 + 1e-12
+        res, bounds = recover_in_batches(deep, Semantics(top_n=20), js, LadderConfig(eps=0.01, search=search), truth)
+        assert bounds.max() <= 0.005 + 1e-12
         reqs[search] = np.mean([r.requests for r in res])
     assert reqs["cells"] < reqs["median"] - 0.2, reqs
 
