@@ -183,9 +183,8 @@ class FSD(Method):
         return CostPlan(calls=calls, fine_tune=fine_tune, notes=notes)
 
     def run(self, inputs: AuditInputs) -> MethodResult:
-        from blackbox_audit.blind import blind_summary, blind_warning
         from blackbox_audit.methods.sample_size import warn_if_too_few
-        from blackbox_audit.results import evaluation_metrics
+        from blackbox_audit.methods.scoring import labelled_metrics
         from blackbox_audit.scores import compute_scores
 
         self.check(inputs)
@@ -256,14 +255,7 @@ class FSD(Method):
                 f"{details.get('trained_tokens')}, training cost ${details.get('training_cost_usd')}"
             )
         labels = inputs.labels
-        metrics = evaluation_metrics(scores, labels)
+        metrics = labelled_metrics(result, scores, inputs.texts, labels, blind=self.config.blind, seed=self.config.seed)
         if metrics is not None:
-            if self.config.blind:
-                blind = blind_summary(inputs.texts, labels, seed=self.config.seed)
-                if blind is not None:
-                    metrics["blind"] = blind
-                    warning = blind_warning(blind)
-                    if warning:
-                        result.warnings.append(warning)
             result.metrics = metrics
         return result

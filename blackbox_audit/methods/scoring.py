@@ -10,6 +10,7 @@ membership result must show beside the model's scores.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -54,6 +55,32 @@ class ScoreConfig(MethodConfig):
             raise UserError("no score requested", "name at least one score, e.g. scores = ['loss', 'min_k']")
         parse_specs(list(self.scores), self.params)  # unknown names or parameters fail here, before any work
         check_mode(self.precision, self.precision_delta)
+
+
+def labelled_metrics(
+    result: MethodResult,
+    scores: Mapping[str, Any],
+    texts: Sequence[str],
+    labels: Sequence[int] | None,
+    *,
+    blind: bool,
+    seed: int,
+) -> dict[str, Any] | None:
+    """AUC/TPR of every score column and, with ``blind``, the text-only baseline beside them (its
+    warning goes to ``result.warnings``); None without both labels. One place for every method
+    that reports membership scores (``score``, ``fsd``), so they judge the blind baseline alike."""
+    from blackbox_audit.blind import blind_summary, blind_warning
+    from blackbox_audit.results import evaluation_metrics
+
+    metrics = evaluation_metrics(scores, labels)
+    if metrics is not None and blind:
+        summary = blind_summary(texts, labels, seed=seed)
+        if summary is not None:
+            metrics["blind"] = summary
+            warning = blind_warning(summary)
+            if warning:
+                result.warnings.append(warning)
+    return metrics
 
 
 @register_method
@@ -102,8 +129,6 @@ class ScoreMethod(Method):
         return prec.for_endpoint(fractional_bisection(inputs.target.capabilities.extra.get("semantics")))
 
     def run(self, inputs: AuditInputs) -> MethodResult:
-        from blackbox_audit.blind import blind_summary, blind_warning
-        from blackbox_audit.results import evaluation_metrics
         from blackbox_audit.scores import compute_scores
 
         self.check(inputs)
@@ -137,15 +162,10 @@ class ScoreMethod(Method):
                 "cache": getattr(inputs.reference, "stats", None),
             }
         labels = inputs.labels
-        metrics = evaluation_metrics(table.scores, labels)
+        metrics = labelled_metrics(
+            result, table.scores, inputs.texts, labels, blind=self.config.blind, seed=self.config.seed
+        )
         if metrics is not None:
-            if self.config.blind:
-                blind = blind_summary(inputs.texts, labels, seed=self.config.seed)
-                if blind is not None:
-                    metrics["blind"] = blind
-                    warning = blind_warning(blind)
-                    if warning:
-                        result.warnings.append(warning)
             result.metrics = metrics
         elif labels is not None:
             result.summary.append(
