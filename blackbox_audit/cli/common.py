@@ -55,6 +55,18 @@ def add_common_arguments(
     add_api_arguments(parser)
 
 
+def add_bounded_argument(parser: argparse._ActionsContainer, default: str = "error") -> None:
+    """``--bounded``, one wording for every command that scores texts: what to do with positions an
+    API target could only bound from above (the records' ``n_bounded``)."""
+    parser.add_argument(
+        "--bounded",
+        choices=("error", "upper"),
+        default=default,
+        help="texts with positions known only as an upper bound: refuse them (error) or score with the bounds "
+        f"(upper, counted per text as n_bounded); default {default}",
+    )
+
+
 def add_data_arguments(
     g: Any,
     data_flags: tuple[str, ...] = ("--data",),

@@ -19,6 +19,7 @@ from typing import Any
 
 from blackbox_audit.cli.common import (
     add_api_arguments,
+    add_bounded_argument,
     add_chat_arguments,
     add_data_arguments,
     add_execution_arguments,
@@ -55,12 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--tolerance", type=float, default=1e-4, help="numerical slack in nats added to stated bounds (1e-4)"
     )
     p.add_argument("--price-as", help="also price the API side's requests at this model's published price")
-    p.add_argument(
-        "--bounded",
-        choices=("error", "upper"),
-        default="upper",
-        help="positions known only as an upper bound: score with the bound (upper, default) or refuse (error)",
-    )
+    add_bounded_argument(p, default="upper")
     add_execution_arguments(p)
     add_chat_arguments(p, "a-", " of side a")
     add_chat_arguments(p, "b-", " of side b")

@@ -15,6 +15,7 @@ import argparse
 
 from blackbox_audit.cli.common import (
     Session,
+    add_bounded_argument,
     add_common_arguments,
     load_cached_target,
     planning_view_of_args,
@@ -78,12 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     m.add_argument("--bootstrap", type=positive_int, default=2000, help="bootstrap resamples for the CI (2000)")
     m.add_argument("--items", type=positive_int, help="score at most N random items per side (default all)")
     m.add_argument("--seed", type=int, default=0, help="item order and bootstrap seed (default 0)")
-    m.add_argument(
-        "--bounded",
-        choices=("error", "upper"),
-        default="error",
-        help="positions known only as an upper bound: refuse (error, default) or use the bounds (upper)",
-    )
+    add_bounded_argument(m)
     add_common_arguments(p, data=False)
     add_engine_arguments(p)
     p.set_defaults(func=run)

@@ -15,7 +15,14 @@ import argparse
 from types import SimpleNamespace
 
 from blackbox_audit.adapters import target_kind
-from blackbox_audit.cli.common import add_common_arguments, dry_run, load_data, open_session, positive_int
+from blackbox_audit.cli.common import (
+    add_bounded_argument,
+    add_common_arguments,
+    dry_run,
+    load_data,
+    open_session,
+    positive_int,
+)
 from blackbox_audit.data import load_dataset
 from blackbox_audit.engine.cli import add_engine_arguments
 from blackbox_audit.methods.base import AuditInputs
@@ -57,9 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--alpha", type=_fraction, default=0.05, help="significance level of the verdict (default 0.05)")
     g.add_argument("--seed", type=int, default=0, help="seed of every split, the generator and classifiers (0)")
     g.add_argument("--reference", help="reference model: adds the 'reference' feature (same syntax as --target)")
-    g.add_argument(
-        "--bounded", choices=("error", "upper"), default="error", help="positions known only as upper bounds"
-    )
+    add_bounded_argument(g)
     g.add_argument(
         "--train-fraction",
         type=_fraction,

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import argparse
 
-from blackbox_audit.cli.common import add_common_arguments, dry_run, load_data, open_session, positive_int
+from blackbox_audit.cli.common import (
+    add_bounded_argument,
+    add_common_arguments,
+    dry_run,
+    load_data,
+    open_session,
+    positive_int,
+)
 from blackbox_audit.data import Dataset, load_dataset
 from blackbox_audit.engine.cli import add_engine_arguments
 from blackbox_audit.errors import UserError
@@ -39,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="",
         help=f"loss-family score specs (default: every one of {','.join(LOSS_FAMILY)} the target supports)",
     )
-    p.add_argument("--bounded", choices=("error", "upper"), default="error", help="as in 'score'")
+    add_bounded_argument(p)
     f = p.add_argument_group("fine-tuning (defaults: the FSD paper's)")
     f.add_argument("--epochs", type=positive_int, default=d.epochs, help=f"epochs (default {d.epochs})")
     f.add_argument(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from blackbox_audit.cli.common import add_common_arguments, dry_run, load_data, open_session
+from blackbox_audit.cli.common import add_bounded_argument, add_common_arguments, dry_run, load_data, open_session
 from blackbox_audit.engine.cli import add_engine_arguments
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.scoring import DEFAULT_SCORES, ScoreConfig, ScoreMethod
@@ -33,13 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"comma-separated score specs, e.g. loss,zlib,min_k:k=0.1,min_k_pp (default: {','.join(DEFAULT_SCORES)})",
     )
     p.add_argument("--reference", help="reference model for the 'reference' score (same syntax as --target)")
-    p.add_argument(
-        "--bounded",
-        choices=("error", "upper"),
-        default="error",
-        help="texts with positions known only as an upper bound: refuse them (error, default) or score "
-        "with the bounds (upper, counted per sample as n_bounded)",
-    )
+    add_bounded_argument(p)
     p.add_argument(
         "--precision",
         choices=("full", "auto"),
