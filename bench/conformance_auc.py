@@ -151,7 +151,7 @@ def main() -> None:
 
     from blackbox_audit.adapters import load_target
     from blackbox_audit.cache import CachedTarget, open_cache
-    from blackbox_audit.fixtures.canary import load_canary
+    from blackbox_audit.sim.canary import load_canary
 
     torch.set_num_threads(args.threads)
     logging.getLogger("blackbox_audit").setLevel(logging.ERROR)  # prefix truncation is expected here

@@ -39,9 +39,9 @@ def main() -> None:
     import torch
 
     from blackbox_audit.adapters import load_target
-    from blackbox_audit.fixtures.canary import load_canary
     from blackbox_audit.methods import em_mia as em
     from blackbox_audit.scores import compute_scores
+    from blackbox_audit.sim.canary import load_canary
 
     torch.set_num_threads(2)
     logging.getLogger("blackbox_audit").setLevel(logging.ERROR)  # prefix truncation is expected here

@@ -1,6 +1,6 @@
 """Contaminated-model check of ``blackbox-audit contamination`` (issue 16, "done when").
 
-1. Builds, or reuses from the cache, a SmolLM2 canary (``fixtures.canary``, corpus
+1. Builds, or reuses from the cache, a SmolLM2 canary (``blackbox_audit.sim.canary``, corpus
    ``benchmark:gsm8k``). It draws a seeded random subset of GSM8K test items and fine-tunes
    SmolLM2 on a random half of the audited benchmark (``--members``), with each item written
    exactly as the contamination check scores it (``Question: ...\\nAnswer: ...``). The other items
@@ -106,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     from blackbox_audit.adapters import load_target
     from blackbox_audit.benchmarks import load_gsm8k
     from blackbox_audit.cache import CachedTarget, open_cache
-    from blackbox_audit.fixtures.canary import CanaryOptions, build_canary, default_train_config, draw_split
-    from blackbox_audit.fixtures.corpora import corpus_samples
     from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
+    from blackbox_audit.sim.canary import CanaryOptions, build_canary, default_train_config, draw_split
+    from blackbox_audit.sim.corpora import corpus_samples
 
     command = ".venv/bin/python bench/contamination_eval.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     print(f"$ {command}")

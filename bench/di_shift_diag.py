@@ -49,7 +49,7 @@ def main() -> int:
     from blackbox_audit.di import ArtifactStore, CalibratedOptions, GeneratorConfig, LocalGenerator, build_heldout
     from blackbox_audit.di.features import DEFAULT_FEATURES, feature_matrix
     from blackbox_audit.di.generator import resolve_folder
-    from blackbox_audit.fixtures.canary import load_canary
+    from blackbox_audit.sim.canary import load_canary
 
     torch.set_num_threads(args.threads)
     canary = load_canary(args.canary)

@@ -31,8 +31,8 @@ def main() -> int:
     import torch
 
     from blackbox_audit.cli import main as cli
-    from blackbox_audit.fixtures.canary import load_canary
-    from blackbox_audit.fixtures.tiny_models import build_tiny_llama, sample_texts
+    from blackbox_audit.sim.canary import load_canary
+    from blackbox_audit.sim.tiny_models import build_tiny_llama, sample_texts
 
     torch.set_num_threads(1)
     out = Path(args.out)

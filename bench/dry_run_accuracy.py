@@ -17,8 +17,8 @@ import tempfile
 from blackbox_audit.adapters import load_target
 from blackbox_audit.engine import LadderShape, PricingTable, estimate_scoring
 from blackbox_audit.engine.estimate import UNKNOWN
-from blackbox_audit.fixtures.emulator import run_emulator
-from blackbox_audit.fixtures.tiny_models import build_tiny_lm, sample_texts
+from blackbox_audit.sim.emulator import run_emulator
+from blackbox_audit.sim.tiny_models import build_tiny_lm, sample_texts
 
 PROFILES = ("openai-legacy-echo", "forced-token", "bias-reflecting", "argmax-only")
 

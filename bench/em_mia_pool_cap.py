@@ -69,9 +69,9 @@ def main() -> None:
 
     from blackbox_audit.adapters import load_target
     from blackbox_audit.cache import CachedTarget, open_cache
-    from blackbox_audit.fixtures.canary import CanaryOptions, build_canary
     from blackbox_audit.methods import em_mia as em
     from blackbox_audit.scores import compute_scores
+    from blackbox_audit.sim.canary import CanaryOptions, build_canary
 
     torch.set_num_threads(args.threads)
     t0 = time.process_time()

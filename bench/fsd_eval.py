@@ -1,6 +1,6 @@
 """FSD on canaries: AUC and TPR@5%FPR of every loss-family score and of its ``fsd_`` deviation.
 
-A canary (``fixtures/canary.py``) has exact membership labels: its model was trained on the
+A canary (``blackbox_audit/sim/canary.py``) has exact membership labels: its model was trained on the
 members only. FSD fine-tunes the canary model on known non-members of the same corpus (the
 canary's ``calibration.jsonl``, disjoint from the audited ``dataset.jsonl``) with the paper's
 defaults (LoRA, 3 epochs, batch 8, lr 1e-3, cosine) and scores the dataset before and after.
@@ -35,7 +35,7 @@ import numpy as np
 
 
 def canary_for(args: argparse.Namespace):
-    from blackbox_audit.fixtures.canary import CanaryOptions, build_canary
+    from blackbox_audit.sim.canary import CanaryOptions, build_canary
 
     opts = CanaryOptions(
         base=args.base,

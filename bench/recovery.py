@@ -38,7 +38,7 @@ import numpy as np
 
 def build_backend(spec: str | None, device: str):
     from blackbox_audit.adapters.hf import load_hf, load_smollm2
-    from blackbox_audit.fixtures.tiny_models import build_tiny_lm, sample_texts
+    from blackbox_audit.sim.tiny_models import build_tiny_lm, sample_texts
 
     if spec == "smollm2":
         return load_smollm2("", device=device, progress=False), None
@@ -50,7 +50,7 @@ def build_backend(spec: str | None, device: str):
 
 
 def pick_texts(backend, n: int, tokens: int, source: str | None = None) -> list[str]:
-    from blackbox_audit.fixtures.tiny_models import sample_texts
+    from blackbox_audit.sim.tiny_models import sample_texts
 
     if source:
         import json
@@ -70,7 +70,7 @@ def pick_texts(backend, n: int, tokens: int, source: str | None = None) -> list[
 
 
 def exact_positions(emu, backend, target, rec) -> np.ndarray:
-    from blackbox_audit.fixtures.emulator import chat_prompt_ids
+    from blackbox_audit.sim.emulator import chat_prompt_ids
 
     ids = [int(x) for x in (*rec.context_ids, *rec.token_ids)]
     if target.cond.api == "chat":
@@ -85,7 +85,7 @@ def exact_positions(emu, backend, target, rec) -> np.ndarray:
 
 def missed_mask(emu, backend, target, rec, top_n: int) -> tuple[np.ndarray, np.ndarray]:
     """Per position: does the token miss the exact top-n, and the exact n-th logprob (lp_n)."""
-    from blackbox_audit.fixtures.emulator import chat_prompt_ids
+    from blackbox_audit.sim.emulator import chat_prompt_ids
 
     ids = [int(x) for x in (*rec.context_ids, *rec.token_ids)]
     out, floor = [], []
@@ -158,8 +158,8 @@ def bench_samia(backend, tok_dir, texts, n=2, max_new=8):
     import os
 
     from blackbox_audit.adapters import load_target
-    from blackbox_audit.fixtures.emulator import run_emulator
     from blackbox_audit.scores import compute_scores
+    from blackbox_audit.sim.emulator import run_emulator
 
     os.environ.setdefault("ANTHROPIC_API_KEY", "bench-no-key")
     with run_emulator(backend, "anthropic", model="claude-emu") as emu:
@@ -193,7 +193,7 @@ def bench_profile(
     **overrides,
 ):
     from blackbox_audit.adapters import load_target
-    from blackbox_audit.fixtures.emulator import run_emulator
+    from blackbox_audit.sim.emulator import run_emulator
 
     with run_emulator(backend, profile, **overrides) as emu:
         opts = {"tokenizer": tok_dir} if tok_dir else {}

@@ -21,8 +21,8 @@ import tempfile
 import time
 
 from blackbox_audit.engine import RequestEngine, open_request_cache
-from blackbox_audit.fixtures.emulator import run_emulator
-from blackbox_audit.fixtures.tiny_models import build_tiny_lm, sample_texts
+from blackbox_audit.sim.emulator import run_emulator
+from blackbox_audit.sim.tiny_models import build_tiny_lm, sample_texts
 
 
 async def send(engine: RequestEngine, model: str, n: int, offset: int) -> None:

@@ -122,7 +122,7 @@ class AuditRun:
 
     def emulator(self, t: TargetSpec) -> Any:
         from blackbox_audit.adapters import is_api_spec
-        from blackbox_audit.fixtures.emulator import start_emulator
+        from blackbox_audit.sim.emulator import start_emulator
 
         if t.name in self.emulators:
             return self.emulators[t.name]

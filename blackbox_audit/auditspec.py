@@ -256,7 +256,7 @@ class SpecReader:
             emu = {k: opts.pop(k) for k in list(opts) if k in EMULATE_KEYS}
             self.typed(emu, EMULATE_KEYS, where, f"[targets.{name}]")
             emu.setdefault("profile", "openai-chat")
-            from blackbox_audit.fixtures.emulator.profiles import PROFILES
+            from blackbox_audit.sim.emulator.profiles import PROFILES
 
             if emu["profile"] not in PROFILES:
                 raise self.fail(

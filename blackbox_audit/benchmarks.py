@@ -10,7 +10,7 @@ this format.
 Built in (no download):
 
 - ``gsm8k``: the GSM8K test split (1,319 items, MIT), shipped in the package
-  (``fixtures/data/gsm8k_test.jsonl``, licence note beside it). Format: lm-evaluation-harness's
+  (``blackbox_audit/resources/gsm8k_test.jsonl``, licence note beside it). Format: lm-evaluation-harness's
   ``gsm8k`` task, ``"Question: {question}\\nAnswer:"`` + ``" {answer}"``. The answer holds the
   worked solution with its ``<<calculator>>`` annotations and the final ``#### N``. Default part:
   ``output``.
@@ -178,10 +178,10 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def package_data(name: str) -> Path:
-    """A file of ``blackbox_audit.fixtures``' ``data/`` folder (the repository's ``fixtures/data``)."""
+    """A data file shipped in ``blackbox_audit/resources/`` (works from a wheel and from the repo)."""
     from importlib import resources
 
-    return Path(str(resources.files("blackbox_audit.fixtures").joinpath("data", name)))
+    return Path(str(resources.files("blackbox_audit").joinpath("resources", name)))
 
 
 def load_gsm8k() -> Benchmark:

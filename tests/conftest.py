@@ -30,7 +30,7 @@ def shared_dir(repo_root: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random GPT-2 + BPE tokenizer trained on 300 offline paragraphs (built once)."""
-    from blackbox_audit.fixtures.tiny_models import build_tiny_lm, sample_texts
+    from blackbox_audit.sim.tiny_models import build_tiny_lm, sample_texts
 
     return build_tiny_lm(tmp_path_factory.mktemp("tiny_lm"), sample_texts(300))
 

@@ -14,7 +14,7 @@ import pytest
 
 from blackbox_audit.adapters import load_target
 from blackbox_audit.errors import CapabilityError
-from blackbox_audit.fixtures.emulator import chat_prompt_ids, run_emulator
+from blackbox_audit.sim.emulator import chat_prompt_ids, run_emulator
 from blackbox_audit.types import Status, Strategy
 
 TEXTS = [

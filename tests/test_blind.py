@@ -10,7 +10,7 @@ import pytest
 
 from blackbox_audit.blind import CONFOUNDED_AUC, blind_baseline, blind_warning
 from blackbox_audit.errors import UserError
-from blackbox_audit.fixtures.corpora import corpus_samples
+from blackbox_audit.sim.corpora import corpus_samples
 
 
 @pytest.fixture(scope="module")

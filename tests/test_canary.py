@@ -11,7 +11,7 @@ import pytest
 
 from blackbox_audit.cli import main
 from blackbox_audit.errors import UserError
-from blackbox_audit.fixtures.canary import (
+from blackbox_audit.sim.canary import (
     CanaryOptions,
     TrainConfig,
     build_canary,
@@ -21,7 +21,7 @@ from blackbox_audit.fixtures.canary import (
     heldout_texts,
     load_canary,
 )
-from blackbox_audit.fixtures.corpora import corpus_samples, count_units, split_samples
+from blackbox_audit.sim.corpora import corpus_samples, count_units, split_samples
 
 # Small enough to build in well under a minute on an idle 2-core machine, big enough that the
 # loss score separates members clearly (loss AUC ~0.88 at these settings when this was written).
@@ -71,7 +71,7 @@ def test_split_samples_cuts_long_paragraphs_at_sentences() -> None:
 
 
 def test_user_corpus_files(tmp_path: Path) -> None:
-    from blackbox_audit.fixtures.corpora import load_documents
+    from blackbox_audit.sim.corpora import load_documents
 
     jl = tmp_path / "c.jsonl"
     jl.write_text(json.dumps({"text": "one"}) + "\n" + json.dumps({"input": "two"}) + "\n")
@@ -107,7 +107,7 @@ def test_split_is_disjoint_sized_and_deterministic(pool: list[str]) -> None:
 
 
 def test_sotu_era_corpus_and_errors() -> None:
-    from blackbox_audit.fixtures.corpora import corpus_label, load_documents, sotu_era
+    from blackbox_audit.sim.corpora import corpus_label, load_documents, sotu_era
 
     early = load_documents("sotu:1790-1799")
     assert 5 <= len(early) < 20  # Washington and Adams: one or two addresses a year
@@ -242,7 +242,7 @@ def test_cli_canary_build(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 def _tiny_llama(seed: int = 0):
     """A 4-layer random Llama (SmolLM2's architecture, tiny widths) and a tiny tokenizer."""
-    from blackbox_audit.fixtures.tiny_models import build_tiny_tokenizer, sample_texts, tiny_llama
+    from blackbox_audit.sim.tiny_models import build_tiny_tokenizer, sample_texts, tiny_llama
 
     tok = build_tiny_tokenizer(sample_texts(50), vocab_size=300)
     return tiny_llama(tok, seed=seed), tok
@@ -252,8 +252,8 @@ def test_top_layer_training_reads_the_cache_exactly_and_freezes_the_rest() -> No
     """Cached lower-layer outputs give the same loss as the full model; only the top layers move."""
     import torch
 
-    from blackbox_audit.fixtures.canary import train_top_layers
-    from blackbox_audit.fixtures.tiny_models import sample_texts
+    from blackbox_audit.sim.canary import train_top_layers
+    from blackbox_audit.sim.tiny_models import sample_texts
 
     model, tok = _tiny_llama()
     texts = [" ".join(t.split()[:n]) for t, n in zip(sample_texts(6), (9, 14, 20, 11, 17, 25), strict=True)]

@@ -12,7 +12,7 @@ import pytest
 from blackbox_audit.adapters import load_target
 from blackbox_audit.adapters.chat_templates import ChatConditioning, chat_conditioning
 from blackbox_audit.errors import UserError
-from blackbox_audit.fixtures.emulator import chat_prompt_ids, run_emulator
+from blackbox_audit.sim.emulator import chat_prompt_ids, run_emulator
 
 TEXTS = [
     "The Congress shall have power to lay and collect taxes, duties, imposts and excises.",

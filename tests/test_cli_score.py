@@ -25,7 +25,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def labelled_data(tmp_path_factory) -> Path:
-    from blackbox_audit.fixtures.tiny_models import sample_texts
+    from blackbox_audit.sim.tiny_models import sample_texts
 
     texts = sample_texts(12)
     path = tmp_path_factory.mktemp("data") / "tiny.jsonl"

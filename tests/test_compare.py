@@ -14,11 +14,11 @@ from blackbox_audit.adapters.chat_templates import ChatConditioning
 from blackbox_audit.cache import CachedTarget
 from blackbox_audit.data import Dataset, Sample
 from blackbox_audit.errors import UserError
-from blackbox_audit.fixtures.emulator import run_emulator
 from blackbox_audit.fixtures.records import hand_record
 from blackbox_audit.methods import AuditInputs, get_method
 from blackbox_audit.methods.compare import Compare, CompareConfig, _position_rows, conditioning_note
 from blackbox_audit.results import read_result, write_result
+from blackbox_audit.sim.emulator import run_emulator
 from blackbox_audit.types import Status, Strategy
 
 TEXTS = [

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from blackbox_audit.fixtures.emulator import run_emulator
+from blackbox_audit.sim.emulator import run_emulator
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

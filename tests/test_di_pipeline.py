@@ -26,7 +26,7 @@ pytest.importorskip("peft")
 
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
-    from blackbox_audit.fixtures.tiny_models import sample_texts
+    from blackbox_audit.sim.tiny_models import sample_texts
 
     return sample_texts(160)
 
@@ -34,7 +34,7 @@ def texts() -> list[str]:
 @pytest.fixture(scope="module")
 def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory, texts: list[str]) -> Path:
     """A 4-layer random Llama (the SmolLM2 architecture) with a tiny BPE tokenizer."""
-    from blackbox_audit.fixtures.tiny_models import build_tiny_llama
+    from blackbox_audit.sim.tiny_models import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"), texts)
 

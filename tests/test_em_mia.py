@@ -230,7 +230,7 @@ def _rows(path: Path) -> list[dict]:
 
 
 def test_cli_output_does_not_depend_on_labels(tiny_lm_dir, tmp_path: Path, capsys) -> None:
-    from blackbox_audit.fixtures.tiny_models import sample_texts
+    from blackbox_audit.sim.tiny_models import sample_texts
 
     texts = [" ".join(t.split()[:10]) for t in sample_texts(6)]
     labelled = _write(tmp_path / "l.jsonl", [{"id": f"s{i}", "text": t, "label": i % 2} for i, t in enumerate(texts)])
@@ -276,7 +276,7 @@ def test_cli_dry_run_and_errors(tiny_lm_dir, tmp_path: Path, capsys) -> None:
 
 def test_api_target_through_the_emulator(tiny_target, tmp_path: Path, capsys) -> None:
     """The same command on an API target: the dry-run range holds the requests actually sent."""
-    from blackbox_audit.fixtures.emulator import run_emulator
+    from blackbox_audit.sim.emulator import run_emulator
 
     texts = ["The cat sat on the mat.", "A dog ran in the park.", "Rain fell all night long.", "We ate bread."]
     data = _write(tmp_path / "d.jsonl", [{"id": f"s{i}", "text": t, "label": i % 2} for i, t in enumerate(texts)])
@@ -310,8 +310,8 @@ def test_em_mia_on_the_canary_matches_or_beats_its_initialiser() -> None:
     target, not of the implementation (``test_recovers_planted_structure_from_a_weak_start``).
     """
     from blackbox_audit.adapters import load_target
-    from blackbox_audit.fixtures.canary import CanaryOptions, TrainConfig, build_canary
     from blackbox_audit.scores import compute_scores
+    from blackbox_audit.sim.canary import CanaryOptions, TrainConfig, build_canary
 
     opts = CanaryOptions(
         n_members=120,

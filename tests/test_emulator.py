@@ -1,6 +1,6 @@
 """The provider emulator against its backend's exact values (raw HTTP, one tiny model).
 
-Every profile's promise from ``fixtures/emulator/profiles.py`` is checked here: top-n content
+Every profile's promise from ``blackbox_audit/sim/emulator/profiles.py`` is checked here: top-n content
 and order, echo alignment, what ``logit_bias`` does to the argmax and to reported logprobs,
 the -9999 sentinel, 400/403/404 bodies, faults, noise, counting and determinism.
 """
@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
-from blackbox_audit.fixtures.emulator import (
+from blackbox_audit.sim.emulator import (
     SENTINEL_LOGPROB,
     chat_prompt_ids,
     chat_prompt_text,

@@ -87,7 +87,7 @@ class BodyCounter:
 # --- fixtures ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def texts_ids(tiny_target) -> list[list[int]]:
-    from blackbox_audit.fixtures.tiny_models import sample_texts
+    from blackbox_audit.sim.tiny_models import sample_texts
 
     out: list[list[int]] = []
     for text in sample_texts(300):
@@ -101,7 +101,7 @@ def texts_ids(tiny_target) -> list[list[int]]:
 
 @pytest.fixture
 def emulator(tiny_target):
-    from blackbox_audit.fixtures.emulator import run_emulator
+    from blackbox_audit.sim.emulator import run_emulator
 
     def start(**kw):
         return run_emulator(tiny_target, PROFILE, **kw)
@@ -244,7 +244,7 @@ if __name__ == "__main__":
 def test_score_cli_budget_stop_and_resume(emulator, tiny_lm_dir, tmp_path, capsys):
     """`score --max-requests` on an API target: stops at the cap, exit 2, then resumes."""
     from blackbox_audit.cli import main
-    from blackbox_audit.fixtures.tiny_models import sample_texts
+    from blackbox_audit.sim.tiny_models import sample_texts
 
     data = tmp_path / "d.jsonl"
     data.write_text(
@@ -294,7 +294,7 @@ def test_score_dry_run_sends_nothing_and_brackets_the_real_run(emulator, tiny_lm
     """`score --dry-run`: 0 requests (emulator stats), and the real run's count lies in the range;
     the real run's run.json carries the engine ledger (requests, tokens, spend, caps)."""
     from blackbox_audit.cli import main
-    from blackbox_audit.fixtures.tiny_models import sample_texts
+    from blackbox_audit.sim.tiny_models import sample_texts
 
     data = tmp_path / "d.jsonl"
     data.write_text(

@@ -78,7 +78,7 @@ def test_pricing_reads_training_and_fine_tuned_prices(tmp_path) -> None:
 
 
 def _texts(n: int, offset: int = 0) -> list[str]:
-    from blackbox_audit.fixtures.tiny_models import sample_texts
+    from blackbox_audit.sim.tiny_models import sample_texts
 
     return [t[:160] for t in sample_texts(offset + n)[offset : offset + n]]
 

@@ -31,17 +31,17 @@ from blackbox_audit.cache import CachedTarget, open_cache
 from blackbox_audit.cli import main
 from blackbox_audit.data import Dataset, Sample
 from blackbox_audit.errors import UserError
-from blackbox_audit.fixtures.emulator import chat_prompt_ids, run_emulator
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.fsd import FSD, FSDConfig
 from blackbox_audit.reports import write_jsonl
 from blackbox_audit.scores.builtin import lowest_mean
+from blackbox_audit.sim.emulator import chat_prompt_ids, run_emulator
 
 SCORES = ("loss", "min_k")
 
 
 def _texts(n: int, offset: int, chars: int) -> list[str]:
-    from blackbox_audit.fixtures.tiny_models import sample_texts
+    from blackbox_audit.sim.tiny_models import sample_texts
 
     out = []
     for t in sample_texts(offset + n)[offset : offset + n]:

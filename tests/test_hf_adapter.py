@@ -13,7 +13,7 @@ from blackbox_audit.adapters import hf as hf_mod
 from blackbox_audit.adapters import load_target
 from blackbox_audit.adapters.hf import HFTarget, load_hf
 from blackbox_audit.errors import UserError
-from blackbox_audit.fixtures.tiny_models import sample_texts
+from blackbox_audit.sim.tiny_models import sample_texts
 from blackbox_audit.types import Status, Strategy
 
 TOL = 1e-4

@@ -136,7 +136,7 @@ def test_fractional_bias_endpoints_default_to_the_smaller_delta():
 
 def _truth(emu, tiny, target, texts):
     """Records of ``texts`` holding the emulator's exact logprobs under the chat conditioning."""
-    from blackbox_audit.fixtures.emulator import chat_prompt_ids
+    from blackbox_audit.sim.emulator import chat_prompt_ids
 
     out = {}
     for text in texts:
@@ -154,9 +154,9 @@ def test_auto_precision_keeps_every_score_within_delta_of_the_ground_truth(tiny_
     fewer requests, and every score stays within its delta (and its certified bound) of the
     scores computed from the emulator's exact logprobs."""
     from blackbox_audit.adapters import load_target
-    from blackbox_audit.fixtures.emulator import run_emulator
     from blackbox_audit.scores import compute_scores
     from blackbox_audit.scores.compute import plan_requests
+    from blackbox_audit.sim.emulator import run_emulator
 
     specs = parse_specs(SCORES)
     prec = plan_precision(specs, TEXTS, "auto")
@@ -197,8 +197,8 @@ def test_cli_precision_auto_records_its_choice_and_certified_bounds(tiny_target,
     import json
 
     from blackbox_audit.cli import main
-    from blackbox_audit.fixtures.emulator import run_emulator
     from blackbox_audit.reports import write_jsonl
+    from blackbox_audit.sim.emulator import run_emulator
 
     data = tmp_path / "d.jsonl"
     write_jsonl(data, [{"id": f"t{i}", "text": t, "label": i % 2} for i, t in enumerate(TEXTS)])

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from blackbox_audit.cli import main
-from blackbox_audit.fixtures.emulator import run_emulator
+from blackbox_audit.sim.emulator import run_emulator
 
 EXPECT = {
     "openai-chat": dict(

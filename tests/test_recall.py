@@ -150,7 +150,7 @@ def test_positions_align_on_a_real_model(tiny_target) -> None:
 def test_kv_fast_path_equals_naive_concatenation(tiny_target) -> None:
     import copy
 
-    from blackbox_audit.fixtures.tiny_models import sample_texts
+    from blackbox_audit.sim.tiny_models import sample_texts
 
     tiny_target = copy.copy(tiny_target)
     tiny_target.conditional_path = "kv"  # the short prefix would go naive under the cost model
@@ -175,7 +175,7 @@ def test_long_prefix_is_truncated_with_a_warning(tiny_target) -> None:
 
 
 def test_recall_from_the_cli_on_the_tiny_model(tiny_lm_dir, tmp_path: Path, capsys) -> None:
-    from blackbox_audit.fixtures.tiny_models import sample_texts
+    from blackbox_audit.sim.tiny_models import sample_texts
 
     texts = [" ".join(t.split()[:20]) for t in sample_texts(10)]
     data = write_lines(
@@ -196,7 +196,7 @@ def test_recall_from_the_cli_on_the_tiny_model(tiny_lm_dir, tmp_path: Path, caps
 
 def test_pac_and_recall_from_the_cli_through_the_emulator(tiny_target, tmp_path: Path) -> None:
     """The same scores on an API target (openai-chat emulator over the tiny model)."""
-    from blackbox_audit.fixtures.emulator import run_emulator
+    from blackbox_audit.sim.emulator import run_emulator
 
     texts = ["The cat sat on the warm mat.", "A dog ran fast in the park.", "Rain fell on the old town."]
     data = write_lines(tmp_path / "d.jsonl", [{"id": f"s{i}", "text": t} for i, t in enumerate(texts)])

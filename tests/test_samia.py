@@ -10,10 +10,10 @@ import pytest
 
 from blackbox_audit.cli import main
 from blackbox_audit.errors import CapabilityError, UserError
-from blackbox_audit.fixtures.emulator import run_emulator
 from blackbox_audit.reports import write_jsonl
 from blackbox_audit.scores import Samples, compute_scores, plan_requests
 from blackbox_audit.scores.samia import rouge1_recall, split_prefix, words
+from blackbox_audit.sim.emulator import run_emulator
 
 
 def authors_recall(candidate: list[str], reference: list[str]) -> float:
@@ -93,7 +93,7 @@ def test_anthropic_wire_format(emu):
 
 
 def test_samia_end_to_end_through_the_anthropic_adapter(emu, tmp_path, monkeypatch, capsys):
-    from blackbox_audit.fixtures.tiny_models import sample_texts
+    from blackbox_audit.sim.tiny_models import sample_texts
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-secret")
     data = tmp_path / "d.jsonl"

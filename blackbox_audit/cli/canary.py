@@ -1,6 +1,6 @@
 """``blackbox-audit canary build``: a target whose training data is known exactly.
 
-See ``blackbox_audit.fixtures.canary`` for what is built and why. The build is cached under the
+See ``blackbox_audit.sim.canary`` for what is built and why. The build is cached under the
 cache folder keyed by its options, so a second call with the same options only copies it.
 """
 
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from blackbox_audit.fixtures.canary import build_canary
+    from blackbox_audit.sim.canary import build_canary
 
     canary = build_canary(options_from_args(args), out=args.out, cache_dir=args.cache_dir, rebuild=args.rebuild)
     card = canary.card

@@ -249,7 +249,7 @@ def add_canary_arguments(parser: argparse.ArgumentParser, *, defaults: dict[str,
     Sizes and sample lengths default per base (``BASE_DEFAULTS``), so they are resolved after
     parsing (``options_from_args``); ``None`` here means "the base's default".
     """
-    from blackbox_audit.fixtures.canary import BASE_DEFAULTS, BASES, DEFAULT_SHIFT_CORPUS, CanaryOptions
+    from blackbox_audit.sim.canary import BASE_DEFAULTS, BASES, DEFAULT_SHIFT_CORPUS, CanaryOptions
 
     tiny, smol = BASE_DEFAULTS["tiny"], BASE_DEFAULTS["smollm2"]
     given = {flag: (defaults or {}).get(flag) for flag in ("members", "nonmembers", "calibration")}
@@ -327,7 +327,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
     """``CanaryOptions`` from the parsed ``add_canary_arguments`` flags (unset sizes: the base's defaults)."""
     from dataclasses import replace
 
-    from blackbox_audit.fixtures.canary import CanaryOptions, default_train_config
+    from blackbox_audit.sim.canary import CanaryOptions, default_train_config
 
     train = default_train_config(args.base)
     if args.epochs:

@@ -78,7 +78,7 @@ def _dataset(rows: list[dict[str, Any]], name: str) -> Dataset:
 
 
 def _step_canary(run: DemoRun) -> None:
-    from blackbox_audit.fixtures.canary import build_canary
+    from blackbox_audit.sim.canary import build_canary
 
     run.canary = build_canary(options_from_args(run.args), cache_dir=run.args.cache_dir, rebuild=run.args.rebuild)
     run.data = _dataset(run.canary.dataset(), str(run.canary.dataset_path))
@@ -257,7 +257,7 @@ def _step_api(run: DemoRun) -> None:
     """
     from blackbox_audit.adapters import load_target
     from blackbox_audit.cache import CachedTarget
-    from blackbox_audit.fixtures.emulator import start_emulator
+    from blackbox_audit.sim.emulator import start_emulator
 
     if run.args.api_sample == 0:
         run.notes.append("API steps skipped (--api-sample 0)")

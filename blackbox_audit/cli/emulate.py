@@ -1,7 +1,7 @@
 """``blackbox-audit emulate``: serve a local model behind an OpenAI-compatible emulated API.
 
 For trying the API adapters and the recovery ladder offline against known ground truth: the
-emulator (``blackbox_audit.fixtures.emulator``) plays one provider's exact endpoint semantics
+emulator (``blackbox_audit.sim.emulator``) plays one provider's exact endpoint semantics
 (``--profile``), optionally with seeded faults and logit noise, and (OpenAI-wire profiles) OpenAI's
 Files and Fine-tuning APIs, serving each fine-tuned model under its ``ft:...`` name. Serves until
 Ctrl-C.
@@ -15,8 +15,8 @@ from blackbox_audit.errors import UserError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from blackbox_audit.fixtures.emulator.faults import FAULT_KINDS
-    from blackbox_audit.fixtures.emulator.profiles import PROFILES
+    from blackbox_audit.sim.emulator.faults import FAULT_KINDS
+    from blackbox_audit.sim.emulator.profiles import PROFILES
 
     p = subparsers.add_parser(
         "emulate",
@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from blackbox_audit.adapters import load_target
-    from blackbox_audit.fixtures.emulator import start_emulator
+    from blackbox_audit.sim.emulator import start_emulator
 
     if args.backend.split(":", 1)[0] not in ("hf", "gguf", "smollm2"):
         raise UserError(f"--backend '{args.backend}' is not a local model", "use hf:PATH, gguf:PATH or smollm2")

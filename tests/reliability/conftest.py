@@ -95,7 +95,7 @@ def data_file(tmp_path: Path) -> Path:
 @pytest.fixture
 def emulator(tiny_target) -> Iterator[Callable]:
     """``emulator(profile="forced-token", **options)``: a context manager (emulator, tiny model)."""
-    from blackbox_audit.fixtures.emulator import run_emulator
+    from blackbox_audit.sim.emulator import run_emulator
 
     def start(profile: str = "forced-token", **kw):
         return run_emulator(tiny_target, profile, **kw)

@@ -90,7 +90,7 @@ def probe_keys(cache_dir: Path) -> list[str]:
 
 
 def many_texts(tmp_path: Path, n: int) -> Path:
-    from blackbox_audit.fixtures.tiny_models import sample_texts
+    from blackbox_audit.sim.tiny_models import sample_texts
 
     path = tmp_path / "many.jsonl"
     texts = [t[:90] for t in sample_texts(200) if len(t) > 60][:n]
