@@ -185,17 +185,16 @@ def plan_anthropic(rest: str, **options: Any) -> Any:
     (``cl100k_base`` unless ``tokenizer`` says otherwise; Anthropic publishes none, so counts are
     approximate) and the pricing table's price. No logprobs: only sampling can be planned."""
     from blackbox_audit.engine import PricingTable
-    from blackbox_audit.planning import PlanningView
+    from blackbox_audit.planning import endpoint_view
 
     model = rest.partition("#")[2] or rest
     if not model:
         raise UserError("no model in target 'anthropic:'", "write anthropic:MODEL")
     table = load_token_table(options.get("tokenizer") or "tiktoken:cl100k_base")
-    return PlanningView(
-        name=f"anthropic:{model}",
-        model=model,
-        tokenize=table.encode,
-        api=True,
+    return endpoint_view(
+        f"anthropic:{model}",
+        model,
+        table.encode,
         price=PricingTable.load(options.get("pricing")).get(model),
         tokenizer_name=f"{table.name} (approximate: no public tokenizer)",
         logprobs=False,

@@ -34,6 +34,7 @@ import numpy as np
 
 from blackbox_audit.engine import RequestEngine
 from blackbox_audit.errors import CapabilityError, UserError
+from blackbox_audit.planning.ladder import eps_for_tolerance
 from blackbox_audit.types import Status, Strategy, TokenLogprobs
 
 from .base import Capabilities, Target
@@ -46,7 +47,6 @@ from .recovery import (
     PositionResult,
     Prior,
     Semantics,
-    eps_for_tolerance,
     recover_position,
 )
 from .tokenizers import TokenTable
@@ -184,7 +184,7 @@ class ApiTarget(Target):
 
     def set_tolerance(self, per_token: float | None) -> dict[str, Any]:
         """Bisect only as finely as a per-token error bound of ``per_token`` nats needs
-        (``recovery.eps_for_tolerance``); None returns to the configured tolerance. The
+        (``planning.ladder.eps_for_tolerance``); None returns to the configured tolerance. The
         tolerance is part of ``fingerprint``, so cached records never cross precisions."""
         jitter = self.sem.jitter if self.sem is not None else 0.0
         eps, how = eps_for_tolerance(per_token, jitter, self._full_eps)

@@ -178,7 +178,7 @@ def plan_compat(rest: str, **options: Any) -> Any:
     tokenizer would send requests, so a local ``tokenizer`` option is required."""
     from blackbox_audit.engine import PricingTable
 
-    from .planning_views import api_planning_view
+    from .probe import cached_planning_view
 
     url, sep, model = rest.partition("#")
     if not sep or not model or not url.startswith(("http://", "https://")):
@@ -194,7 +194,7 @@ def plan_compat(rest: str, **options: Any) -> Any:
     table = load_token_table(options["tokenizer"])
     price = PricingTable.load(options.get("pricing")).get(model)
     sampling = options.get("sampling")
-    return api_planning_view(
+    return cached_planning_view(
         f"compat:{url}#{model}",
         url,
         model,

@@ -47,11 +47,11 @@ def plan_openai(model: str, **options: Any) -> Any:
     report cached for this endpoint if any, the pricing table's price. Needs no key, sends nothing."""
     from blackbox_audit.engine import PricingTable
 
-    from .planning_views import api_planning_view
+    from .probe import cached_planning_view
 
     if not model:
         raise UserError("no model in target 'openai:'", "write openai:MODEL, e.g. openai:gpt-4o-mini")
     base_url = options.get("base_url") or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
     table = load_token_table(options.get("tokenizer"), model=model)
     price = PricingTable.load(options.get("pricing")).get(model)
-    return api_planning_view(f"openai:{model}", base_url, model, table, price, sampling={}, **options)
+    return cached_planning_view(f"openai:{model}", base_url, model, table, price, sampling={}, **options)

@@ -67,7 +67,7 @@ def test_forced_token_profile(tiny_target, load):
         t = load(emu)
         s = t.sem
         assert (s.forced_token, s.echo, s.echo_offset, s.bias_reflecting, s.top_n) == (True, True, 1, False, 5)
-        assert emu.stats()["requests"] <= 24  # the probe (engine.estimate.PROBE_REQUESTS)
+        assert emu.stats()["requests"] <= 24  # the probe (planning.estimate.PROBE_REQUESTS)
         emu.reset()
         recs = t.token_logprobs(TEXTS, progress=False)
         check_records(emu, tiny_target, t, recs)

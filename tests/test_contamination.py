@@ -32,14 +32,9 @@ from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.fixtures.records import hand_record
 from blackbox_audit.methods import AuditInputs, get_method
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig, interleave
-from blackbox_audit.methods.contamination_stats import (
-    _theta_rows,
-    detectable_rate,
-    member_share_ci,
-    pac_style_rate,
-    rank_test,
-)
+from blackbox_audit.methods.contamination_stats import _theta_rows, member_share_ci, pac_style_rate, rank_test
 from blackbox_audit.methods.ptdi import subtraction_theta, to_paper_scores
+from blackbox_audit.planning.power import detectable_rate
 from blackbox_audit.results import read_result, write_result
 from blackbox_audit.scores.output import compute_output_scores, output_specs
 

@@ -389,7 +389,7 @@ def test_cache_files_are_user_only(tmp_path):
 def test_dry_run_estimate_ranges_follow_the_ladder():
     from types import SimpleNamespace
 
-    from blackbox_audit.engine import LadderShape, estimate_scoring
+    from blackbox_audit.planning import LadderShape, estimate_scoring
 
     counts = [4, 6]  # 3 + 5 = 8 scored positions; contexts 1+2+3 + 1+..+5 = 21 tokens
     price = PricingTable.load().get("gpt-3.5-turbo-instruct")

@@ -106,3 +106,13 @@ def test_declared_local_dependencies_are_used() -> None:
     used = {n for n in names if f"import {n}" in sources or f"from {n}" in sources or f'find_spec("{n}")' in sources}
     unused = names - used
     assert unused == set(), f"declared in [local] but never imported: {sorted(unused)}"
+
+
+def test_planning_imports_neither_methods_nor_adapters() -> None:
+    """Dry-run costing (``blackbox_audit.planning``) sits below the methods and the adapters: both
+    import it, so it importing either (deferred imports included) would close a circle."""
+    mods = _modules()
+    below = {n for n in mods if n == "blackbox_audit.planning" or n.startswith("blackbox_audit.planning.")}
+    above = ("blackbox_audit.methods", "blackbox_audit.adapters")
+    bad = {n: sorted(t for t in _imports(n, mods[n], set(mods)) if t.startswith(above)) for n in below}
+    assert below and not {k: v for k, v in bad.items() if v}, bad

@@ -20,7 +20,8 @@ from blackbox_audit.cache import CachedTarget, default_cache_dir, open_cache
 from blackbox_audit.data import Dataset, load_dataset
 from blackbox_audit.engine.cli import engine_kwargs_from_args
 from blackbox_audit.errors import UserError
-from blackbox_audit.methods.base import AuditInputs, CostPlan, MethodResult
+from blackbox_audit.methods.base import AuditInputs, MethodResult
+from blackbox_audit.planning import CostPlan
 from blackbox_audit.reports import RunRecorder, check_out_dir
 from blackbox_audit.results import print_result, write_result
 

@@ -28,7 +28,6 @@ from .budget import Budget, BudgetExceeded
 from .cache import CacheDamaged, CacheFull, open_request_cache, read_checked, request_key
 from .cli import add_engine_arguments, engine_from_args, engine_kwargs_from_args
 from .core import EngineStats, ProviderError, RequestEngine, RetriesExhausted, UnknownModel, estimate_body_tokens
-from .estimate import Estimate, LadderShape, estimate_generation, estimate_scoring
 from .pricing import ModelPrice, PricingTable
 
 __all__ = [
@@ -50,8 +49,4 @@ __all__ = [
     "add_engine_arguments",
     "engine_from_args",
     "engine_kwargs_from_args",
-    "estimate_scoring",
-    "estimate_generation",
-    "Estimate",
-    "LadderShape",
 ]

@@ -10,7 +10,6 @@ from . import compare, contamination, di, em_mia, fsd, ptdi, scoring  # noqa: F4
 from .base import (
     METHODS,
     AuditInputs,
-    CostPlan,
     Method,
     MethodConfig,
     MethodResult,
@@ -23,7 +22,6 @@ from .base import (
 __all__ = [
     "METHODS",
     "AuditInputs",
-    "CostPlan",
     "Method",
     "MethodConfig",
     "MethodResult",

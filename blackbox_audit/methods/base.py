@@ -12,7 +12,8 @@ reports handle all of them with one piece of code:
   (``calibration``, ``members``, ``heldout``, ...). ``check`` refuses missing ones before any
   request is sent;
 - a **cost plan** (``plan``) for ``--dry-run``: the batched target calls it would make
-  (``FetchCall``) plus any other billed item, priced later by the target's planning view;
+  (``FetchCall``) plus any other billed item (``blackbox_audit.planning.CostPlan``), priced later
+  by the target's planning view;
 - one **result** type (``MethodResult``): per-text membership scores (higher = member), other
   per-text fields, metrics when labels exist, a verdict where the method has one, extra
   outputs under documented names, provenance and warnings. ``blackbox_audit.results`` writes
@@ -37,6 +38,7 @@ import numpy as np
 
 from blackbox_audit.data import Dataset
 from blackbox_audit.errors import CapabilityError, UserError
+from blackbox_audit.planning import CostPlan
 
 # --------------------------------------------------------------------------- config
 
@@ -250,56 +252,6 @@ def target_has(target: Any, capability: str) -> bool:
     if hasattr(caps, capability):
         return bool(getattr(caps, capability))
     return bool(getattr(caps, "extra", {}).get(capability, False))
-
-
-# --------------------------------------------------------------------------- cost plan
-
-
-@dataclass(frozen=True)
-class CostItem:
-    """A billed item that is not a scoring call (fine-tuning tokens, sampled completions)."""
-
-    what: str
-    usd: tuple[float, float] | None = None
-    requests: tuple[int, int] = (0, 0)
-    tokens: tuple[int, int] = (0, 0)
-
-
-@dataclass(frozen=True)
-class FineTunePlan:
-    """A fine-tuning job a method would buy (FSD), priced by the target's planning view.
-
-    ``texts`` are trained on for ``epochs`` (each text plus ``overhead_tokens`` of chat
-    template: training tokens x epochs x the view's ``training`` price); ``calls`` are then
-    scored on the fine-tuned model, at its ``fine_tuned`` price and with its own probe.
-    """
-
-    texts: tuple[str, ...]
-    epochs: int
-    calls: list[Any] = field(default_factory=list)
-    overhead_tokens: int = 0
-
-
-@dataclass
-class CostPlan:
-    """What a run would send, before anything is sent (``--dry-run``).
-
-    ``calls`` are the batched scoring calls on the target (``scores.FetchCall``); a planning
-    view of the target prices them (``blackbox_audit.planning``). ``items`` are other billed
-    items; ``fine_tune`` a fine-tuning job and the calls on its result; ``notes`` say what the
-    estimate leaves out. ``tolerance``: the per-token error bound
-    the method will ask the target for (``Target.set_tolerance``, ``--precision auto``; None:
-    full precision), so the estimate prices the bisection tolerance the run will use; ``precision``:
-    the ``scores.precision.PrecisionPlan`` behind it, whose default delta depends on the endpoint
-    (``PrecisionPlan.for_endpoint``), so the estimate can price the probed endpoint's own.
-    """
-
-    calls: list[Any] = field(default_factory=list)
-    items: list[CostItem] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    tolerance: float | None = None
-    precision: Any = None
-    fine_tune: FineTunePlan | None = None
 
 
 # --------------------------------------------------------------------------- result

@@ -47,7 +47,6 @@ import numpy as np
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import (
     AuditInputs,
-    CostPlan,
     Method,
     MethodConfig,
     MethodResult,
@@ -55,6 +54,7 @@ from blackbox_audit.methods.base import (
     Verdict,
     register_method,
 )
+from blackbox_audit.planning import CostPlan
 
 SIDES = ("a", "b")
 DEFAULT_SCORES = ("loss", "zlib", "min_k")

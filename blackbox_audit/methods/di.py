@@ -26,7 +26,6 @@ import numpy as np
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import (
     AuditInputs,
-    CostPlan,
     Method,
     MethodConfig,
     MethodResult,
@@ -36,6 +35,7 @@ from blackbox_audit.methods.base import (
     check_positive,
     register_method,
 )
+from blackbox_audit.planning import CostPlan
 
 
 def _feature_names(features: tuple[str, ...], reference: Any) -> list[str]:

@@ -42,8 +42,6 @@ import numpy as np
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import (
     AuditInputs,
-    CostPlan,
-    FineTunePlan,
     Method,
     MethodConfig,
     MethodResult,
@@ -51,6 +49,7 @@ from blackbox_audit.methods.base import (
     check_positive,
     register_method,
 )
+from blackbox_audit.planning import CostPlan, FineTunePlan
 
 #: the scores FSD deviates (SPEC §6: loss-based scores); min_k_pp needs a white-box target
 LOSS_FAMILY = ("loss", "zlib", "lowercase", "min_k", "min_k_pp")

@@ -40,7 +40,6 @@ import numpy as np
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import (
     AuditInputs,
-    CostPlan,
     Method,
     MethodConfig,
     MethodResult,
@@ -50,6 +49,7 @@ from blackbox_audit.methods.base import (
     register_method,
 )
 from blackbox_audit.methods.sample_size import warn_if_too_few
+from blackbox_audit.planning import CostPlan
 
 SelectionMethod = Literal["subtraction", "moment", "vanilla"]
 METHODS: tuple[str, ...] = ("subtraction", "moment", "vanilla")

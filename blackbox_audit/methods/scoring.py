@@ -19,13 +19,13 @@ import numpy as np
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import (
     AuditInputs,
-    CostPlan,
     Method,
     MethodConfig,
     MethodResult,
     Needs,
     register_method,
 )
+from blackbox_audit.planning import CostPlan
 
 DEFAULT_SCORES = ("loss", "zlib", "min_k")
 
