@@ -56,9 +56,7 @@ from blackbox_audit.methods.base import (
     CostPlan,
     Method,
     MethodConfig,
-    MethodResult,
     Needs,
-    Verdict,
     check_fraction_open,
     check_positive,
     register_method,
@@ -71,6 +69,7 @@ from blackbox_audit.methods.contamination_stats import (
     rank_test,
 )
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, check_level, fdp_and_power, select
+from blackbox_audit.results import MethodResult, Verdict
 
 #: fewest items per side the statistics are computed on (below it the verdict is "inconclusive")
 MIN_ITEMS = 5
@@ -368,7 +367,7 @@ class Contamination(Method):
         return sides[0], sides[1], stopped
 
     def run(self, inputs: AuditInputs) -> MethodResult:
-        from blackbox_audit.results import evaluation_metrics
+        from blackbox_audit.metrics import evaluation_metrics
 
         self.check(inputs)
         cfg = self.config

@@ -29,13 +29,12 @@ from blackbox_audit.methods.base import (
     CostPlan,
     Method,
     MethodConfig,
-    MethodResult,
     Needs,
-    Verdict,
     check_fraction_open,
     check_positive,
     register_method,
 )
+from blackbox_audit.results import MethodResult, Verdict
 
 
 def _feature_names(features: tuple[str, ...], reference: Any) -> list[str]:

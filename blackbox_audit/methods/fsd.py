@@ -46,11 +46,11 @@ from blackbox_audit.methods.base import (
     FineTunePlan,
     Method,
     MethodConfig,
-    MethodResult,
     Needs,
     check_positive,
     register_method,
 )
+from blackbox_audit.results import MethodResult
 
 #: the scores FSD deviates (SPEC §6: loss-based scores); min_k_pp needs a white-box target
 LOSS_FAMILY = ("loss", "zlib", "lowercase", "min_k", "min_k_pp")
