@@ -178,8 +178,8 @@ class AuditRun:
 
     # ---- steps
     def inputs(self, step: StepSpec) -> Any:
-        from blackbox_audit.methods.base import AuditInputs, ScoredSet
-        from blackbox_audit.results import read_result
+        from blackbox_audit.methods.base import AuditInputs
+        from blackbox_audit.results import ScoredSet, read_result
 
         scored = {}
         for role, name in step.scored.items():
@@ -199,8 +199,7 @@ class AuditRun:
 
     def run_step(self, step: StepSpec) -> Any:
         from blackbox_audit.methods import METHODS
-        from blackbox_audit.reports import RunRecorder
-        from blackbox_audit.results import print_result, write_result
+        from blackbox_audit.results import RunRecorder, print_result, write_result
 
         method = METHODS[step.method](step.config)
         recorder = RunRecorder(f"audit {step.name}", {"spec": str(self.spec.path), "step": step.name})
@@ -230,7 +229,7 @@ class AuditRun:
 def run_audit(path: str | Path, *, out: str | None = None, cache_dir: str | None = None, progress: bool = True) -> Path:
     """Run every step of the spec at ``path``; returns the report folder (``out``/``cache_dir``
     override the spec's)."""
-    from blackbox_audit.reports import RunRecorder, check_out_dir
+    from blackbox_audit.results import RunRecorder, check_out_dir, write_outputs
 
     spec = load_spec(path)  # every config is validated before any model is loaded
     if cache_dir is not None:
@@ -253,7 +252,7 @@ def run_audit(path: str | Path, *, out: str | None = None, cache_dir: str | None
             "requests_sent": sent,
             "emulators": {n: e.stats() for n, e in run.emulators.items()},
         }
-        recorder.finish(out_dir, extra=extra)
+        write_outputs(out_dir, recorder=recorder, extra=extra)
     finally:
         run.close()
     if spec.audit.get("report", True):
@@ -273,8 +272,9 @@ def plan_audit(path: str | Path, *, cache_dir: str | None = None, echo: Callable
     from blackbox_audit.adapters import is_api_spec, planning_view
     from blackbox_audit.cache import open_cache
     from blackbox_audit.methods import METHODS
-    from blackbox_audit.methods.base import AuditInputs, ScoredSet
+    from blackbox_audit.methods.base import AuditInputs
     from blackbox_audit.planning import price_plan
+    from blackbox_audit.results import ScoredSet
 
     spec = load_spec(path)
     run = AuditRun(spec, spec.out, progress=False)

@@ -20,10 +20,9 @@ from blackbox_audit.cache import CachedTarget, default_cache_dir, open_cache
 from blackbox_audit.data import Dataset, load_dataset
 from blackbox_audit.engine.cli import engine_kwargs_from_args
 from blackbox_audit.errors import UserError
-from blackbox_audit.methods.base import AuditInputs, MethodResult
+from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.planning import CostPlan
-from blackbox_audit.reports import RunRecorder, check_out_dir
-from blackbox_audit.results import print_result, write_result
+from blackbox_audit.results import MethodResult, RunRecorder, check_out_dir, print_result, write_result
 
 
 def positive_int(value: str) -> int:
@@ -191,7 +190,7 @@ def load_cached_target(
 
 
 def prepare_out_dir(out: str) -> Path:
-    """``--out`` created and proven writable before any work (``reports.check_out_dir``)."""
+    """``--out`` created and proven writable before any work (``results.check_out_dir``)."""
     return check_out_dir(out)
 
 

@@ -75,8 +75,7 @@ def side_args(args: argparse.Namespace, side: str, **chat: Any) -> argparse.Name
 def run(args: argparse.Namespace) -> int:
     from blackbox_audit.adapters import is_api_spec
     from blackbox_audit.cache import open_cache
-    from blackbox_audit.reports import RunRecorder
-    from blackbox_audit.results import print_result, write_result
+    from blackbox_audit.results import RunRecorder, print_result, write_result
 
     names = tuple(dict.fromkeys(s.strip() for s in args.scores.split(",") if s.strip()))
     method = Compare(

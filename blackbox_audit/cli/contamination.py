@@ -26,7 +26,7 @@ from blackbox_audit.engine.cli import add_engine_arguments
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA
-from blackbox_audit.reports import RunRecorder
+from blackbox_audit.results import RunRecorder
 
 SYNTHETIC = "synthetic"
 

@@ -39,7 +39,8 @@ from typing import Any
 from blackbox_audit.cli.common import add_canary_arguments, options_from_args, prepare_out_dir
 from blackbox_audit.data import Dataset, Sample
 from blackbox_audit.errors import UserError
-from blackbox_audit.methods.base import AuditInputs, Method, MethodResult, ScoredSet
+from blackbox_audit.methods.base import AuditInputs, Method
+from blackbox_audit.results import MethodResult, ScoredSet
 
 #: Table rows: method, auc, tpr@5%, note.
 Row = dict[str, Any]
@@ -328,7 +329,7 @@ def _step_compare(run: DemoRun) -> None:
 def side_by_side_rows(score: MethodResult, cmp: MethodResult) -> list[Row]:
     """Per score: AUC white-box (all texts, and the API sample), white-box with chat
     conditioning and API on the sample, and Spearman between the last two."""
-    from blackbox_audit.results import evaluation_metrics
+    from blackbox_audit.metrics import evaluation_metrics
 
     pos = {sid: i for i, sid in enumerate(score.ids)}
     rows_idx = [pos[sid] for sid in cmp.ids]
@@ -457,7 +458,7 @@ def print_side_by_side(run: DemoRun) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from blackbox_audit.reports import RunRecorder
+    from blackbox_audit.results import RunRecorder, write_outputs
 
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha {args.alpha} is not a level in (0, 1)", "use e.g. --alpha 0.1")
@@ -481,7 +482,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 run.notes.append(f"{title} skipped: {exc.name} is not available")
             print(f"      done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
         run.extra.update(table=run.rows, notes=run.notes, results=list(run.results))
-        recorder.finish(run.out_dir, target=run.target, extra=run.extra)
+        write_outputs(run.out_dir, recorder=recorder, target=run.target, extra=run.extra)
     finally:
         for t in (run.api, run.target):
             if t is not None:

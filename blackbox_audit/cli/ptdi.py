@@ -16,9 +16,7 @@ from blackbox_audit.cli.common import prepare_out_dir
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, METHODS, PTDI, PTDIConfig
-from blackbox_audit.reports import RunRecorder
-from blackbox_audit.results import print_result, write_result
-from blackbox_audit.scorefiles import read_scored, require_label
+from blackbox_audit.results import RunRecorder, print_result, read_scored, require_label, write_result
 
 
 def _level(value: str) -> float:

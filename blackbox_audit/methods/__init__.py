@@ -4,6 +4,7 @@ Importing this package registers the built-in methods, so ``get_method(name)`` (
 reports) finds them: ``score`` (every registered score, PAC and ReCaLL included), ``em_mia``,
 ``ptdi``, ``contamination``, ``di_plain`` and ``di_calibrated`` (dataset inference), ``compare``, ``fsd``.
 A new method registers itself with ``@register_method`` in its own module, added below.
+Its result types (``MethodResult``, ``Verdict``, ``ScoredSet``) live in ``blackbox_audit.results``.
 """
 
 from . import compare, contamination, di, em_mia, fsd, ptdi, scoring  # noqa: F401 - register the built-in methods
@@ -12,10 +13,7 @@ from .base import (
     AuditInputs,
     Method,
     MethodConfig,
-    MethodResult,
     Needs,
-    ScoredSet,
-    Verdict,
     register_method,
 )
 
@@ -24,10 +22,7 @@ __all__ = [
     "AuditInputs",
     "Method",
     "MethodConfig",
-    "MethodResult",
     "Needs",
-    "ScoredSet",
-    "Verdict",
     "get_method",
     "register_method",
 ]

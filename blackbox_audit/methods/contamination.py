@@ -55,9 +55,7 @@ from blackbox_audit.methods.base import (
     AuditInputs,
     Method,
     MethodConfig,
-    MethodResult,
     Needs,
-    Verdict,
     check_fraction_open,
     check_positive,
     register_method,
@@ -67,6 +65,7 @@ from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, check_level, fdp_and_pow
 from blackbox_audit.planning import CostItem, CostPlan, PlanningView, price_plan
 from blackbox_audit.planning.contamination import ContaminationPlan, item_cost, probe_usd
 from blackbox_audit.planning.power import format_power, power_statement
+from blackbox_audit.results import MethodResult, Verdict
 
 #: fewest items per side the statistics are computed on (below it the verdict is "inconclusive")
 MIN_ITEMS = 5
@@ -342,7 +341,7 @@ class Contamination(Method):
         return sides[0], sides[1], stopped
 
     def run(self, inputs: AuditInputs) -> MethodResult:
-        from blackbox_audit.results import evaluation_metrics
+        from blackbox_audit.metrics import evaluation_metrics
 
         self.check(inputs)
         cfg = self.config

@@ -28,14 +28,13 @@ from blackbox_audit.methods.base import (
     AuditInputs,
     Method,
     MethodConfig,
-    MethodResult,
     Needs,
-    Verdict,
     check_fraction_open,
     check_positive,
     register_method,
 )
 from blackbox_audit.planning import CostPlan
+from blackbox_audit.results import MethodResult, Verdict
 
 
 def _feature_names(features: tuple[str, ...], reference: Any) -> list[str]:

@@ -44,12 +44,12 @@ from blackbox_audit.methods.base import (
     AuditInputs,
     Method,
     MethodConfig,
-    MethodResult,
     Needs,
     check_positive,
     register_method,
 )
 from blackbox_audit.planning import CostPlan, FineTunePlan
+from blackbox_audit.results import MethodResult
 
 #: the scores FSD deviates (SPEC §6: loss-based scores); min_k_pp needs a white-box target
 LOSS_FAMILY = ("loss", "zlib", "lowercase", "min_k", "min_k_pp")
