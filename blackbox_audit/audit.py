@@ -49,10 +49,10 @@ def _say(msg: str) -> None:
 def engine_options_from_spec(spec: AuditSpec) -> EngineOptions:
     """The typed engine options of the spec's ``[audit]`` keys and its ``[prices]``."""
     a = spec.audit
-    prices = {
-        model: ModelPrice(p["prompt"], p.get("cached_prompt", p["prompt"]), p["completion"])
+    prices = tuple(
+        (model, ModelPrice(p["prompt"], p.get("cached_prompt", p["prompt"]), p["completion"]))
         for model, p in spec.prices.items()
-    }
+    )
     given = {k: a[k] for k in ENGINE_KEYS if k in a}  # the rest: EngineOptions' defaults, as on the CLI
     return EngineOptions(**given, prices=prices, prices_source=f"{spec.path.name} [prices]")
 

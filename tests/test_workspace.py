@@ -144,7 +144,8 @@ def test_cli_flags_and_audit_specs_build_the_same_engine_options(tmp_path):
 def test_spec_prices_override_the_table_and_are_named():
     from blackbox_audit.engine.pricing import ModelPrice
 
-    options = EngineOptions(prices={"my-model": ModelPrice(1.0, 0.5, 2.0)}, prices_source="a.toml [prices]")
+    options = EngineOptions(prices=(("my-model", ModelPrice(1.0, 0.5, 2.0)),), prices_source="a.toml [prices]")
+    assert hash(options) == hash(replace(options))  # frozen values: usable as a key
     table = Spending.start(options).pricing
     assert table.get("my-model") == ModelPrice(1.0, 0.5, 2.0) and table.sources == ["bundled", "a.toml [prices]"]
     assert Spending.start(EngineOptions()).pricing.sources == ["bundled"]

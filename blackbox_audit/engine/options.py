@@ -10,7 +10,6 @@ and one price table. Every API target of a run is opened with the same ``Spendin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .budget import Budget
@@ -21,8 +20,8 @@ from .pricing import ModelPrice, PricingTable
 class EngineOptions:
     """Hard caps (``None`` = no cap), client-side rate limits (``None`` = none), requests in
     flight, retries of retryable failures, and prices: ``pricing`` is a price file over the
-    bundled table, ``prices`` per-model entries over both (an audit spec's ``[prices]``,
-    recorded in the table's sources as ``prices_source``)."""
+    bundled table, ``prices`` (model, price) pairs over both (an audit spec's ``[prices]``,
+    recorded in the table's sources as ``prices_source``). Immutable and hashable."""
 
     budget_usd: float | None = None
     max_requests: int | None = None
@@ -31,14 +30,14 @@ class EngineOptions:
     concurrency: int = 8
     max_retries: int = 6
     pricing: str | None = None
-    prices: Mapping[str, ModelPrice] = field(default_factory=dict)
+    prices: tuple[tuple[str, ModelPrice], ...] = ()
     prices_source: str | None = None
 
     def price_table(self) -> PricingTable:
         """The bundled table, then ``pricing``, then ``prices`` (a bad file is a ``UserError``)."""
         table = PricingTable.load(self.pricing)
         if self.prices:
-            table.prices.update(self.prices)
+            table.prices.update(dict(self.prices))
             table.sources.append(self.prices_source or "prices")
         return table
 
