@@ -90,11 +90,10 @@ def main() -> None:
 
     import torch
 
-    from blackbox_audit.adapters import load_target
-    from blackbox_audit.cache import CachedTarget, open_cache
     from blackbox_audit.data import load_dataset
     from blackbox_audit.methods.base import AuditInputs
     from blackbox_audit.methods.fsd import FSD, FSDConfig
+    from blackbox_audit.workspace import Workspace
 
     torch.set_num_threads(args.threads)
     canary = canary_for(args)
@@ -105,17 +104,14 @@ def main() -> None:
         data, finetune = shifted_setting(canary, args.shifted_finetune)
     seeds = [int(s) for s in args.seeds.split(",")]
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="fsd-eval-")
-    cache = open_cache(cache_dir)
-    target = CachedTarget(load_target(canary.target_spec, device="cpu", progress=False), cache)
     runs = []
-    try:
+    with Workspace.open(cache_dir=cache_dir) as workspace:
+        target = workspace.open_target(canary.target_spec, device="cpu", progress=False)
         for seed in seeds:
             result = FSD(FSDConfig(seed=seed)).run(
                 AuditInputs(data=data, target=target, sets={"finetune": finetune}, progress=True)
             )
             runs.append(result)
-    finally:
-        cache.close()
 
     from blackbox_audit.metrics import membership_metrics
 

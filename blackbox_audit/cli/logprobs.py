@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from blackbox_audit.cli.common import add_common_arguments, dry_run, load_data, open_session
-from blackbox_audit.engine.cli import add_engine_arguments
+from blackbox_audit.cli.common import dry_run, load_data, open_session
+from blackbox_audit.cli.options import add_common_arguments, add_engine_arguments
 from blackbox_audit.planning import CostPlan
 from blackbox_audit.results import write_outputs
 from blackbox_audit.scores import FetchCall

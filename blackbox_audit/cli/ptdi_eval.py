@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from blackbox_audit.cli.common import positive_int, prepare_out_dir
+from blackbox_audit.cli.common import prepare_out_dir
+from blackbox_audit.cli.options import positive_int
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, METHODS
 from blackbox_audit.methods.ptdi_eval import evaluate_scores, evaluate_simulation, format_markdown, format_table
