@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from blackbox_audit.engine.cache import default_cache_dir
 from blackbox_audit.errors import UserError
 from blackbox_audit.types import FullDistribution, Status, Strategy, TokenLogprobs
 
@@ -68,12 +69,6 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 
 
 # --------------------------------------------------------------------------- helpers
-def cache_root() -> Path:
-    """``$BLACKBOX_AUDIT_CACHE`` or ``~/.cache/blackbox-audit`` (same rule as ``blackbox_audit.cache``)."""
-    env = os.environ.get("BLACKBOX_AUDIT_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "blackbox-audit"
-
-
 def file_sha256(path: Path) -> str:
     """SHA-256 of a file, remembered in ``<cache>/file_hashes.json`` by (path, size, mtime).
 
@@ -82,7 +77,7 @@ def file_sha256(path: Path) -> str:
     path = Path(path).resolve()
     st = path.stat()
     key = f"{path}|{st.st_size}|{st.st_mtime_ns}"
-    index_path = cache_root() / "file_hashes.json"
+    index_path = default_cache_dir() / "file_hashes.json"
     try:
         index = json.loads(index_path.read_text())
     except (OSError, ValueError):
@@ -789,7 +784,7 @@ def load_hf(path: str, **opts: Any) -> HFTarget:
 def converted_gguf_dir(gguf: Path, *, progress: bool = True) -> Path:
     """HF safetensors copy of a GGUF, converted once into ``<cache>/models/<sha256>``."""
     digest = file_sha256(gguf)
-    dest = cache_root() / "models" / digest
+    dest = default_cache_dir() / "models" / digest
     if (dest / "config.json").is_file():
         return dest
     log.info("dequantizing %s once into %s (20-40 s)", gguf, dest)

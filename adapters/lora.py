@@ -258,7 +258,7 @@ def train_lora(
 
 def adapters_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """``<cache>/adapters``; the cache is ``--cache-dir``, ``$BLACKBOX_AUDIT_CACHE`` or the default."""
-    from blackbox_audit.cache import default_cache_dir
+    from blackbox_audit.engine.cache import default_cache_dir
 
     return (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "adapters"
 

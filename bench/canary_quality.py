@@ -53,7 +53,8 @@ def measure(
 ) -> dict[str, Any]:
     from blackbox_audit.adapters import load_target
     from blackbox_audit.blind import blind_baseline
-    from blackbox_audit.cache import CachedTarget, open_cache
+    from blackbox_audit.cache import CachedTarget
+    from blackbox_audit.engine.cache import open_cache
     from blackbox_audit.methods import em_mia as em
     from blackbox_audit.scores import compute_scores
     from blackbox_audit.sim.canary import CanaryOptions, build_canary

@@ -150,7 +150,8 @@ def main() -> None:
     import torch
 
     from blackbox_audit.adapters import load_target
-    from blackbox_audit.cache import CachedTarget, open_cache
+    from blackbox_audit.cache import CachedTarget
+    from blackbox_audit.engine.cache import open_cache
     from blackbox_audit.sim.canary import load_canary
 
     torch.set_num_threads(args.threads)

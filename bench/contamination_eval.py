@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from blackbox_audit.adapters import load_target
     from blackbox_audit.benchmarks import load_gsm8k
-    from blackbox_audit.cache import CachedTarget, open_cache
+    from blackbox_audit.cache import CachedTarget
+    from blackbox_audit.engine.cache import open_cache
     from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
     from blackbox_audit.sim.canary import CanaryOptions, build_canary, default_train_config, draw_split

@@ -163,7 +163,7 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     from blackbox_audit.adapters.hf import load_hf
-    from blackbox_audit.cache import CachedTarget, open_cache
+    from blackbox_audit.cache import CachedTarget
     from blackbox_audit.di import (
         ArtifactStore,
         CalibratedOptions,
@@ -173,6 +173,7 @@ def main() -> int:
         calibrated_di,
         plain_di,
     )
+    from blackbox_audit.engine.cache import open_cache
     from blackbox_audit.sim.canary import load_canary
 
     if not args.canary:

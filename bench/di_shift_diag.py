@@ -45,10 +45,11 @@ def main() -> int:
     import di_eval
 
     from blackbox_audit.adapters.hf import load_hf
-    from blackbox_audit.cache import CachedTarget, open_cache
+    from blackbox_audit.cache import CachedTarget
     from blackbox_audit.di import ArtifactStore, CalibratedOptions, GeneratorConfig, LocalGenerator, build_heldout
     from blackbox_audit.di.features import DEFAULT_FEATURES, feature_matrix
     from blackbox_audit.di.generator import resolve_folder
+    from blackbox_audit.engine.cache import open_cache
     from blackbox_audit.sim.canary import load_canary
 
     torch.set_num_threads(args.threads)

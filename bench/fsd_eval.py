@@ -91,8 +91,9 @@ def main() -> None:
     import torch
 
     from blackbox_audit.adapters import load_target
-    from blackbox_audit.cache import CachedTarget, open_cache
+    from blackbox_audit.cache import CachedTarget
     from blackbox_audit.data import load_dataset
+    from blackbox_audit.engine.cache import open_cache
     from blackbox_audit.methods.base import AuditInputs
     from blackbox_audit.methods.fsd import FSD, FSDConfig
 

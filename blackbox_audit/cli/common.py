@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blackbox_audit.cache import CachedTarget, default_cache_dir, open_cache
+from blackbox_audit.cache import CachedTarget
 from blackbox_audit.data import Dataset, load_dataset
+from blackbox_audit.engine.cache import default_cache_dir, open_cache
 from blackbox_audit.engine.cli import engine_kwargs_from_args
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import AuditInputs, CostPlan, MethodResult

@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     method.sides(inputs)  # a bad held-out set fails before the target is loaded (or probed)
     recorder = RunRecorder("contamination", args)
     out_dir = prepare_out_dir(args.out)
-    from blackbox_audit.cache import open_cache
+    from blackbox_audit.engine.cache import open_cache
 
     cache = None if args.no_cache else open_cache(args.cache_dir)
     try:

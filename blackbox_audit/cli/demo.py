@@ -141,7 +141,8 @@ def applicable_scores(
 
 def _step_scores(run: DemoRun) -> None:
     from blackbox_audit.adapters import load_target
-    from blackbox_audit.cache import CachedTarget, open_cache
+    from blackbox_audit.cache import CachedTarget
+    from blackbox_audit.engine.cache import open_cache
     from blackbox_audit.methods.scoring import ScoreConfig, ScoreMethod
 
     run.cache = None if run.args.no_cache else open_cache(run.args.cache_dir)

@@ -35,7 +35,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from blackbox_audit.adapters import load_target
     from blackbox_audit.adapters.probe import ladder_summary
-    from blackbox_audit.cache import open_cache
+    from blackbox_audit.engine.cache import open_cache
     from blackbox_audit.errors import UserError
     from blackbox_audit.redaction import redact_text
 
