@@ -55,7 +55,6 @@ from .segment import Pair
 
 log = logging.getLogger(__name__)
 
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "tokenizer.model")
 _LLAMA_LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -99,7 +98,7 @@ def _cannot_load(spec: str, why: str) -> UserError:
 
 def resolve_folder(spec: str) -> Path:
     """The local transformers folder behind a generator spec (GGUF files are converted once)."""
-    from blackbox_audit.adapters.hf import converted_gguf_dir, smollm2_gguf_path
+    from blackbox_audit.adapters.hf_weights import converted_gguf_dir, smollm2_gguf_path
 
     scheme, _, rest = spec.partition(":")
     if spec == "smollm2":
@@ -161,11 +160,11 @@ class LocalGenerator:
     def fingerprint(self) -> str:
         """Hash of the weight and tokenizer files' contents (no model load needed)."""
         if self._fingerprint is None:
-            from blackbox_audit.adapters.hf import file_sha256
+            from blackbox_audit.adapters.hf_weights import WEIGHT_SUFFIXES, file_sha256
 
             h = hashlib.sha256(b"di-generator-1")
             for p in sorted(self.folder.iterdir()):
-                if p.is_file() and (p.suffix in _WEIGHT_SUFFIXES or p.name in _TOKENIZER_FILES):
+                if p.is_file() and (p.suffix in WEIGHT_SUFFIXES or p.name in _TOKENIZER_FILES):
                     h.update(p.name.encode())
                     h.update(file_sha256(p).encode())
             self._fingerprint = h.hexdigest()
