@@ -72,7 +72,8 @@ def weight_files(folder: Path) -> list[Path]:
     return [p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES]
 
 
-def resolve_dtype(dtype: Any):
+def resolve_dtype(dtype: Any) -> Any:
+    """The torch dtype named by ``dtype`` (``auto``/None: float32, the audits' default)."""
     import torch
 
     if dtype in (None, "auto"):
@@ -86,7 +87,8 @@ def resolve_dtype(dtype: Any):
     return names[str(dtype)]
 
 
-def load_model_folder(folder: Path, *, gguf_file: str | None, dtype: Any):
+def load_model_folder(folder: Path, *, gguf_file: str | None, dtype: Any) -> tuple[Any, Any]:
+    """(model, tokenizer) from a local folder (or a GGUF file in it), offline; one ``UserError`` if not."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kw = {"gguf_file": gguf_file} if gguf_file else {}
