@@ -292,7 +292,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     backend, tok_dir = build_backend(args.backend, args.device)
     if args.backend == "smollm2":
-        from blackbox_audit.adapters.hf import smollm2_gguf_path
+        from blackbox_audit.adapters.hf_weights import smollm2_gguf_path
 
         tok_dir = str(smollm2_gguf_path())
     texts = pick_texts(backend, args.texts, args.tokens, args.texts_from)

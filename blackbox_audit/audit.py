@@ -271,7 +271,7 @@ def plan_audit(path: str | Path, *, cache_dir: str | None = None, echo: Callable
     """``--dry-run``: each step's calls priced on its targets' planning views; nothing is loaded or sent
     (local models are loaded only to count tokens)."""
     from blackbox_audit.adapters import is_api_spec, planning_view
-    from blackbox_audit.cache import open_cache
+    from blackbox_audit.engine.cache import open_cache
     from blackbox_audit.methods import METHODS
     from blackbox_audit.methods.base import AuditInputs
     from blackbox_audit.planning import price_plan

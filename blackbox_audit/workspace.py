@@ -21,7 +21,8 @@ from types import TracebackType
 from typing import Any
 
 from blackbox_audit.adapters.base import Target
-from blackbox_audit.cache import CachedTarget, open_cache
+from blackbox_audit.cache import CachedTarget
+from blackbox_audit.engine.cache import open_cache
 from blackbox_audit.engine.options import EngineOptions, Spending
 
 

@@ -192,7 +192,8 @@ def test_output_scores_read_the_conditional_record_and_refuse_other_scores() -> 
 def test_conditional_pairs_batch_like_one_call_per_pair_and_share_the_cache(tiny_target, tmp_path: Path) -> None:
     """A local model batches pairs with different prefixes; the records equal one call per pair, and
     the cache serves both calls from one entry per pair."""
-    from blackbox_audit.cache import CachedTarget, open_cache
+    from blackbox_audit.cache import CachedTarget
+    from blackbox_audit.engine.cache import open_cache
 
     pairs = [(f"Question: how many {w}?\nAnswer:", f" {n} {w} in all.") for n, w in ((3, "cats"), (12, "dogs"))]
     pairs += [("Q:", " one"), ("A much longer question about the harbour and its boats?\nAnswer:", " None.")]

@@ -159,7 +159,7 @@ def test_5xx_timeouts_connection_errors_and_garbled_json_are_retried():
     assert out["choices"][0]["text"] == "x"
     assert route.call_count == 6 and e.stats.retries == 5
     assert e.stats.errors == {"503": 1, "timeout": 1, "connection": 1, "bad_json": 1, "malformed": 1}
-    from blackbox_audit.engine.cache import decode_value
+    from blackbox_audit.engine.envelope import decode_value
 
     assert [decode_value(k, v) for k, v in cache.items()] == [out]  # only the good answer was stored
 

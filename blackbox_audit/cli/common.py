@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blackbox_audit.cache import CachedTarget, open_cache
+from blackbox_audit.cache import CachedTarget
 from blackbox_audit.cli.options import engine_options_from_args
 from blackbox_audit.data import Dataset, load_dataset
+from blackbox_audit.engine.cache import open_cache
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.planning import CostPlan

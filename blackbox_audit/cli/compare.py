@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 def _dry_run(args: argparse.Namespace, specs: dict[str, str], plan: Any) -> int:
     """Price the plan on each side's planning view (nothing is sent, no target is loaded)."""
     from blackbox_audit.adapters import planning_view
-    from blackbox_audit.cache import open_cache
+    from blackbox_audit.engine.cache import open_cache
     from blackbox_audit.planning import price_plan
 
     cache = None if args.no_cache else open_cache(args.cache_dir)

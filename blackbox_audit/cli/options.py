@@ -21,7 +21,7 @@ import argparse
 import math
 from typing import Any
 
-from blackbox_audit.cache import default_cache_dir
+from blackbox_audit.engine.cache import default_cache_dir
 from blackbox_audit.engine.options import EngineOptions
 
 # --------------------------------------------------------------------------- parse-time types

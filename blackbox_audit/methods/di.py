@@ -360,7 +360,7 @@ class CalibratedDI(Method):
         if inputs.no_cache:
             store = ArtifactStore(None)
         else:
-            from blackbox_audit.cache import default_cache_dir
+            from blackbox_audit.engine.cache import default_cache_dir
 
             store = ArtifactStore(Path(inputs.cache_dir or default_cache_dir()) / "di")
         try:
