@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from test_layout import _imports, _modules
+from test_layout import imports_of, modules
 
 import blackbox_audit
 from blackbox_audit.results import (
@@ -30,13 +30,12 @@ HIGHER = ("blackbox_audit.methods", "blackbox_audit.adapters", "blackbox_audit.c
 
 def test_results_import_no_method_adapter_or_cli_module() -> None:
     """Everything ``results`` reaches through imports (deferred ones included) stays below the methods."""
-    mods = _modules()
-    known = set(mods)
+    mods = modules()
     todo = [n for n in mods if n == "blackbox_audit.results" or n.startswith("blackbox_audit.results.")]
     reached: dict[str, str] = {n: n for n in todo}  # module -> a module of results that leads to it
     while todo:
         name = todo.pop()
-        for dep in _imports(name, mods[name], known):
+        for dep in imports_of(name, named=True):
             if dep not in reached:
                 reached[dep] = reached[name]
                 todo.append(dep)
