@@ -272,7 +272,7 @@ def run_method(bench, held, target, **cfg):
 
 def test_contaminated_benchmark_is_flagged_with_rate_and_list() -> None:
     bench, held, target = contaminated(60, 60, 120, lift=1.5)
-    res = run_method(bench, held, target, alpha=0.1)
+    res = run_method(bench, held, target, alpha=0.1, sequential=False)  # every item, one fixed-sample test
     v = res.verdict
     assert v.decision == "contaminated" and v.p_value < 1e-6
     lo, hi = v.estimate["rate_ci"]
@@ -343,8 +343,8 @@ def test_whole_items_and_plain_datasets() -> None:
 def test_budget_stop_keeps_what_was_bought() -> None:
     bench, held, target = contaminated(40, 40, 80, lift=1.5)
     target.fail_after = 60  # 60 items (one call each), then the cap
-    target.engine = "an API's request engine"  # API targets are scored two items at a time
-    res = run_method(bench, held, target)
+    target.engine = "an API's request engine"  # API targets are scored one item at a time
+    res = run_method(bench, held, target, sequential=False)
     bought = res.verdict.details["budget"]
     assert bought["stopped"].startswith("budget cap reached")
     assert bought["benchmark_items"] + bought["heldout_items"] == 60 == len(res.ids) + len(res.extras["heldout.jsonl"])
@@ -354,6 +354,54 @@ def test_budget_stop_keeps_what_was_bought() -> None:
     target.calls, target.fail_after = 0, 4
     tiny = run_method(bench, held, target)
     assert tiny.verdict.decision == "inconclusive"
+    assert tiny.verdict.details["budget"]["benchmark_items"] + tiny.verdict.details["budget"]["heldout_items"] == 4
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.cost_usd, self.requests_sent = 0.0, 0
+
+
+class _Engine:
+    """Stands in for an API target's request engine: every scoring call bills 10 requests, $0.001."""
+
+    def __init__(self) -> None:
+        self.stats = _Stats()
+
+
+class Billed(Memorising):
+    def conditional_logprobs(self, prefix, texts, *, progress=True):
+        self.engine.stats.cost_usd += 0.001 * len(texts)
+        self.engine.stats.requests_sent += 10 * len(texts)
+        return super().conditional_logprobs(prefix, texts, progress=progress)
+
+
+def test_sequential_run_stops_once_settled_and_says_what_finishing_would_cost() -> None:
+    bench, held, mem = contaminated(60, 60, 120, lift=1.5)
+    target = Billed(mem.members, lift=1.5)
+    target.engine = _Engine()
+    res = run_method(bench, held, target)
+    v, bought = res.verdict, res.verdict.details["budget"]
+    assert v.decision == "contaminated" and v.p_value <= 0.05 and bought["settled"] == "contaminated"
+    n = bought["benchmark_items"] + bought["heldout_items"]
+    assert n == v.details["dataset_test"]["stopped_after_items"] < 120 and target.calls == n  # one item per call
+    assert bought["spent_usd"] == pytest.approx(0.001 * n) and bought["requests"] == 10 * n
+    assert 0.001 * (240 - n) * 0.5 < bought["finish_usd_estimate"] < 0.001 * (240 - n) * 2
+    assert v.details["dataset_test"]["fixed_sample_rank_test"]["valid_under_stopping"] is False
+    lines = " ".join(res.summary)
+    assert f"spent ${0.001 * n:.4f}" in lines and "finishing all 120 + 120 items would have cost about $" in lines
+    assert "anytime-valid" in v.statement and "settled after" in v.statement
+
+
+def test_futility_stop_on_a_clean_benchmark_is_stated_with_its_assumption() -> None:
+    bench, held, target = contaminated(0, 200, 200)
+    res = run_method(bench, held, target, min_rate=0.5, item_auc=0.95)
+    v = res.verdict
+    assert v.decision == "not detected" and v.details["budget"]["settled"] == "futile"
+    assert len(res.ids) < 200 and "stopped for futility" in v.statement and "per-item AUC is >= 0.95" in v.statement
+    assert "(local model: nothing billed)" in " ".join(res.summary)
+    off = run_method(bench, held, target, min_rate=None)
+    assert off.verdict.details["budget"]["settled"] is None and len(off.ids) == 200  # no futility rule: every item
 
 
 def test_bad_heldout_sets_are_refused_before_scoring() -> None:

@@ -60,6 +60,8 @@ from blackbox_audit.methods.base import (
     check_positive,
     register_method,
 )
+from blackbox_audit.methods.contamination_purchase import Purchase, buy, item_size
+from blackbox_audit.methods.contamination_sequential import SequentialDesign, SequentialRankTest, futility_auc
 from blackbox_audit.methods.contamination_stats import member_share_ci, pac_style_rate, rank_test
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, check_level, fdp_and_power, select
 from blackbox_audit.planning import CostItem, CostPlan, PlanningView, price_plan
@@ -69,9 +71,8 @@ from blackbox_audit.results import MethodResult, Verdict
 
 #: fewest items per side the statistics are computed on (below it the verdict is "inconclusive")
 MIN_ITEMS = 5
-#: items per scoring call: API targets score a pair at a time (a budget stop loses at most that;
-#: its answers stay cached), local models batch whole items
-API_CHUNK, LOCAL_CHUNK = 2, 16
+#: per-item AUC the futility rule assumes when the plan brings no calibrated one (``item_auc``)
+ASSUMED_ITEM_AUC = 0.8
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,12 @@ class ContaminationConfig(MethodConfig):
     is scored (module doc). ``alpha``: the level of the dataset-level test and the FDR of the
     flagged list. ``confidence``: the rate CI's level. ``lam``: PTDI's region size (SPEC §4).
     ``items``: score at most this many items per side, drawn at random (seeded); None = all.
-    ``heldout``: ``known`` (a set of known non-members) or ``synthetic`` (DI's generator)."""
+    ``heldout``: ``known`` (a set of known non-members) or ``synthetic`` (DI's generator).
+    ``sequential``: buy items one at a time and stop once the verdict is settled
+    (``contamination_sequential``: an anytime-valid e-process; False: score every item the budget
+    buys and test once). ``min_rate``: the futility rule stops once a contamination rate of at least
+    this is ruled out at confidence ``1 - futility_beta``, assuming the score's per-item AUC is
+    ``item_auc`` (None: no futility stop)."""
 
     score: str = "loss"
     part: Literal["auto", "output", "whole"] = "auto"
@@ -92,9 +98,18 @@ class ContaminationConfig(MethodConfig):
     seed: int = 0
     bounded: Literal["error", "upper"] = "error"
     heldout: Literal["known", "synthetic"] = "known"
+    sequential: bool = True
+    min_rate: float | None = 0.2
+    futility_beta: float = 0.1
+    item_auc: float = ASSUMED_ITEM_AUC
 
     def validate(self) -> None:
         check_fraction_open(self.alpha, "alpha")
+        check_fraction_open(self.futility_beta, "futility_beta")
+        if self.min_rate is not None:
+            check_fraction_open(self.min_rate, "min_rate")
+        if not 0.5 < self.item_auc < 1:
+            raise UserError(f"item_auc must be in (0.5, 1), got {self.item_auc!r}", "use e.g. item_auc=0.8")
         check_fraction_open(self.confidence, "confidence")
         check_level(self.lam, "lambda", "--lam")
         check_positive(self.n_bootstrap, "n_bootstrap")
@@ -153,11 +168,12 @@ class SideScores:
     n_tokens: list[int] = field(default_factory=list)
     n_bounded: list[int] = field(default_factory=list)
 
-    def add(self, idx: Sequence[int], table: Any, field_name: str) -> None:
-        self.order += list(idx)
-        self.score += [float(v) for v in table[field_name]]
-        self.n_tokens += [int(v) for v in table.n_tokens]
-        self.n_bounded += [int(v) for v in table.n_bounded]
+    def add(self, index: int, table: Any, row: int, field_name: str) -> None:
+        """Record item ``index`` of this side from row ``row`` of a score ``table``."""
+        self.order.append(int(index))
+        self.score.append(float(table[field_name][row]))
+        self.n_tokens.append(int(table.n_tokens[row]))
+        self.n_bounded.append(int(table.n_bounded[row]))
 
     @property
     def values(self) -> np.ndarray:
@@ -287,58 +303,54 @@ class Contamination(Method):
         )
 
     # ------------------------------------------------------------------ run
-    def _score_all(
-        self, target: Any, bench: Benchmark, held: Benchmark, part: str, progress: bool
-    ) -> tuple[SideScores, SideScores, str | None]:
-        """Score both sides in the interleaved order until done or a budget cap stops it."""
-        from tqdm.auto import tqdm
-
-        from blackbox_audit.engine.budget import BudgetExceeded
+    def _score_items(self, target: Any, src: Benchmark, idx: list[int], part: str) -> Any:
+        """One side's items ``idx`` scored with the configured score (a ``ScoreTable``)."""
         from blackbox_audit.scores import compute_scores
         from blackbox_audit.scores.output import compute_output_scores
 
+        ids = [src.ids[i] for i in idx]
+        if part == "output":
+            return compute_output_scores(
+                target,
+                [src.prompts[i] for i in idx],
+                [src.outputs[i] for i in idx],
+                [self.config.score],
+                bounded=self.config.bounded,
+                progress=False,
+                ids=ids,
+            )
+        texts = [src.texts[i] for i in idx]
+        return compute_scores(target, texts, [self.config.score], bounded=self.config.bounded, progress=False, ids=ids)
+
+    def design(self) -> SequentialDesign | None:
+        """The sequential test's stopping rules, fixed before any item is bought (None: fixed sample)."""
+        cfg = self.config
+        if not cfg.sequential:
+            return None
+        theta = None if cfg.min_rate is None else futility_auc(cfg.min_rate, cfg.item_auc)
+        return SequentialDesign(alpha=cfg.alpha, futility_auc=theta, futility_beta=cfg.futility_beta, seed=cfg.seed)
+
+    def _score_all(
+        self, target: Any, bench: Benchmark, held: Benchmark, part: str, progress: bool
+    ) -> tuple[SideScores, SideScores, Purchase, SequentialRankTest | None]:
+        """Buy items in the interleaved order until done, settled or stopped by a budget cap
+        (``contamination_purchase.buy``)."""
         sides = (SideScores(bench), SideScores(held))
-        order = interleave(len(bench), len(held))
-        chunk = API_CHUNK if getattr(target, "engine", None) is not None else LOCAL_CHUNK
+        design = self.design()
+        test = None if design is None else SequentialRankTest(design)
         field_name = self.config.score
-        stopped: str | None = None
-        bar = tqdm(total=len(order), desc=f"contamination ({part})", unit="item", disable=not progress)
-        try:
-            for start in range(0, len(order), chunk):
-                part_order = order[start : start + chunk]
-                tables = []
-                try:
-                    for side in (0, 1):
-                        idx = [i for s, i in part_order if s == side]
-                        if not idx:
-                            continue
-                        src = sides[side].bench
-                        ids = [src.ids[i] for i in idx]
-                        if part == "output":
-                            table = compute_output_scores(
-                                target,
-                                [src.prompts[i] for i in idx],
-                                [src.outputs[i] for i in idx],
-                                [field_name],
-                                bounded=self.config.bounded,
-                                progress=False,
-                                ids=ids,
-                            )
-                        else:
-                            texts = [src.texts[i] for i in idx]
-                            table = compute_scores(
-                                target, texts, [field_name], bounded=self.config.bounded, progress=False, ids=ids
-                            )
-                        tables.append((side, idx, table))
-                except BudgetExceeded as exc:
-                    stopped = exc.problem
-                    break
-                for side, idx, table in tables:  # a chunk counts only when all of it was scored
-                    sides[side].add(idx, table, field_name)
-                bar.update(len(part_order))
-        finally:
-            bar.close()
-        return sides[0], sides[1], stopped
+        purchase = buy(
+            target,
+            (bench, held),
+            interleave(len(bench), len(held)),
+            lambda t, src, idx: self._score_items(t, src, idx, part),
+            lambda side, i, table, row: sides[side].add(i, table, row, field_name),
+            test=test,
+            score_of=lambda table, row: float(table[field_name][row]),
+            progress=progress,
+            desc=f"contamination ({part})",
+        )
+        return sides[0], sides[1], purchase, test
 
     def run(self, inputs: AuditInputs) -> MethodResult:
         from blackbox_audit.metrics import evaluation_metrics
@@ -348,14 +360,14 @@ class Contamination(Method):
         full_bench = as_benchmark(inputs.data, "benchmark")  # type: ignore[arg-type]
         part = self.part_for(full_bench)
         bench, held = self.sides(inputs)
-        b, h, stopped = self._score_all(inputs.target, bench, held, part, inputs.progress)
-        bought = {
-            "benchmark_items": len(b.order),
-            "heldout_items": len(h.order),
-            "benchmark_planned": len(bench),
-            "heldout_planned": len(held),
-            "stopped": stopped,
-        }
+        b, h, purchase, seq = self._score_all(inputs.target, bench, held, part, inputs.progress)
+        sizes = [
+            item_size(src.prompts[i], src.outputs[i], part)
+            for side, i in purchase.order
+            for src in ((bench, held)[side],)
+        ]
+        bought = purchase.to_json(sizes)
+        stopped = purchase.stopped
         labels = None if bench.labels is None else [bench.labels[i] for i in b.order]
         provenance: dict[str, Any] = {
             "contamination": {
@@ -364,9 +376,10 @@ class Contamination(Method):
                 "part": part,
                 "score": cfg.score,
                 "budget": bought,
+                "sequential": None if seq is None else seq.design.to_json(),
             }
         }
-        summary: list[str] = []
+        summary: list[str] = spend_lines(bought)
         warnings: list[str] = []
         if stopped:
             warnings.append(
@@ -392,6 +405,7 @@ class Contamination(Method):
                 verdict=verdict,
                 extras={"heldout.jsonl": _side_rows(h, cfg.score)},
                 provenance=provenance,
+                summary=summary,
                 warnings=warnings,
             )
         bv, hv = b.values, h.values
@@ -412,18 +426,18 @@ class Contamination(Method):
         power = power_statement(len(bv), len(hv), cfg.alpha)
         k = int(mask.sum())
         name = full_bench.name
-        decision = "contaminated" if test.flagged else "not detected"
+        outcome = set_test_outcome(test, seq, cfg)
         statement = (
-            f"{name} is {'' if test.flagged else 'not '}distinguishable from known non-members of the same "
-            f"distribution (one-sided rank test p = {test.p_value:.3g}, level {cfg.alpha:g}); estimated contamination "
-            f"rate {share.estimate:.1%} ({cfg.confidence:.0%} CI {share.low:.1%} – {share.high:.1%}); {k} of "
-            f"{len(bv)} items flagged at FDR {cfg.alpha:g}"
+            f"{name} is {'' if outcome['flagged'] else 'not '}distinguishable from known non-members of the same "
+            f"distribution ({outcome['test']} p = {outcome['p_value']:.3g}, level {cfg.alpha:g}){outcome['why']}; "
+            f"estimated contamination rate {share.estimate:.1%} ({cfg.confidence:.0%} CI {share.low:.1%} – "
+            f"{share.high:.1%}); {k} of {len(bv)} items flagged at FDR {cfg.alpha:g}"
         )
         verdict = Verdict(
-            decision=decision,
+            decision="contaminated" if outcome["flagged"] else "not detected",
             statement=statement,
             alpha=cfg.alpha,
-            p_value=test.p_value,
+            p_value=outcome["p_value"],
             estimate={
                 "rate": share.estimate,
                 "rate_ci": [share.low, share.high],
@@ -432,7 +446,7 @@ class Contamination(Method):
                 "n_items": len(bv),
             },
             details={
-                "dataset_test": test.to_json(),
+                "dataset_test": outcome["details"],
                 "rate": share.to_json(),
                 "flagged_list": {**sel.summary(), "rule": "PTDI subtraction + Benjamini-Hochberg"},
                 "pac_style": pac,
@@ -446,8 +460,8 @@ class Contamination(Method):
         summary += [
             f"scored {len(bv)} benchmark and {len(hv)} held-out items ({part}, score {cfg.score}; AUC benchmark vs "
             f"held-out {test.auc:.3f})",
-            f"dataset-level test: p = {test.p_value:.3g} -> {'FLAGGED' if test.flagged else 'not flagged'} "
-            f"at {cfg.alpha:g}",
+            f"dataset-level test ({outcome['test']}): p = {outcome['p_value']:.3g} -> "
+            f"{'FLAGGED' if outcome['flagged'] else 'not flagged'} at {cfg.alpha:g}{outcome['why']}",
             f"contamination rate: {share.estimate:.1%} ({cfg.confidence:.0%} CI {share.low:.1%} – {share.high:.1%}; "
             "conservative estimator)",
             f"flagged at FDR {cfg.alpha:g}: {k} items (flagged.jsonl)",
@@ -525,3 +539,50 @@ def _side_rows(side: SideScores, score: str) -> list[dict[str, Any]]:
         {"id": sid, "n_tokens": nt, "n_bounded": nb, score: v if math.isfinite(v) else None}
         for sid, nt, nb, v in zip(side.ids, side.n_tokens, side.n_bounded, side.score, strict=True)
     ]
+
+
+def set_test_outcome(fixed: Any, seq: SequentialRankTest | None, cfg: ContaminationConfig) -> dict[str, Any]:
+    """The dataset-level test's reading: the sequential e-process when the run stopped on it (its
+    p-value is the one valid under that stopping), else the fixed-sample rank test."""
+    if seq is None:
+        return {
+            "flagged": fixed.flagged,
+            "p_value": fixed.p_value,
+            "test": "one-sided rank test",
+            "why": "",
+            "details": fixed.to_json(),
+        }
+    why = ""
+    if seq.state == "contaminated":
+        why = f"; settled after {seq.stopped_at} items"
+    elif seq.state == "futile":
+        theta = seq.design.futility_auc
+        why = (
+            f"; stopped for futility after {seq.stopped_at} items: a benchmark-vs-held-out AUC >= {theta:.3f} (a "
+            f"contamination rate >= {cfg.min_rate:.0%} if the score's per-item AUC is >= {cfg.item_auc:g}) is ruled "
+            f"out at confidence {1 - cfg.futility_beta:.0%}"
+        )
+    details = {**seq.to_json(), "fixed_sample_rank_test": {**fixed.to_json(), "valid_under_stopping": False}}
+    return {
+        "flagged": seq.state == "contaminated",
+        "p_value": seq.p_value,
+        "test": "sequential rank e-process, anytime-valid",
+        "why": why,
+        "details": details,
+    }
+
+
+def spend_lines(bought: dict[str, Any]) -> list[str]:
+    """What the purchase spent, and what finishing the planned items would have cost (API targets)."""
+    nb, nh, pb, ph = (bought[k] for k in ("benchmark_items", "heldout_items", "benchmark_planned", "heldout_planned"))
+    if "spent_usd" not in bought:
+        return [f"bought {nb} of {pb} benchmark and {nh} of {ph} held-out items (local model: nothing billed)"]
+    line = f"spent ${bought['spent_usd']:.4f} ({bought['requests']:,} requests) on {nb} + {nh} items"
+    est = bought.get("finish_usd_estimate")
+    if nb + nh < pb + ph:
+        rest = "unknown" if est is None else f"about ${est:.4f} more"
+        line += (
+            f"; finishing all {pb} + {ph} items would have cost {rest} (the spend per item so far, scaled by the "
+            "remaining items' lengths)"
+        )
+    return [line]
