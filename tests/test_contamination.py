@@ -327,7 +327,10 @@ def test_labels_are_for_evaluation_only_and_result_round_trips(tmp_path: Path) -
         "heldout.jsonl",
     }
     assert get_method("contamination") is Contamination
-    assert ContaminationConfig.from_mapping(a.config) == ContaminationConfig(n_bootstrap=400)
+    # the config echoed is the resolved one: score auto became the plan chosen (loss on a local model)
+    assert ContaminationConfig.from_mapping(a.config) == ContaminationConfig(n_bootstrap=400, score="loss")
+    assert a.provenance["contamination"]["plan_choice"]["chosen"] == "loss"
+    assert a.summary[0].startswith("score plan: loss (chosen: local model")
 
 
 def test_whole_items_and_plain_datasets() -> None:
@@ -344,7 +347,7 @@ def test_budget_stop_keeps_what_was_bought() -> None:
     bench, held, target = contaminated(40, 40, 80, lift=1.5)
     target.fail_after = 60  # 60 items (one call each), then the cap
     target.engine = "an API's request engine"  # API targets are scored one item at a time
-    res = run_method(bench, held, target, sequential=False)
+    res = run_method(bench, held, target, sequential=False, score="loss")
     bought = res.verdict.details["budget"]
     assert bought["stopped"].startswith("budget cap reached")
     assert bought["benchmark_items"] + bought["heldout_items"] == 60 == len(res.ids) + len(res.extras["heldout.jsonl"])
@@ -352,7 +355,7 @@ def test_budget_stop_keeps_what_was_bought() -> None:
     assert any("stopped at the budget cap" in w for w in res.warnings)
     assert res.verdict.decision in ("contaminated", "not detected")  # computed on what was bought
     target.calls, target.fail_after = 0, 4
-    tiny = run_method(bench, held, target)
+    tiny = run_method(bench, held, target, score="loss")
     assert tiny.verdict.decision == "inconclusive"
     assert tiny.verdict.details["budget"]["benchmark_items"] + tiny.verdict.details["budget"]["heldout_items"] == 4
 
@@ -380,7 +383,7 @@ def test_sequential_run_stops_once_settled_and_says_what_finishing_would_cost() 
     bench, held, mem = contaminated(60, 60, 120, lift=1.5)
     target = Billed(mem.members, lift=1.5)
     target.engine = _Engine()
-    res = run_method(bench, held, target)
+    res = run_method(bench, held, target, score="loss")  # a stand-in engine: no plan to price
     v, bought = res.verdict, res.verdict.details["budget"]
     assert v.decision == "contaminated" and v.p_value <= 0.05 and bought["settled"] == "contaminated"
     n = bought["benchmark_items"] + bought["heldout_items"]

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -67,17 +67,32 @@ from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, check_level, fdp_and_pow
 from blackbox_audit.planning import CostItem, CostPlan, PlanningView, price_plan
 from blackbox_audit.planning.contamination import ContaminationPlan, item_cost, probe_usd
 from blackbox_audit.planning.power import format_power, power_statement
+from blackbox_audit.planning.score_plans import (
+    DEFAULT_PLAN,
+    PlanChoice,
+    ScorePlan,
+    candidate_plans,
+    choose,
+    forced,
+    load_calibration,
+    plan_row,
+)
 from blackbox_audit.results import MethodResult, Verdict
 
 #: fewest items per side the statistics are computed on (below it the verdict is "inconclusive")
 MIN_ITEMS = 5
-#: per-item AUC the futility rule assumes when the plan brings no calibrated one (``item_auc``)
+#: per-item AUC the futility rule assumes unless told (``item_auc``)
 ASSUMED_ITEM_AUC = 0.8
+#: ``score`` value that lets the check choose its plan by power per dollar
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
 class ContaminationConfig(MethodConfig):
-    """``score``: the membership score (higher = member), fixed before the run. ``part``: which text
+    """``score``: the membership score (higher = member), fixed before the run; ``auto`` (default)
+    takes the plan with the most power per dollar on the target (``planning.score_plans``: on an
+    API, cheap scores and position samples compete with full recovery; on a local model, ``loss``).
+    ``positions``: the answer positions the score reads (``all``; ``random16``, ``last16``). ``part``: which text
     is scored (module doc). ``alpha``: the level of the dataset-level test and the FDR of the
     flagged list. ``confidence``: the rate CI's level. ``lam``: PTDI's region size (SPEC §4).
     ``items``: score at most this many items per side, drawn at random (seeded); None = all.
@@ -88,7 +103,7 @@ class ContaminationConfig(MethodConfig):
     this is ruled out at confidence ``1 - futility_beta``, assuming the score's per-item AUC is
     ``item_auc`` (None: no futility stop)."""
 
-    score: str = "loss"
+    score: str = "auto"
     part: Literal["auto", "output", "whole"] = "auto"
     alpha: float = 0.05
     confidence: float = 0.95
@@ -98,6 +113,7 @@ class ContaminationConfig(MethodConfig):
     seed: int = 0
     bounded: Literal["error", "upper"] = "error"
     heldout: Literal["known", "synthetic"] = "known"
+    positions: str | None = None
     sequential: bool = True
     min_rate: float | None = 0.2
     futility_beta: float = 0.1
@@ -117,7 +133,8 @@ class ContaminationConfig(MethodConfig):
             check_positive(self.items, "items")
         from blackbox_audit.scores import parse_specs
 
-        parse_specs([self.score])  # an unknown score fails here, before any work
+        if self.score != AUTO:
+            parse_specs([self.score])  # an unknown score fails here, before any work
 
 
 def as_benchmark(data: Dataset, role: str) -> Benchmark:
@@ -273,7 +290,57 @@ class Contamination(Method):
         return CostPlan(calls=self._calls(bench, part) + self._calls(held, part), items=items, notes=notes)
 
     def budget_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> ContaminationPlan:
-        """The dry-run: price every item on ``view`` (nothing sent); see ``planning.contamination``."""
+        """The dry-run: the score plans compared (API targets), then every item of the chosen plan
+        priced on ``view`` (nothing sent); see ``planning.contamination`` and ``planning.score_plans``."""
+        choice = self.choose_plan(inputs, view, budget_usd)
+        method = self if choice is None else self.with_plan(choice.chosen.plan)
+        plan = method._priced(inputs, view, budget_usd)
+        plan.choice = choice
+        return plan
+
+    def with_plan(self, plan: ScorePlan) -> Contamination:
+        """This check with ``plan``'s score and positions (everything else as configured)."""
+        return Contamination(replace(self.config, score=plan.score, positions=plan.positions))
+
+    @property
+    def score_plan(self) -> ScorePlan | None:
+        """The configured plan (None while ``score`` is ``auto``)."""
+        cfg = self.config
+        return None if cfg.score == AUTO else ScorePlan(cfg.score, cfg.positions)
+
+    def choose_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> PlanChoice | None:
+        """Price every candidate plan on ``view`` and take the one with the most power per dollar
+        (``planning.score_plans``), or show them beside the plan ``score`` names. None on a local
+        model (nothing is billed: ``auto`` means ``loss`` on every position, recovered exactly)."""
+        if not view.api:
+            return None
+        calibration = load_calibration()
+        plans = candidate_plans(calibration)
+        mine = self.score_plan
+        if mine is not None and mine not in plans:
+            plans.append(mine)
+        rows = []
+        for plan in plans:
+            priced = self.with_plan(plan)._priced(inputs, view, budget_usd)
+            if any(r.usd is None for r in priced.items):  # no price known: nothing to compare
+                return None
+            probe = priced.probe_usd[0] + (priced.probe_usd[1] - priced.probe_usd[0]) / 2
+            rows.append(
+                plan_row(
+                    plan,
+                    priced.items,
+                    alpha=self.config.alpha,
+                    budget_usd=budget_usd,
+                    probe_usd=probe,
+                    calibration=calibration,
+                )
+            )
+        if mine is not None:
+            return forced(rows, mine, budget_usd=budget_usd, calibration=calibration)
+        return choose(rows, budget_usd=budget_usd, calibration=calibration)
+
+    def _priced(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> ContaminationPlan:
+        """Every item of the configured plan priced on ``view``, in buying order."""
         bench = as_benchmark(inputs.data, "benchmark") if inputs.data is not None else None
         if bench is None:
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
@@ -292,7 +359,7 @@ class Contamination(Method):
         return ContaminationPlan(
             benchmark=bench.name,
             part=part,
-            score=self.config.score,
+            score=self.config.score if self.config.score != AUTO else DEFAULT_PLAN.key,
             heldout=self.config.heldout,
             alpha=self.config.alpha,
             view=view,
@@ -353,9 +420,25 @@ class Contamination(Method):
         return sides[0], sides[1], purchase, test
 
     def run(self, inputs: AuditInputs) -> MethodResult:
+        self.check(inputs)
+        if self.config.score != AUTO:
+            return self._run(inputs)
+        # the plan is fixed here, before any scoring request: priced on the loaded target's view
+        view, budget = run_view(inputs.target)
+        choice = self.choose_plan(inputs, view, budget)
+        result = self.with_plan(DEFAULT_PLAN if choice is None else choice.chosen.plan)._run(inputs)
+        record = (
+            choice.to_json()
+            if choice is not None
+            else {"chosen": DEFAULT_PLAN.key, "rule": "local model: nothing is billed, loss on every position"}
+        )
+        result.provenance.setdefault("contamination", {})["plan_choice"] = record
+        result.summary.insert(0, f"score plan: {record['chosen']} (chosen: {record['rule']})")
+        return result
+
+    def _run(self, inputs: AuditInputs) -> MethodResult:
         from blackbox_audit.metrics import evaluation_metrics
 
-        self.check(inputs)
         cfg = self.config
         full_bench = as_benchmark(inputs.data, "benchmark")  # type: ignore[arg-type]
         part = self.part_for(full_bench)
@@ -586,3 +669,22 @@ def spend_lines(bought: dict[str, Any]) -> list[str]:
             "remaining items' lengths)"
         )
     return [line]
+
+
+def run_view(target: Any) -> tuple[PlanningView, float | None]:
+    """The loaded target's planning view, priced with the run's own price table, and what is left of
+    its ``--budget-usd`` (None: no cap or a local model)."""
+    from dataclasses import replace as _replace
+
+    from blackbox_audit.planning import view_of_target
+
+    view = view_of_target(target)
+    engine = getattr(target, "engine", None)
+    pricing = getattr(engine, "pricing", None)
+    if view.api and pricing is not None:
+        view = _replace(view, price=pricing.get(view.model))
+    budget = getattr(engine, "budget", None)
+    cap = getattr(budget, "max_usd", None)
+    if cap is None:
+        return view, None
+    return view, max(0.0, float(cap) - float(budget.spent_usd) - float(budget.reserved_usd))
