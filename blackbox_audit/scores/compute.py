@@ -204,9 +204,10 @@ class ScoreTable(Mapping[str, np.ndarray]):
 
     Acts as ``dict[field, np.ndarray]``. ``n_tokens[i]``: scored tokens of text ``i`` itself;
     ``n_bounded[i]``: positions, over every record text ``i``'s scores used, whose value is
-    only an upper bound (non-zero only under ``bounded="upper"``); ``error_bounds[field][i]``:
-    a certified bound on the score's error from recovery (``Score.error_bound``; 0 white-box,
-    ``inf`` where a position is only an upper bound).
+    only an upper bound (non-zero only under ``bounded="upper"``; records read without recovery,
+    censored by design, are not counted); with sampled positions ``n_tokens`` counts the sampled
+    ones; ``error_bounds[field][i]``: a certified bound on the score's error from recovery
+    (``Score.error_bound``; 0 white-box, ``inf`` where a position is only an upper bound).
     """
 
     scores: dict[str, np.ndarray]
