@@ -61,7 +61,10 @@ from typing import Any
 import numpy as np
 
 #: plans compared by default: the pre-issue default (every answer position recovered), and the cheap ones
-DEFAULT_PLANS = "loss"
+DEFAULT_PLANS = (
+    "loss,loss@random16,loss_cens,min_k_cens,log_rank,top_k_hits,top1_gap,"
+    "loss_cens@random16,log_rank@random16,top_k_hits@random16,top1_gap@random16,loss_cens@last16,log_rank@last16"
+)
 PRICE_MODEL = "emu-openai-chat"
 #: requests in flight (the positions of one item are sent concurrently)
 CONCURRENCY = 16
@@ -194,13 +197,13 @@ def serve_and_score(
         options = EngineOptions(pricing=str(pricing), concurrency=CONCURRENCY)
 
         def score_on(target_spec: str) -> None:
-            ws = Workspace.open(cache_dir=work / "requests", engine=options)
-            try:
-                target = ws.load_target(target_spec, tokenizer=tokenizer)
-                for plan in need:
-                    scorer.score(target, items, plan, label)
-            finally:
-                ws.close()
+            for plan in need:  # a request cache per plan: plans share their top-20 reads, each must pay for its own
+                cache = work / "requests" if plan.key == "loss" else work / f"requests-{plan.key.replace('@', '-')}"
+                ws = Workspace.open(cache_dir=cache, engine=options)
+                try:
+                    scorer.score(ws.load_target(target_spec, tokenizer=tokenizer), items, plan, label)
+                finally:
+                    ws.close()
 
         url = EMULATOR_URLS.get(spec)
         if url:  # served by `blackbox-audit emulate` in another process (two cores instead of one)
@@ -212,17 +215,25 @@ def serve_and_score(
     return {p.key: {it.id: scorer.rows[f"{p.key}|{it.id}"] for it in items} for p in plans}
 
 
-# ----------------------------------------------------------------------------- white-box truth (full recovery)
-def truth_pass(spec: str, tokenizer: str, items: list[Item], path: Path) -> dict[str, dict[str, Any]]:
-    """Per item and answer position, what the openai-chat emulator would answer about the true token,
-    from the backend itself: its clean logprob, whether it is in the top 20, and the billed prompt
-    tokens of a request at that position (the chat-rendered context). Kept in ``path``."""
+# ----------------------------------------------------------------------------- white-box truth
+TOP_N = 20
+
+
+def truth_pass(spec: str, tokenizer: str, items: list[Item], path: Path) -> dict[str, dict[str, np.ndarray]]:
+    """Per item and answer position, what the openai-chat emulator answers there, from the backend
+    itself: the true token's clean logprob, the top-20 list (descending) and the billed prompt
+    tokens of a request at that position (the chat-rendered context). Kept in ``path`` (npz)."""
     from blackbox_audit.adapters import load_target
     from blackbox_audit.sim.emulator import run_emulator
     from blackbox_audit.sim.emulator.backend import ModelView
     from blackbox_audit.sim.emulator.chat import chat_prompt_ids
 
-    rows: dict[str, dict[str, Any]] = json.loads(path.read_text()) if path.is_file() else {}
+    rows: dict[str, dict[str, np.ndarray]] = {}
+    if path.is_file():
+        with np.load(path) as z:
+            for k in z.files:
+                i, _, f = k.rpartition("/")
+                rows.setdefault(i, {})[f] = z[k]
     todo = [it for it in items if it.id not in rows]
     if not todo:
         return rows
@@ -232,26 +243,42 @@ def truth_pass(spec: str, tokenizer: str, items: list[Item], path: Path) -> dict
         api = load_target(emu.target_spec, tokenizer=tokenizer, cache=None)
         cond, table = api.cond, api.table
         api.close()
+
+    def save() -> None:
+        flat = {f"{i}/{f}": v for i, r in rows.items() for f, v in r.items()}
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(tmp, **flat)
+        tmp.replace(path)
+
     t0 = time.perf_counter()
     for k, it in enumerate(todo):
         pre, ids = table.encode(it.prompt), table.encode(it.output)
         ctxs = [chat_prompt_ids(view.tokenize, cond.messages(table.decode(pre + ids[:j]))) for j in range(len(ids))]
-        lp, hit = [], []
+        lp, top = [], []
         for start in range(0, len(ctxs), 16):  # batched forward passes
             mat = np.asarray(backend.next_token_logprobs(ctxs[start : start + 16]), dtype=np.float64)
             for row, t in zip(mat, ids[start : start + 16], strict=True):
                 lp.append(float(row[t]))
-                hit.append(bool((row > row[t]).sum() < 20))  # rank <= 20: answered by the top-20 read
-        rows[it.id] = {"lp": lp, "hit": hit, "n_ctx": [len(c) for c in ctxs]}
-        if k % 10 == 9 or k == len(todo) - 1:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(rows))
-            tmp.replace(path)
-    print(f"  white-box truth of {len(todo)} items in {time.perf_counter() - t0:.0f} s ({path.name})")
+                top.append(-np.sort(-np.partition(row, -TOP_N)[-TOP_N:]))
+        rows[it.id] = {
+            "lp": np.asarray(lp),
+            "top": np.asarray(top, dtype=np.float64).reshape(len(lp), TOP_N),
+            "n_ctx": np.asarray([len(c) for c in ctxs], dtype=np.int64),
+        }
+        if k % 20 == 19 or k == len(todo) - 1:
+            save()
+            print(f"  truth: {k + 1}/{len(todo)} items, {time.perf_counter() - t0:.0f} s", flush=True)
     return rows
 
 
-def full_recovery_rows(truth, items: list[Item], real: dict[str, dict[str, Any]], price) -> tuple[dict, dict]:
+def _hit(t: dict[str, np.ndarray]) -> np.ndarray:
+    """Positions whose true token is in the top-20 list (answered by the one unbiased read)."""
+    return t["lp"] >= t["top"][:, -1]
+
+
+def full_recovery_rows(
+    truth, items: list[Item], real: dict[str, dict[str, Any]], price, plan: Any = None
+) -> tuple[dict, dict]:
     """The ``loss`` plan's per-item rows from the white-box truth: its score is the exact loss (what
     recovery converges to, within 0.01 nats per position), its cost one top-20 read per position
     plus ``b`` bisection requests per position outside the top 20, each billed at its context's
@@ -264,32 +291,79 @@ def full_recovery_rows(truth, items: list[Item], real: dict[str, dict[str, Any]]
     extra = sum(real[it.id]["requests"] - real[it.id]["positions"] for it in done)
     b = extra / bis if bis else 0.0
 
+    from blackbox_audit.reads import parse_positions
+
+    sample = None if plan is None else parse_positions(plan.positions)
+
     def row(it: Item) -> dict[str, Any]:
         t = truth[it.id]
-        reqs = [1.0 + (0.0 if h else b) for h in t["hit"]]
-        usd = sum(r * (n * price.prompt + price.completion) / 1e6 for r, n in zip(reqs, t["n_ctx"], strict=True))
-        miss = sum(not h for h in t["hit"])
+        keep = np.arange(len(t["lp"])) if sample is None else sample.select(len(t["lp"]), it.output)
+        hit = _hit(t)[keep]
+        reqs = 1.0 + np.where(hit, 0.0, b)
+        usd = float(np.sum(reqs * (t["n_ctx"][keep] * price.prompt + price.completion)) / 1e6)
         return {
-            "score": float(np.mean(t["lp"])),
+            "score": float(np.mean(t["lp"][keep])),
             "usd": usd,
-            "requests": sum(reqs),
+            "requests": float(reqs.sum()),
             "positions": len(reqs),
-            "bisected": miss,
+            "bisected": int((~hit).sum()),
             "modelled": True,
         }
 
     rows = {it.id: row(it) for it in items}
-    check = {
+    return rows, _check(rows, real, done, bisection_requests_per_miss=b)
+
+
+def _check(rows, real, done, **extra) -> dict[str, Any]:
+    """Modelled against real (through the emulator) on the items ``done``."""
+    return {
         "items": len(done),
-        "bisection_requests_per_miss": b,
+        **extra,
         "usd_modelled_over_billed": sum(rows[it.id]["usd"] for it in done) / sum(real[it.id]["usd"] for it in done),
         "requests_modelled_over_sent": sum(rows[it.id]["requests"] for it in done)
         / sum(real[it.id]["requests"] for it in done),
         "max_abs_score_diff": max(abs(rows[it.id]["score"] - real[it.id]["score"]) for it in done),
-        "bisected_modelled_over_real": sum(rows[it.id]["bisected"] for it in done)
-        / max(1, sum(real[it.id]["bisected"] for it in done)),
     }
-    return rows, check
+
+
+def cheap_rows(truth, items: list[Item], plan: Any, price) -> dict[str, dict[str, Any]]:
+    """A top-n plan's per-item rows from the white-box truth: the registered score applied to the
+    record the API read builds (the kept positions, each with its top-20 list: exact inside, censored
+    outside), one request per kept position, billed at its context's prompt tokens + 1 completion."""
+    from blackbox_audit.reads import parse_positions
+    from blackbox_audit.scores.censored import censor
+    from blackbox_audit.scores.registry import get_score
+    from blackbox_audit.types import Status, Strategy, TokenLogprobs
+
+    score = get_score(plan.score)
+    params = dict(score.defaults)
+    sample = parse_positions(plan.positions if plan.positions not in (None, "all") else None)
+    out = {}
+    for it in items:
+        t = truth[it.id]
+        n = len(t["lp"])
+        keep = np.arange(n) if sample is None else sample.select(n, it.output)
+        rec = TokenLogprobs(
+            text=it.output,
+            token_ids=np.zeros(len(keep), dtype=np.int64),
+            tokens=[""] * len(keep),
+            logprobs=t["lp"][keep],
+            status=[Status.EXACT] * len(keep),
+            error_bound=np.zeros(len(keep)),
+            strategy=[Strategy.TOP_N] * len(keep),
+            top_logprobs=t["top"][keep],
+        )
+        view = censor(rec, int(params.get("n", TOP_N)))
+        out[it.id] = {
+            "score": score.reduce(view, params) if len(view) else float("nan"),
+            "usd": float(np.sum(t["n_ctx"][keep] * price.prompt + price.completion) / 1e6),
+            "requests": float(len(keep)),
+            "positions": int(len(keep)),
+            "bisected": 0,
+            "miss": int((~view.in_top).sum()),
+            "modelled": True,
+        }
+    return out
 
 
 # ----------------------------------------------------------------------------- simulation
@@ -387,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--canary", choices=("tiny", "smollm2"), default="tiny")
     p.add_argument("--plans", default=DEFAULT_PLANS, help="comma-separated plan keys (score or score@positions)")
-    p.add_argument("--clean-plans", help="plans run on the clean model (default: every plan but loss)")
+    p.add_argument("--clean-plans", help="plans run on the clean model (default: every plan)")
     p.add_argument("--orders", type=int, default=200, help="seeded buying orders (default 200)")
     p.add_argument("--redraws", type=int, default=50, help="clean-model redraws (>= 20; default 50)")
     p.add_argument("--alpha", type=float, default=0.05)
@@ -405,6 +479,12 @@ def main(argv: list[str] | None = None) -> int:
         default=24,
         help="items recovered through the emulator under loss (the rest from white-box truth, module doc); "
         "a number >= the items audited recovers all of them (slow: ~7 requests per answer token)",
+    )
+    p.add_argument(
+        "--check-real",
+        type=int,
+        default=4,
+        help="items scored for real through the emulator under each top-n plan, to check its modelled rows",
     )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument(
@@ -433,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     plans = [ScorePlan.from_key(k) for k in a.plans.split(",")]
     if plans[0].key != "loss":
         plans.insert(0, ScorePlan("loss"))
-    clean_keys = a.clean_plans.split(",") if a.clean_plans else [pl.key for pl in plans if pl.key != "loss"]
+    clean_keys = a.clean_plans.split(",") if a.clean_plans else [pl.key for pl in plans]
     work = Path(a.work or Path(tempfile.gettempdir()) / f"power_per_dollar-{a.canary}")
     work.mkdir(parents=True, exist_ok=True)
     price = PricingTable.load().get(a.price_as)
@@ -461,37 +541,51 @@ def main(argv: list[str] | None = None) -> int:
     else:
         audited = members + never
         clean_pool = members + never
-    cheap = [pl for pl in plans if pl.key != "loss"]
-    rows = serve_and_score(spec, tokenizer, audited, cheap, scorer, work, "canary") if cheap else {}
-    loss_check = None
-    if a.loss_real >= len(audited):  # every item recovered through the emulator
-        rows.update(serve_and_score(spec, tokenizer, audited, plans[:1], scorer, work, "canary"))
-    else:  # white-box truth, the cost model checked on items recovered through the emulator
-        pick = [audited[i] for i in np.random.default_rng([a.seed, 5]).permutation(len(audited))]
-        real = [it for it in audited if f"loss|{it.id}" in scorer.rows]
-        real += [it for it in pick if it not in real][: max(0, a.loss_real - len(real))]
-        real_rows = serve_and_score(spec, tokenizer, real, plans[:1], scorer, work, "canary")["loss"]
-        truth = truth_pass(spec, tokenizer, audited, work / f"truth-{key}.json")
-        rows["loss"], loss_check = full_recovery_rows(truth, audited, real_rows, price)
-        print(
-            f"loss (full recovery): scores = white-box chat-conditioned loss, cost = one top-20 read per position + "
-            f"{loss_check['bisection_requests_per_miss']:.2f} bisection requests per position outside the top 20; "
-            f"checked on {loss_check['items']} items recovered through the emulator: modelled/billed USD "
-            f"{loss_check['usd_modelled_over_billed']:.3f}, modelled/sent requests "
-            f"{loss_check['requests_modelled_over_sent']:.3f}, positions bisected modelled/real "
-            f"{loss_check['bisected_modelled_over_real']:.3f}, max |score difference| "
-            f"{loss_check['max_abs_score_diff']:.4f}"
-        )
     extra = [it for it in clean_pool if it.id not in {x.id for x in audited}]
+    truth = truth_pass(spec, tokenizer, audited + extra, work / f"truth-{key}.npz")
+    pool = audited + extra
+    # full recovery: modelled from the truth, its cost model checked on items recovered for real
+    pick = [audited[i] for i in np.random.default_rng([a.seed, 5]).permutation(len(audited))]
+    real = [it for it in audited if f"loss|{it.id}" in scorer.rows]
+    real += [it for it in pick if it not in real][: max(0, a.loss_real - len(real))]
+    real_loss = serve_and_score(spec, tokenizer, real, [ScorePlan("loss")], scorer, work, "canary")["loss"]
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    checks: dict[str, dict[str, Any]] = {}
+    for pl in plans:
+        if pl.score == "loss":
+            rows[pl.key], chk = full_recovery_rows(truth, pool, real_loss, price, pl)
+            if pl.key == "loss":
+                checks[pl.key] = chk
+        else:
+            rows[pl.key] = cheap_rows(truth, pool, pl, price)
+    # the top-n plans' modelled scores and costs checked on a few items scored for real
+    sample = pick[: a.check_real]
+    for pl in plans:
+        if pl.score != "loss" and a.check_real > 0:
+            got = serve_and_score(spec, tokenizer, sample, [pl], scorer, work, "check")[pl.key]
+            checks[pl.key] = _check(rows[pl.key], got, sample)
+    for k_, c in checks.items():
+        print(
+            f"modelled vs through the emulator, {k_}: {c['items']} items; USD modelled/billed "
+            f"{c['usd_modelled_over_billed']:.3f}, requests modelled/sent {c['requests_modelled_over_sent']:.3f}, "
+            f"max |score difference| {c['max_abs_score_diff']:.4f}"
+            + (
+                f"; {c['bisection_requests_per_miss']:.2f} bisection requests per position outside the top 20"
+                if "bisection_requests_per_miss" in c
+                else ""
+            )
+        )
+    loss_check = checks
     clean_plans = [pl for pl in plans if pl.key in clean_keys]
-    if a.canary == "tiny" and extra and clean_plans:
-        more = serve_and_score(spec, tokenizer, extra, clean_plans, scorer, work, "canary (more never-trained)")
-        for k_, v in more.items():
-            rows[k_].update(v)
     clean_rows = None
     if clean_spec is not None and clean_plans:
-        clean_scorer = Scorer(work / "items-unmodified-smollm2.json")
-        clean_rows = serve_and_score(clean_spec, tokenizer, clean_pool, clean_plans, clean_scorer, work, "unmodified")
+        clean_truth = truth_pass(clean_spec, tokenizer, clean_pool, work / "truth-unmodified-smollm2.npz")
+        clean_rows = {
+            pl.key: cheap_rows(clean_truth, clean_pool, pl, price)
+            if pl.score != "loss"
+            else full_recovery_rows(clean_truth, clean_pool, real_loss, price, pl)[0]
+            for pl in clean_plans
+        }
 
     design = Contamination(ContaminationConfig(alpha=a.alpha, score="loss")).design()
     orders = orders_for(a.canary, members, never, a.orders, a.seed)
@@ -509,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         usd = np.mean([r[i]["usd"] for i in ids])
         req = np.mean([r[i]["requests"] for i in ids])
         pos = sum(r[i]["positions"] for i in ids)
-        miss = sum(r[i]["bisected"] for i in ids) / pos if pos else 0.0
+        miss = sum(r[i].get("miss", r[i]["bisected"]) for i in ids) / pos if pos else 0.0
         item_auc = auc([r[m.id]["score"] for m in members], [r[it.id]["score"] for it in audited if not it.member])
         total = sum(r[i]["usd"] for _, i in orders[0])
         grid = np.geomspace(max(usd / 4, 1e-7), total, 80)

@@ -77,6 +77,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="membership score, fixed before the run; default auto: the plan with the most power per dollar on "
         "this target (the dry-run compares them; loss on local models)",
     )
+    m.add_argument(
+        "--positions",
+        metavar="all|randomM|lastM",
+        help="answer positions --score reads (default all): randomM = M seeded positions per answer, lastM = the "
+        "last M; the same on both sides",
+    )
     m.add_argument("--alpha", type=fraction, default=0.05, help="test level and FDR of the list (default 0.05)")
     m.add_argument("--confidence", type=fraction, default=0.95, help="rate CI level (default 0.95)")
     m.add_argument("--lam", type=fraction, default=DEFAULT_LAMBDA, help=f"PTDI region size (default {DEFAULT_LAMBDA})")
@@ -121,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
     method = Contamination(
         ContaminationConfig(
             score=args.score,
+            positions=args.positions,
             part=args.part,
             alpha=args.alpha,
             confidence=args.confidence,

@@ -135,6 +135,15 @@ class ContaminationConfig(MethodConfig):
 
         if self.score != AUTO:
             parse_specs([self.score])  # an unknown score fails here, before any work
+        if self.positions is not None:
+            from blackbox_audit.reads import parse_positions
+
+            parse_positions(self.positions)
+            if self.score == AUTO:
+                raise UserError(
+                    f"a position sample ({self.positions}) was given without a score",
+                    "name the score too (e.g. --score loss_cens --positions random16), or leave both to the plan choice",
+                )
 
 
 def as_benchmark(data: Dataset, role: str) -> Benchmark:
@@ -269,11 +278,13 @@ class Contamination(Method):
         from blackbox_audit.scores.output import plan_output_calls
 
         idx = range(len(bench)) if indices is None else indices
-        score = [self.config.score]  # its read (sampled positions, top-n only) decides what a call costs
+        plan = self.effective_plan  # its read (sampled positions, top-n only) decides what a call costs
+        score, positions = [plan.score], plan.positions
         if part == "output":
-            return plan_output_calls([bench.prompts[i] for i in idx], [bench.outputs[i] for i in idx], score)
+            prompts, outputs = [bench.prompts[i] for i in idx], [bench.outputs[i] for i in idx]
+            return plan_output_calls(prompts, outputs, score, positions=positions)
         texts = tuple(bench.texts[i] for i in idx)
-        return list(plan_requests(texts, score).calls) if texts else []
+        return list(plan_requests(texts, score, positions=positions).calls) if texts else []
 
     def plan(self, inputs: AuditInputs) -> CostPlan:
         bench = as_benchmark(inputs.data, "benchmark") if inputs.data is not None else None
@@ -302,6 +313,11 @@ class Contamination(Method):
     def with_plan(self, plan: ScorePlan) -> Contamination:
         """This check with ``plan``'s score and positions (everything else as configured)."""
         return Contamination(replace(self.config, score=plan.score, positions=plan.positions))
+
+    @property
+    def effective_plan(self) -> ScorePlan:
+        """The plan scored and priced: the configured one, or the default while ``score`` is ``auto``."""
+        return self.score_plan or DEFAULT_PLAN
 
     @property
     def score_plan(self) -> ScorePlan | None:
@@ -377,18 +393,12 @@ class Contamination(Method):
         from blackbox_audit.scores.output import compute_output_scores
 
         ids = [src.ids[i] for i in idx]
+        plan = self.effective_plan
+        kw = {"bounded": self.config.bounded, "progress": False, "ids": ids, "positions": plan.positions}
         if part == "output":
-            return compute_output_scores(
-                target,
-                [src.prompts[i] for i in idx],
-                [src.outputs[i] for i in idx],
-                [self.config.score],
-                bounded=self.config.bounded,
-                progress=False,
-                ids=ids,
-            )
-        texts = [src.texts[i] for i in idx]
-        return compute_scores(target, texts, [self.config.score], bounded=self.config.bounded, progress=False, ids=ids)
+            prompts, outputs = [src.prompts[i] for i in idx], [src.outputs[i] for i in idx]
+            return compute_output_scores(target, prompts, outputs, [plan.score], **kw)
+        return compute_scores(target, [src.texts[i] for i in idx], [plan.score], **kw)
 
     def design(self) -> SequentialDesign | None:
         """The sequential test's stopping rules, fixed before any item is bought (None: fixed sample)."""
