@@ -142,7 +142,7 @@ class ContaminationConfig(MethodConfig):
             if self.score == AUTO:
                 raise UserError(
                     f"a position sample ({self.positions}) was given without a score",
-                    "name the score too (e.g. --score loss_cens --positions random16), or leave both to the plan choice",
+                    "name the score too (e.g. --score loss_cens --positions random16) or leave both to the plan choice",
                 )
 
 
