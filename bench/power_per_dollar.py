@@ -30,8 +30,8 @@ bought in that order until the budget is spent. Per plan the script prints:
 - the ratio of the current default plan's fixed-sample budget (``loss``, every position
   recovered) to each plan's sequential budget, side by side in this one run.
 
-**Clean model.** The chosen plans are also scored on items nobody trained on (tiny: the
-canary's 600 never-trained items, a canary trained on other items; smollm2: unmodified SmolLM2
+**Clean model.** The chosen plans are also scored on items nobody trained on (tiny: 400 of the
+canary's never-trained items, a canary trained on other items; smollm2: unmodified SmolLM2
 on the same 256 items); each of ``--redraws`` redraws splits them at random into a benchmark and a
 held-out side and runs the sequential test (futility on) over all of them: the flag rate, with
 its standard error, must stay <= alpha + 2 SE. The redraws share one pool of items, so they are
@@ -66,6 +66,9 @@ DEFAULT_PLANS = (
     "loss_cens@random16,log_rank@random16,top_k_hits@random16,top1_gap@random16,loss_cens@last16,log_rank@last16"
 )
 PRICE_MODEL = "emu-openai-chat"
+#: the tiny canary's epochs: at the canary's default 5 (65 steps on 200 items) it barely memorises them
+#: (loss AUC 0.56 on 200 members vs 120 never-trained items, 2.6% of answer tokens in the top 20)
+TINY_EPOCHS = 20
 #: requests in flight (the positions of one item are sent concurrently)
 CONCURRENCY = 16
 #: backend spec -> base URL of an emulator already serving it (``--emulator SPEC=URL``)
@@ -101,8 +104,15 @@ def canary_setup(name: str, cache_dir: str | None, epochs: int | None):
     from blackbox_audit.sim.canary import CanaryOptions, build_canary, default_train_config
 
     if name == "tiny":
+        train = replace(default_train_config("tiny"), epochs=epochs or TINY_EPOCHS)
         opts = CanaryOptions(
-            corpus="benchmark:gsm8k", base="tiny", n_members=200, n_nonmembers=200, n_calibration=400, n_shifted=0
+            corpus="benchmark:gsm8k",
+            base="tiny",
+            n_members=200,
+            n_nonmembers=200,
+            n_calibration=400,
+            n_shifted=0,
+            train=train,
         )
     else:
         train = default_train_config("smollm2")
@@ -465,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--orders", type=int, default=200, help="seeded buying orders (default 200)")
     p.add_argument("--redraws", type=int, default=50, help="clean-model redraws (>= 20; default 50)")
     p.add_argument("--alpha", type=float, default=0.05)
-    p.add_argument("--epochs", type=int, help="smollm2 canary epochs (default: the canary's default)")
+    p.add_argument("--epochs", type=int, help=f"canary epochs (default: tiny {TINY_EPOCHS}, smollm2 the canary's default)")
     p.add_argument("--price-as", default="gpt-4o-mini")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache-dir", help="canary cache (default $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
@@ -537,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     scorer = Scorer(work / f"items-{key}.json")
     if a.canary == "tiny":
         audited = members + never[: len(members)]  # the benchmark and the held-out side (the canary's non-members)
-        clean_pool = never
+        clean_pool = never[: 2 * len(members)]  # 400 never-trained items, redrawn into two sides of 200
     else:
         audited = members + never
         clean_pool = members + never
