@@ -475,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--orders", type=int, default=200, help="seeded buying orders (default 200)")
     p.add_argument("--redraws", type=int, default=50, help="clean-model redraws (>= 20; default 50)")
     p.add_argument("--alpha", type=float, default=0.05)
-    p.add_argument("--epochs", type=int, help=f"canary epochs (default: tiny {TINY_EPOCHS}, smollm2 the canary's default)")
+    p.add_argument("--epochs", type=int, help=f"canary epochs (default: tiny {TINY_EPOCHS}, smollm2 its default)")
     p.add_argument("--price-as", default="gpt-4o-mini")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache-dir", help="canary cache (default $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
@@ -486,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--loss-real",
         type=int,
-        default=24,
+        default=6,
         help="items recovered through the emulator under loss (the rest from white-box truth, module doc); "
         "a number >= the items audited recovers all of them (slow: ~7 requests per answer token)",
     )
