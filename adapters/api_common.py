@@ -299,9 +299,9 @@ class ApiTarget(Target):
         return self._loop.run(self._score(self._with_priors(items), progress))
 
     async def _score(self, items: list[tuple[Any, ...]], progress: bool) -> list[TokenLogprobs]:
-        from tqdm.auto import tqdm
+        from blackbox_audit.progress import progress_bar
 
-        bar = tqdm(total=len(items), desc=f"{self.name} logprobs", unit="text", disable=not progress)
+        bar = progress_bar(total=len(items), desc=f"{self.name} logprobs", unit="text", disable=not progress)
 
         async def one(text: str, ctx: list[int], ids: list[int], pri: list[float | None] | None) -> TokenLogprobs:
             full = ctx + ids

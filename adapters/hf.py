@@ -275,9 +275,9 @@ class HFTarget(ChatScoring, Target):
         return torch.log_softmax(logits.float(), dim=-1), offsets
 
     def _progress(self, total: int, desc: str, progress: bool):
-        from tqdm.auto import tqdm
+        from blackbox_audit.progress import progress_bar
 
-        return tqdm(total=total, desc=desc, unit="tok", disable=not (progress and self.progress), leave=False)
+        return progress_bar(total=total, desc=desc, unit="tok", disable=not (progress and self.progress), leave=False)
 
     def _record(
         self,

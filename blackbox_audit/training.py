@@ -116,10 +116,10 @@ def train_epochs(
     averages over; each batch is one ``clipped_step``. ``on_epoch(epoch)`` (1-based) runs after
     each epoch's loss is recorded.
     """
-    from tqdm.auto import tqdm
+    from blackbox_audit.progress import progress_bar
 
     losses: list[float] = []
-    bar = tqdm(total=steps_per_epoch(n, batch_size) * epochs, desc=desc, unit="step", disable=not progress)
+    bar = progress_bar(total=steps_per_epoch(n, batch_size) * epochs, desc=desc, unit="step", disable=not progress)
     try:
         for epoch in range(epochs):
             order = rng.permutation(n)

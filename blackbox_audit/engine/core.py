@@ -34,9 +34,9 @@ from typing import Any, TypeVar
 
 import httpx
 from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt, wait_random_exponential
-from tqdm import tqdm
 
 from blackbox_audit.errors import UserError
+from blackbox_audit.progress import progress_bar
 from blackbox_audit.redaction import (
     clean_api_key,
     redact_text,
@@ -301,7 +301,7 @@ class RequestEngine:
         self._sem: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inflight: dict[str, asyncio.Future[Any]] = {}
-        self._bar: tqdm | None = None
+        self._bar: Any = None  # a progress_bar, opened by the first answer
         self._unpriced_warned: set[str] = set()
         self._models: list[str] | None = None
         directory = getattr(cache, "directory", None)
@@ -354,7 +354,7 @@ class RequestEngine:
         if not self.progress:
             return
         if self._bar is None:
-            self._bar = tqdm(total=self.expected_requests, desc="requests", unit="req", dynamic_ncols=True)
+            self._bar = progress_bar(total=self.expected_requests, desc="requests", unit="req", dynamic_ncols=True)
         self._bar.update(1)
         self._bar.set_postfix(
             sent=self.stats.requests_sent, cached=self.stats.cache_hits, usd=f"{self.stats.cost_usd:.4f}", refresh=False
