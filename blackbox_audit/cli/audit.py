@@ -14,7 +14,6 @@ import argparse
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "audit",
-        help="run an audit spec (TOML: targets, data, methods, budget) -> one report folder with report.html",
         description="Run every step of an audit spec through one cache and one budget; write one folder per "
         "step, run.json and a self-contained report.html. See examples/audit.toml.",
     )

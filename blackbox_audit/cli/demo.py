@@ -365,7 +365,6 @@ STEPS: list[tuple[str, Callable[[DemoRun], None]]] = [
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "demo",
-        help="offline end-to-end audit of a canary model (start here)",
         description="Build (or reuse) a canary model trained on a known random half of a corpus, score it with "
         "every applicable membership score, compare with a text-only blind baseline, and print a table.",
     )

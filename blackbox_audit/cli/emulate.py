@@ -20,7 +20,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "emulate",
-        help="serve a local model as an emulated OpenAI-compatible API (offline testing)",
         description="Serve a white-box model on 127.0.0.1 with one provider's logprob/logit_bias semantics.",
     )
     p.add_argument("--backend", required=True, help="white-box model: hf:PATH, gguf:PATH or smollm2")

@@ -20,7 +20,6 @@ from blackbox_audit.scores import FetchCall
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "logprobs",
-        help="per-token logprobs of each sample -> OUT/logprobs.jsonl",
         description="Write per-token logprobs (with status, strategy and error bound) for each sample.",
     )
     add_common_arguments(p)

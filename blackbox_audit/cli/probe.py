@@ -18,7 +18,6 @@ from blackbox_audit.cli.options import add_engine_arguments
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "probe",
-        help="determine an API endpoint's logprob/bias semantics (which recovery strategies work)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
