@@ -65,3 +65,63 @@ def test_an_unknown_or_missing_command_is_one_usage_error(argv, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "usage: blackbox-audit" in err and ("invalid choice" in err or "required" in err)
+
+
+# --- torch's threads (blackbox_audit.threads, --threads) ----------------------------------------
+def test_cgroup_quota_v1_and_v2_cap_the_thread_count(tmp_path, monkeypatch):
+    from blackbox_audit import threads
+
+    monkeypatch.setattr(threads, "_CGROUP_ROOT", tmp_path)
+    v2 = tmp_path / "proc-v2"
+    v2.write_text("0::/jobs/one\n")
+    (tmp_path / "jobs" / "one").mkdir(parents=True)
+    (tmp_path / "jobs" / "one" / "cpu.max").write_text("max 100000\n")
+    assert threads.cgroup_cpu_limit(v2) is None  # no quota on the job itself
+    (tmp_path / "jobs" / "cpu.max").write_text("150000 100000\n")  # a parent's quota binds it
+    assert threads.cgroup_cpu_limit(v2) == 1.5
+    v1 = tmp_path / "proc-v1"
+    v1.write_text("4:memory:/x\n1:cpu,cpuacct:/box\n")
+    (tmp_path / "cpu,cpuacct" / "box").mkdir(parents=True)
+    (tmp_path / "cpu,cpuacct" / "box" / "cpu.cfs_quota_us").write_text("-1\n")
+    (tmp_path / "cpu,cpuacct" / "box" / "cpu.cfs_period_us").write_text("100000\n")
+    assert threads.cgroup_cpu_limit(v1) is None  # -1: no quota
+    (tmp_path / "cpu,cpuacct" / "box" / "cpu.cfs_quota_us").write_text("200000\n")
+    assert threads.cgroup_cpu_limit(v1) == 2.0
+    monkeypatch.setattr(threads, "cgroup_cpu_limit", lambda: 1.5)
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert threads.available_cpus() == (2, "8 in its CPU affinity, cgroup quota 1.5 CPUs")
+
+
+def test_threads_come_from_the_flag_then_omp_num_threads_then_the_cpus(monkeypatch):
+    from blackbox_audit import threads
+
+    monkeypatch.setattr(threads, "available_cpus", lambda: (3, "3 in its CPU affinity"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert threads.choose_threads(5) == threads.ThreadChoice(5, "--threads")
+    assert threads.choose_threads(None) == threads.ThreadChoice(2, "OMP_NUM_THREADS")
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert threads.choose_threads(None) == threads.ThreadChoice(3, "available CPUs (3 in its CPU affinity)")
+
+
+def test_the_choice_reaches_torch_loaded_later_or_already_loaded():
+    code = (
+        "import os\nos.environ.pop('OMP_NUM_THREADS', None)\nos.environ.pop('MKL_NUM_THREADS', None)\n"
+        "from blackbox_audit.threads import use_threads\nc = use_threads(None)\n"
+        "import torch\nlater = torch.get_num_threads()\n"
+        "use_threads(1)\nprint(c.n, later, torch.get_num_threads())"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    chosen, later, after = proc.stdout.split()
+    assert later == chosen and after == "1", proc.stderr
+
+
+def test_score_records_its_threads_in_run_json(tiny_lm_dir, tmp_path, capsys):
+    from blackbox_audit.cli import main
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"text": f"a short text number {i}", "label": i % 2}) + "\n" for i in range(4)))
+    argv = ["score", "--target", f"hf:{tiny_lm_dir}", "--data", str(data), "--scores", "loss", "--no-cache"]
+    assert main([*argv, "--out", str(tmp_path / "o"), "--threads", "1"]) == 0
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert run["threads"] == {"n": 1, "from": "--threads", "torch": 1}
+    assert run["options"]["threads"] == 1

@@ -119,6 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     install_log_redaction()  # every log line, httpx/httpcore included, goes through the key filter
+    if "threads" in vars(args):  # a command that may load a local model: torch's threads, set once
+        from blackbox_audit.threads import use_threads
+
+        use_threads(args.threads)
     with clean_interrupts():  # Ctrl-C / SIGTERM: one line, exit 130 / 143 (blackbox_audit.interrupt)
         try:
             return int(args.func(args) or 0)

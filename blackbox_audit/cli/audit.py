@@ -12,6 +12,8 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from blackbox_audit.cli.options import add_threads_argument
+
     p = subparsers.add_parser(
         "audit",
         description="Run every step of an audit spec through one cache and one budget; write one folder per "
@@ -27,6 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "are loaded only to count tokens)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_threads_argument(p)
     p.set_defaults(func=run)
 
 

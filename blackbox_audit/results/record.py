@@ -23,6 +23,7 @@ from typing import Any
 from blackbox_audit.redaction import is_conventional_env_name, redact_text
 from blackbox_audit.results.files import write_json
 from blackbox_audit.results.provenance import git_revision, package_versions
+from blackbox_audit.threads import configured as configured_threads
 
 # option names that may hold credentials. "max_tokens", "tokenizer" and counters such as
 # "forced_token" (a ladder strategy) are not credentials; only token names that credentials use are.
@@ -114,6 +115,9 @@ class RunRecorder:
             "versions": package_versions(),
             "git": git_revision(),
         }
+        threads = configured_threads()
+        if threads is not None:  # set by a command that may load a local model (--threads)
+            record["threads"] = threads.to_json()
         if target is not None:
             record["target"] = target.describe()
             record["target"].setdefault("fingerprint", target.fingerprint())
