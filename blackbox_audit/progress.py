@@ -5,7 +5,8 @@ those frames pile up: a demo's log held thousands of them on one line. So when t
 stream is not a terminal, it writes one plain, complete line at most every
 ``BLACKBOX_AUDIT_PROGRESS_S`` seconds (default 10), as pip and Hugging Face do, and a last
 line with the total when it closes; a bar that finishes sooner writes nothing. Jupyter keeps
-tqdm's own widget (``tqdm.auto``).
+tqdm's own widget (``tqdm.auto``). The bars of Hugging Face libraries (transformers' "Loading
+weights", ...) are switched off in that case (``quiet_library_bars``, called by the CLI at start).
 """
 
 from __future__ import annotations
@@ -82,6 +83,22 @@ class LineBar(tqdm):
         return True
 
 
+def quiet_library_bars(stream: Any = None) -> bool:
+    """When ``stream`` (default stderr) is not a terminal, switch off Hugging Face's progress bars
+    (``HF_HUB_DISABLE_PROGRESS_BARS``, read when transformers loads; or their switch when it is
+    loaded already); a user's own setting of the variable wins. Returns whether they are off."""
+    stream = sys.stderr if stream is None else stream
+    if _is_terminal(stream) or _in_notebook():
+        return False
+    if os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1") != "1":
+        return False
+    if "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
+    return True
+
+
 def progress_bar(*, disable: bool = False, file: IO[str] | None = None, **kwargs: Any) -> tqdm:
     """A progress bar taking tqdm's arguments (``total``, ``desc``, ``unit``, ``leave``, ...):
     tqdm's own on a terminal or in Jupyter, a ``LineBar`` when the stream is a file or a pipe."""
@@ -91,4 +108,4 @@ def progress_bar(*, disable: bool = False, file: IO[str] | None = None, **kwargs
     return LineBar(file=stream, **kwargs)
 
 
-__all__ = ["DEFAULT_INTERVAL_S", "INTERVAL_ENV", "LineBar", "log_interval_s", "progress_bar"]
+__all__ = ["DEFAULT_INTERVAL_S", "INTERVAL_ENV", "LineBar", "log_interval_s", "progress_bar", "quiet_library_bars"]

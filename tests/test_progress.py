@@ -53,3 +53,17 @@ def test_a_command_logged_to_a_file_holds_no_carriage_return(tmp_path: Path):
     assert proc.returncode == 0, text
     assert "\r" not in text
     assert "ptdi-eval trials:" in text and "40/40" in text  # the bar is there, as plain lines
+
+
+def test_a_model_loading_command_logged_to_a_file_holds_no_carriage_return(tiny_lm_dir: Path, tmp_path: Path):
+    data = tmp_path / "d.txt"
+    data.write_text("".join(f"a short text number {i}\n" for i in range(6)))
+    log = tmp_path / "stderr.log"
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"} | {"OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "blackbox_audit", "score", "--target", f"hf:{tiny_lm_dir}", "--data", str(data)]
+    cmd += ["--scores", "loss", "--out", str(tmp_path / "o"), "--no-cache"]
+    with log.open("w") as err:
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, timeout=300)
+    text = log.read_bytes().decode()
+    assert proc.returncode == 0, text
+    assert "\r" not in text  # transformers' "Loading weights" bar included

@@ -119,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     install_log_redaction()  # every log line, httpx/httpcore included, goes through the key filter
+    from blackbox_audit.progress import quiet_library_bars  # after parsing: --help stays light
+
+    quiet_library_bars()  # stderr to a file: no \r frames from transformers' own bars either
     if "threads" in vars(args):  # a command that may load a local model: torch's threads, set once
         from blackbox_audit.threads import use_threads
 
