@@ -228,8 +228,17 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = Tru
         "--max-retries",
         type=nonnegative_int,
         default=retries,
-        help="retries of 429/5xx/timeouts/garbled or malformed answers (probe and server tokenizer too; "
-        f"default {retries})",
+        help="retries of 5xx/timeouts/garbled or malformed answers and of 429s without Retry-After (probe and "
+        f"server tokenizer too; default {retries})",
+    )
+    wait = EngineOptions.rate_limit_wait_s
+    g.add_argument(
+        "--rate-limit-wait",
+        type=nonnegative_float,
+        default=wait,
+        metavar="SECONDS",
+        help="a 429 with Retry-After is waited out, not counted as a retry, up to this many seconds of such "
+        f"waits per request (default {wait:g})",
     )
     g.add_argument(
         "--pricing",
@@ -250,6 +259,7 @@ def engine_options_from_args(args: argparse.Namespace) -> EngineOptions:
         tpm=args.tpm,
         concurrency=args.concurrency,
         max_retries=args.max_retries,
+        rate_limit_wait_s=args.rate_limit_wait,
         pricing=args.pricing,
     )
 
