@@ -345,6 +345,10 @@ class ApiTarget(Target):
             got = await self.engine.gather(recover(j) for j in ask)
             for j, r in zip(ask, got, strict=True):
                 res[j] = r
+            stats = self.engine.stats  # the bar counts texts; requests and dollars ride along
+            bar.set_postfix(
+                req=stats.requests_sent, cached=stats.cache_hits, usd=f"{stats.cost_usd:.4f}", refresh=False
+            )
             bar.update(1)
             return self._record(text, ctx, ids, res, sorted(bad))
 

@@ -65,7 +65,9 @@ class LineBar(tqdm):
         self._interval_s = log_interval_s() if interval_s is None else interval_s
         self._last_line: float | None = None
         kwargs["file"] = _Lines(kwargs.get("file") or sys.stderr)
-        kwargs.update(dynamic_ncols=False, ncols=100, ascii=True, mininterval=self._interval_s)
+        kwargs.update(
+            dynamic_ncols=False, ncols=None, ascii=True, mininterval=self._interval_s
+        )  # whole lines, never cut
         super().__init__(*args, **kwargs)
 
     def display(self, msg: str | None = None, pos: int | None = None) -> bool:

@@ -766,6 +766,7 @@ class RequestEngine:
             "budget": self.budget.to_json(),
             "pricing": None if self.free else (self.pricing.sources if self.pricing else None),
             "stopped": self.stopped,
+            "unpriced_models": sorted(self._unpriced_warned),  # their cost is not in cost_usd
         }
         if self.store is not None:
             out["cache_store"] = self.store.stats()
