@@ -161,10 +161,16 @@ def _membership(result: MethodResult, name: str) -> str:
             )
         )
         n0 = min(st["n"][1] for st in stats.values())
+        if isinstance(blind, Mapping) and blind.get("skipped"):
+            about_blind = f"No blind (text-only) baseline: {_e(blind['skipped'])}."
+        else:
+            about_blind = (
+                "The blind baseline classifies the texts alone, without the model: model scores are evidence of "
+                "membership only where they clearly beat it."
+            )
         out.append(
             f'<p class="muted">* fewer non-members ({n0}) than that FPR level needs for one false positive: the value '
-            "is read at FPR 0 and says little. The blind baseline classifies the texts alone, without the model: "
-            "model scores are evidence of membership only where they clearly beat it.</p>"
+            f"is read at FPR 0 and says little. {about_blind}</p>"
         )
         if isinstance(blind, Mapping) and blind.get("confounded"):
             out.append(

@@ -233,3 +233,14 @@ def test_an_api_score_run_ends_with_its_requests_and_spend(
     assert f"${usage['cost_usd']:.4f} spent of --budget-usd 1" in line
     last_bar = [x for x in err.splitlines() if " logprobs:" in x][-1]
     assert f"req={usage['requests_sent']}" in last_bar and "usd=" in last_bar
+
+
+def test_too_few_texts_for_the_blind_baseline_say_so(tiny_lm_dir, labelled_data, tmp_path, capsys) -> None:
+    """Issue 27: below 5 texts per class the blind baseline vanished without a word."""
+    argv = ["score", "--target", f"hf:{tiny_lm_dir}", "--data", str(labelled_data), "--limit", "6"]
+    rc, out, err = run_cli([*argv, "--scores", "loss", "--out", str(tmp_path / "o"), "--no-cache"], capsys)
+    assert rc == 0, err
+    blind = json.loads((tmp_path / "o" / "metrics.json").read_text())["blind"]
+    assert blind == {"skipped": blind["skipped"]} and "3 members and 3 non-members" in blind["skipped"]
+    assert f"warning: no blind baseline: {blind['skipped']}" in out
+    assert not [line for line in out.splitlines() if line.startswith("blind")]  # no empty row in the table
