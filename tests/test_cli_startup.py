@@ -64,7 +64,8 @@ def test_an_unknown_or_missing_command_is_one_usage_error(argv, capsys):
         main(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "usage: blackbox-audit" in err and ("invalid choice" in err or "required" in err)
+    assert len(err.splitlines()) == 1 and err.startswith("blackbox-audit: error: ")
+    assert "invalid choice" in err or "required" in err
 
 
 # --- torch's threads (blackbox_audit.threads, --threads) ----------------------------------------

@@ -16,7 +16,7 @@ import sys
 import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from blackbox_audit import __version__
 from blackbox_audit.errors import UserError
@@ -72,6 +72,14 @@ COMMANDS: tuple[Command, ...] = (
 _SUMMARIES = {c.name: c.summary for c in COMMANDS}
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage error is one line: argparse prints the command's whole usage
+    first (18 lines for ``score``), which buries the error; ``--help`` still shows it all."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 class _Commands(argparse._SubParsersAction):
     """The sub-parsers action of the top-level parser: a command's ``--help`` line comes from ``COMMANDS``."""
 
@@ -85,7 +93,7 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
     """The top-level parser; ``load``: the commands whose modules are imported and whose own
     parsers are built (default: all); every other command is listed by its summary alone."""
     loaded = set(_SUMMARIES if load is None else load)
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="blackbox-audit",
         description="Audit language models for training-data use (membership inference, "
         "dataset inference, contamination), white-box or through APIs.",
