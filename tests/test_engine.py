@@ -294,6 +294,27 @@ def test_max_requests_is_exact_under_concurrency_and_resumable():
 
 
 @respx.mock
+def test_stop_messages_promise_a_cache_only_when_there_is_one():
+    """Issue 27: with --no-cache the budget message said "answers so far are cached"."""
+    from blackbox_audit.engine.budget import ANSWERS_KEPT, ANSWERS_LOST
+
+    respx.post(f"{BASE}/completions").mock(return_value=ok())
+    respx.post(f"{BASE}/chat/completions").mock(return_value=httpx.Response(500, text="boom"))
+    for cache, promise in (({}, ANSWERS_KEPT), (None, ANSWERS_LOST)):
+        e = engine(cache=cache, spending=Spending(EngineOptions(max_retries=0), Budget(max_requests=1)))
+        run(e.post_json("/completions", body(1)))
+        with pytest.raises(BudgetExceeded) as ei:
+            run(e.post_json("/completions", body(2)))
+        assert ei.value.fix.endswith(promise) and promise in str(ei.value)
+        e = engine(cache=cache, spending=Spending(EngineOptions(max_retries=0)))
+        with pytest.raises(RetriesExhausted) as ei:
+            run(e.post_json("/chat/completions", {"model": "m", "messages": []}))
+        assert promise in ei.value.one_line()
+        other = ANSWERS_LOST if promise == ANSWERS_KEPT else ANSWERS_KEPT
+        assert other not in ei.value.one_line()
+
+
+@respx.mock
 def test_budget_usd_reserves_before_sending():
     # gpt-3.5-turbo-instruct: $1.5 / 1M prompt, $2 / 1M completion. Each request reserves
     # 4 prompt tokens + 1 completion = $8e-6 and is billed 3 + 1 = $6.5e-6.

@@ -46,7 +46,7 @@ from blackbox_audit.redaction import (
     split_url_credentials,
 )
 
-from .budget import BudgetExceeded
+from .budget import ANSWERS_KEPT, ANSWERS_LOST, BudgetExceeded
 from .cache import DEFAULT_RESCUE_BYTES, AnswerStore, CacheFull, request_key, restrict_permissions
 from .limits import RateLimiter
 from .options import Spending
@@ -130,7 +130,7 @@ class RetriesExhausted(ProviderError):
         self.code = code
         self.provider_message = last
         where = f" at {base_url}" if base_url else ""
-        keep = "answers received so far are cached and not re-sent"
+        keep = ANSWERS_KEPT
         raise_retries = "raise --max-retries" + (f" (now {max_retries})" if max_retries is not None else "")
         if status == 429:
             problem = (
@@ -158,7 +158,7 @@ class RateLimitWaitExceeded(RetriesExhausted):
         self.status, self.code, self.provider_message = 429, None, last
         where = f" at {base_url}" if base_url else ""
         asked, bound, waited = policy.refused_wait or 0.0, policy.rate_limit_wait_s, policy.rate_waited_s
-        keep = "answers received so far are cached and not re-sent"
+        keep = ANSWERS_KEPT
         if waited == 0:
             problem = (
                 f"the provider{where} answered HTTP 429 asking to wait {asked:g} s (Retry-After), more than "
@@ -569,23 +569,29 @@ class RequestEngine:
             last = err.last_attempt.exception()
             assert isinstance(last, _Retryable)
             if policy.refused_wait is not None:
-                raise RateLimitWaitExceeded(policy, attempts, self._redact(str(last)), base_url=self.base_url) from None
-            raise RetriesExhausted(
-                attempts,
-                self._redact(str(last)),
-                last.status,
-                base_url=self.base_url,
-                code=last.code,
-                max_retries=self.max_retries,
-            ) from None
+                exhausted: RetriesExhausted = RateLimitWaitExceeded(
+                    policy, attempts, self._redact(str(last)), base_url=self.base_url
+                )
+            else:
+                exhausted = RetriesExhausted(
+                    attempts,
+                    self._redact(str(last)),
+                    last.status,
+                    base_url=self.base_url,
+                    code=last.code,
+                    max_retries=self.max_retries,
+                )
+            raise self._without_cache_promise(exhausted) from None
         except (BudgetExceeded, CacheFull) as exc:
             self.stopped = exc.problem
+            self._without_cache_promise(exc)
             raise
         except ProviderError as exc:
             if exc.status == 404 and isinstance(model, str) and self._names_unknown_model(exc):
                 raise UnknownModel(
                     model, self.base_url, exc.provider_message, await self.list_models(), exc.code
                 ) from None
+            self._without_cache_promise(exc)
             raise
         self._tick()
         return data
@@ -675,7 +681,7 @@ class RequestEngine:
             raise ProviderError(
                 429,
                 message,
-                "add credit or raise the account's spending limit, then re-run: answers so far are cached",
+                f"add credit or raise the account's spending limit, then re-run: {ANSWERS_KEPT}",
                 code=code,
                 problem=f"the account at {self.base_url} is out of quota (HTTP 429 {code}: {message})",
             )
@@ -691,6 +697,13 @@ class RequestEngine:
                 problem=f"the server at {self.base_url} refused the API key (HTTP 401: {message})",
             )
         raise ProviderError(status, message, _fix_for(status), code=code)
+
+    def _without_cache_promise(self, exc: UserError) -> UserError:
+        """``exc``, its fix no longer promising a cache that this engine does not have (``--no-cache``)."""
+        if self.store is None and exc.fix and ANSWERS_KEPT in exc.fix:
+            exc.fix = exc.fix.replace(ANSWERS_KEPT, ANSWERS_LOST)
+            exc.args = (exc.one_line(),)
+        return exc
 
     @staticmethod
     def _names_unknown_model(exc: ProviderError) -> bool:
