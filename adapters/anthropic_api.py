@@ -57,7 +57,8 @@ class AnthropicTarget(Target):
             full_distribution=False,
             conditional=False,
             generation=True,
-            extra={"api": "messages", "logprobs": False},
+            logprobs=False,
+            extra={"api": "messages", "logprobs": False, "no_logprobs": "the Messages API returns text only"},
         )
 
     def fingerprint(self) -> str:

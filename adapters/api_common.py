@@ -143,17 +143,24 @@ class ApiTarget(Target):
         self._guess = LpGuess()
         self.capabilities = Capabilities(
             full_distribution=False,
-            conditional=True,
+            conditional=sem is not None,
             generation=True,
+            logprobs=sem is not None,
             extra={
                 "api": cond.api,
                 "semantics": sem.to_json() if sem else None,
                 "logprobs": sem is not None,
                 "fine_tuning": kind in FINE_TUNING_KINDS,
+                **({} if sem else {"no_logprobs": self._probe_verdict()}),
             },
         )
         self._options: dict[str, Any] = {}  # build options, for siblings (with_model)
         self._owns_engine = True  # False for a sibling sharing its parent's engine and loop
+
+    def _probe_verdict(self) -> str:
+        """The probe's last observation (what its verdict rests on), not the cache's note."""
+        lines = [e for e in self.probe_evidence if e != "(probe report from the cache)"]
+        return lines[-1] if lines else "the probe found none"
 
     # ---- identity
     def fingerprint(self) -> str:
@@ -215,7 +222,7 @@ class ApiTarget(Target):
     def _require_logprobs(self) -> Semantics:
         if self.sem is None:
             raise CapabilityError(
-                f"target {self.name} gives no usable logprobs ({'; '.join(self.probe_evidence[-1:])})",
+                f"target {self.name} gives no usable logprobs ({self._probe_verdict()})",
                 "audit it with text-only methods (generation still works), or use a model that returns logprobs",
             )
         return self.sem

@@ -59,6 +59,7 @@ from blackbox_audit.methods.base import (
     check_fraction_open,
     check_positive,
     register_method,
+    score_needs,
 )
 from blackbox_audit.methods.contamination_stats import member_share_ci, pac_style_rate, rank_test
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, check_level, fdp_and_power, select
@@ -184,7 +185,8 @@ class Contamination(Method):
     # ------------------------------------------------------------------ inputs
     def needs(self) -> Needs:
         sets = ("heldout",) if self.config.heldout == "known" else ()
-        return Needs(sets=sets, capabilities=("conditional",) if self.config.part == "output" else ())
+        caps = {*score_needs([self.config.score]), *(("conditional",) if self.config.part == "output" else ())}
+        return Needs(sets=sets, capabilities=tuple(sorted(caps)))
 
     def part_for(self, bench: Benchmark) -> str:
         part = self.config.part if self.config.part != "auto" else bench.default_part

@@ -108,6 +108,7 @@ class ScoreMethod(Method):
     def check(self, inputs: AuditInputs) -> None:
         from blackbox_audit.scores import check_capabilities
 
+        self.refuse_text_only(inputs)
         if inputs.target is not None:  # names the scores that need what the target lacks
             check_capabilities(inputs.target, self.specs, inputs.reference)
         super().check(inputs)
