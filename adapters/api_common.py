@@ -360,9 +360,9 @@ class ApiTarget(Target):
         read: ReadOptions = DEFAULT_READ,
         keep: Sequence[Any] | None = None,
     ) -> list[TokenLogprobs]:
-        from tqdm.auto import tqdm
+        from blackbox_audit.progress import progress_bar
 
-        bar = tqdm(total=len(items), desc=f"{self.name} logprobs", unit="text", disable=not progress)
+        bar = progress_bar(total=len(items), desc=f"{self.name} logprobs", unit="text", disable=not progress)
         kept = list(keep) if keep is not None else [None] * len(items)
         width = read.top
 
@@ -432,6 +432,10 @@ class ApiTarget(Target):
                 res[j] = r
             if read.recover:
                 self._measure([res[j] for j in wanted if j not in bad], echoed=echoed)
+            stats = self.engine.stats  # the bar counts texts; requests and dollars ride along
+            bar.set_postfix(
+                req=stats.requests_sent, cached=stats.cache_hits, usd=f"{stats.cost_usd:.4f}", refresh=False
+            )
             bar.update(1)
             top_rows = None
             if width:
