@@ -234,14 +234,15 @@ class Contamination(Method):
 
     # ------------------------------------------------------------------ plan (dry-run)
     def _calls(self, bench: Benchmark, part: str, indices: Sequence[int] | None = None) -> list[Any]:
-        from blackbox_audit.scores import FetchCall
+        from blackbox_audit.scores import plan_requests
         from blackbox_audit.scores.output import plan_output_calls
 
         idx = range(len(bench)) if indices is None else indices
+        score = [self.config.score]  # its read (sampled positions, top-n only) decides what a call costs
         if part == "output":
-            return plan_output_calls([bench.prompts[i] for i in idx], [bench.outputs[i] for i in idx])
+            return plan_output_calls([bench.prompts[i] for i in idx], [bench.outputs[i] for i in idx], score)
         texts = tuple(bench.texts[i] for i in idx)
-        return [FetchCall("plain", texts)] if texts else []
+        return list(plan_requests(texts, score).calls) if texts else []
 
     def plan(self, inputs: AuditInputs) -> CostPlan:
         bench = as_benchmark(inputs.data, "benchmark") if inputs.data is not None else None
