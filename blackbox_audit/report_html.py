@@ -5,9 +5,10 @@ Results are read only through ``results.read_result`` (one folder per method, as
 its verdict, metrics, ROC curves, histograms, fields and extras without a change here. What is
 drawn depends on what a result holds, never on the method's name:
 
-- score columns with 0/1 labels: ROC curves (linear and log-log) with AUC and a bootstrap 95%
+- score columns with 0/1 labels: ROC curves (linear and log-log) with AUC and its bootstrap 95%
   interval, TPR at 0.1%, 1% and 5% FPR (flagged when there are too few non-members for that
-  level to mean anything), score histograms by label, and the blind (text-only) baseline;
+  level to mean anything) and the F1-threshold accuracy, all as ``metrics.json`` holds them
+  (``blackbox_audit.metrics``), score histograms by label, and the blind (text-only) baseline;
 - ``per_iteration`` metrics (EM-MIA): the curve over iterations;
 - a ``p_value`` field (PTDI, dataset inference): sorted p-values with the BH line, what was
   selected and the verdict's estimates (e.g. the estimated member share);
@@ -104,6 +105,7 @@ def _verdict(result: MethodResult) -> str:
 
 def _membership(result: MethodResult, name: str) -> str:
     """Metrics table, ROC curves and histograms of the result's score columns."""
+    from blackbox_audit.metrics import AUC_BOOTSTRAP, AUC_CI_LEVEL, F1_FIT_SHARE
     from blackbox_audit.report_plots import histogram_figure, roc_figure, roc_stats
 
     if not result.scores:
@@ -113,7 +115,8 @@ def _membership(result: MethodResult, name: str) -> str:
     stats = {}
     if labels is not None:
         for col, values in result.scores.items():
-            st = roc_stats(values, labels)
+            entry = result.metrics.get(col) if isinstance(result.metrics, Mapping) else None
+            st = roc_stats(values, labels, entry if isinstance(entry, Mapping) else None)
             if st is not None:
                 stats[col] = st
     if stats:
@@ -129,6 +132,7 @@ def _membership(result: MethodResult, name: str) -> str:
                     f"{st['auc']:.3f}",
                     f"[{st['ci'][0]:.3f}, {st['ci'][1]:.3f}]",
                     *tprs,
+                    _num(st["f1_accuracy"]),
                     f"{st['n'][0]} / {st['n'][1]}",
                 ]
             )
@@ -142,6 +146,7 @@ def _membership(result: MethodResult, name: str) -> str:
                     "",
                     _num(blind.get("tpr_at_1pct_fpr")),
                     _num(blind.get("tpr_at_5pct_fpr")),
+                    "",
                     _num(blind.get("n")),
                 ]
             )
@@ -155,6 +160,7 @@ def _membership(result: MethodResult, name: str) -> str:
                     "TPR@0.1%FPR",
                     "TPR@1%FPR",
                     "TPR@5%FPR",
+                    "accuracy (F1 threshold)",
                     "members / non-members",
                 ],
                 rows,
@@ -164,7 +170,10 @@ def _membership(result: MethodResult, name: str) -> str:
         out.append(
             f'<p class="muted">* fewer non-members ({n0}) than that FPR level needs for one false positive: the value '
             "is read at FPR 0 and says little. The blind baseline classifies the texts alone, without the model: "
-            "model scores are evidence of membership only where they clearly beat it.</p>"
+            "model scores are evidence of membership only where they clearly beat it. The numbers are those of "
+            f"metrics.json: the AUC's interval is a {AUC_CI_LEVEL:.0%} percentile bootstrap ({AUC_BOOTSTRAP} "
+            "resamples, seeded); the accuracy is that of the F1-maximising threshold chosen on a random "
+            f"{F1_FIT_SHARE:.0%} of the items, read on the rest (PAC §5.7).</p>"
         )
         if isinstance(blind, Mapping) and blind.get("confounded"):
             out.append(

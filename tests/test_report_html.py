@@ -196,23 +196,25 @@ def test_report_draws_every_part_from_the_results(report_dir: Path) -> None:
     ]
 
 
-def test_bootstrap_interval_and_low_fpr_flags() -> None:
+def test_report_numbers_come_from_metrics_json() -> None:
+    """The report draws the numbers a result's metrics.json holds; an older result without them gets
+    them from the one function that writes them (``metrics.reported_metrics``), never its own."""
+    from blackbox_audit.metrics import reported_metrics
     from blackbox_audit.report_plots import roc_stats
 
     y = np.array(_labels())
-    st = roc_stats(y * 2.0 + RNG.normal(size=N), y)
-    assert st["ci"][0] < st["auc"] < st["ci"][1]
+    s = y * 2.0 + RNG.normal(size=N)
+    written = reported_metrics(s, y)
+    st = roc_stats(s, y, written)
+    assert st["ci"] == tuple(written["auc_ci"]) and st["auc"] == written["auc"]
+    assert st["tpr"]["0.01"] == written["tpr_at_1pct_fpr"]
+    assert st["f1_accuracy"] == written["f1_threshold_accuracy"]["accuracy"]
     assert st["resolvable"] == {"0.001": False, "0.01": False, "0.05": True}  # 30 non-members
+    odd = {**written, "auc_ci": [0.123, 0.456]}  # whatever metrics.json says is what is shown
+    assert roc_stats(s, y, odd)["ci"] == (0.123, 0.456)
+    legacy = {"auc": 0.5, "tpr_at_1pct_fpr": 0.0, "tpr_at_5pct_fpr": 0.0, "n": N}  # written before auc_ci
+    assert roc_stats(s, y, legacy)["ci"] == tuple(written["auc_ci"])
     assert roc_stats(np.ones(4), np.ones(4, dtype=int)) is None
-    from sklearn.metrics import roc_auc_score
-
-    from blackbox_audit.report_plots import bootstrap_auc
-
-    pos, neg = np.array([0.1, 0.5, 0.5, 0.9]), np.array([0.2, 0.5, 0.3])
-    one = bootstrap_auc(pos, neg, n=1)  # the rank formula equals sklearn's AUC on the same resample
-    rng = np.random.default_rng(0)
-    p, q = pos[rng.integers(0, 4, (1, 4))][0], neg[rng.integers(0, 3, (1, 3))][0]
-    assert one[0] == pytest.approx(roc_auc_score([1] * 4 + [0] * 3, np.r_[p, q]))
 
 
 def test_run_json_records_the_packages_git_revision_not_the_cwds(tmp_path: Path, monkeypatch) -> None:
