@@ -70,7 +70,7 @@ def _fill(folder: Path) -> None:
         {"iterations": 3},
         ids=ids,
         labels=list(y),
-        scores={"em_mia": good},
+        scores={"em_mia": good + 0.5 * RNG.normal(size=N)},  # its own scores, not the score step's
         metrics={
             "per_iteration": [{"iteration": t, "auc": 0.6 + 0.05 * t, "tpr_at_5pct_fpr": 0.1, "n": N} for t in range(4)]
         },
@@ -158,6 +158,17 @@ def _fill(folder: Path) -> None:
             "spec": {"path": "x.toml", "text": "[audit]\nout = 'x'\n"},
             "budget": {"max_usd": 1.0},
             "steps": [{"name": n, "folder": n} for n in ("score", "ptdi", "em_mia", "compare")],
+            "side_by_side": [
+                {
+                    "score": "loss",
+                    "auc_whitebox_all": 0.8,
+                    "auc_whitebox_sample": 0.9,
+                    "auc_whitebox_chat_sample": 0.85,
+                    "auc_api_sample": 0.85,
+                    "spearman_chat_vs_api": 0.99,
+                }
+            ],
+            "api_sample": {"texts": 6, "members": 3},
         },
     )
 
@@ -190,10 +201,31 @@ def test_report_draws_every_part_from_the_results(report_dir: Path) -> None:
         assert text in html, text
     # self-contained: no scripts, no external resources
     assert "<script" not in html and not re.search(r'(src|href)="(https?:)?//', html)
-    links = re.findall(r'href="([^"]+)"', html)  # the overview's anchors and the SVGs' own references
-    assert all(h.startswith("#") for h in links) and links[:4] == [
+    links = re.findall(r'href="([^"]+)"', html)  # the page's own anchors and the SVGs' own references
+    overview = html[html.index("<h2>Overview</h2>") :]
+    overview = overview[: overview.index("</table>")]
+    assert all(h.startswith("#") for h in links) and re.findall(r'href="([^"]+)"', overview) == [
         f"#{n}" for n in ("score", "ptdi", "em_mia", "compare")
     ]
+
+
+def test_report_opens_with_what_to_conclude_and_draws_each_roc_once(report_dir: Path) -> None:
+    """The page starts with a short statement drawn from the verdicts and metrics; PTDI's test
+    scores (the score step's own) get a link instead of a second ROC; the white-box vs API table
+    comes before any ledger or provenance."""
+    html = (report_dir / "report.html").read_text()
+    start = html.index('id="conclusions"')
+    conclusions = re.sub(r"<[^>]+>", "", html[start : html.index("</section>", start)])
+    assert start < html.index("<h2>Overview</h2>") < html.index('id="side-by-side"') < html.index('id="score"')
+    assert html.index('id="side-by-side"') < min(html.index("Requests, cost and cache"), html.index("Provenance"))
+    assert "score: the best score, loss, separates members from non-members with AUC" in conclusions
+    assert "above the text-only blind baseline (0.520)" in conclusions
+    assert "ptdi — selected: selected" in conclusions and "compare — agree: all 60 token positions" in conclusions
+    assert "Spearman loss 0.99" in conclusions
+    assert conclusions.count("the best score") == 1  # PTDI's test scores are the score step's: said once
+    ptdi = html[html.index('id="ptdi"') : html.index('id="em_mia"')]
+    assert 'data-kind="roc"' not in ptdi and 'href="#score"' in ptdi and "shown there" in ptdi
+    assert html.count('data-kind="roc"') == 2  # score's and EM-MIA's own
 
 
 def test_report_numbers_come_from_metrics_json() -> None:
