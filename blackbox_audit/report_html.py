@@ -55,6 +55,8 @@ pre{background:#f3f4f6;padding:8px;overflow-x:auto;font-size:12px;white-space:pr
 details summary{cursor:pointer;color:#345}
 """
 
+#: fewest members and non-members for "What to conclude" to read an AUC (a smaller sample is only shown)
+MIN_PER_CLASS = 10
 GOOD_DECISIONS = {"agree", "selected", "member", "members", "consistent"}
 
 
@@ -174,7 +176,7 @@ def _membership(result: MethodResult, name: str, drawn: dict[str, tuple[str, str
                 [
                     "<em>blind baseline (text only)</em>",
                     f"{blind['auc']:.3f}",
-                    "",
+                    f"[{blind['auc_ci'][0]:.3f}, {blind['auc_ci'][1]:.3f}]" if blind.get("auc_ci") else "",
                     "",
                     _num(blind.get("tpr_at_1pct_fpr")),
                     _num(blind.get("tpr_at_5pct_fpr")),
@@ -559,11 +561,13 @@ def _membership_conclusion(folder: Path, result: MethodResult) -> str | None:
         return None
     name, best = max(scored, key=lambda kv: kv[1]["auc"])
     st = roc_stats(result.scores[name], result.labels, best)
-    ci = st["ci"] if st is not None else best.get("auc_ci")
-    low = ci[0] if ci else best["auc"]
-    auc = f"AUC {best['auc']:.3f}" + (f" [95% CI {ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+    if st is None or min(st["n"]) < MIN_PER_CLASS:  # a handful of texts (e.g. an API sample): no claim
+        return None
+    ci = st["ci"]
+    low = ci[0]
+    auc = f"AUC {best['auc']:.3f} [95% CI {ci[0]:.3f}, {ci[1]:.3f}]"
     link = f'<a href="#{_e(folder.name)}">{_e(folder.name)}</a>'
-    head = f"{link}: the best score, {_e(name)}, separates members from non-members with {auc}"
+    head = f"{link}: the best score (members vs non-members) is {_e(name)}, {auc}"
     blind = metrics.get("blind")
     if isinstance(blind, Mapping) and blind.get("auc") is not None:
         b = float(blind["auc"])

@@ -218,7 +218,7 @@ def test_report_opens_with_what_to_conclude_and_draws_each_roc_once(report_dir: 
     conclusions = re.sub(r"<[^>]+>", "", html[start : html.index("</section>", start)])
     assert start < html.index("<h2>Overview</h2>") < html.index('id="side-by-side"') < html.index('id="score"')
     assert html.index('id="side-by-side"') < min(html.index("Requests, cost and cache"), html.index("Provenance"))
-    assert "score: the best score, loss, separates members from non-members with AUC" in conclusions
+    assert "score: the best score (members vs non-members) is loss, AUC" in conclusions
     assert "above the text-only blind baseline (0.520)" in conclusions
     assert "ptdi — selected: selected" in conclusions and "compare — agree: all 60 token positions" in conclusions
     assert "Spearman loss 0.99" in conclusions
