@@ -249,6 +249,20 @@ def test_report_numbers_come_from_metrics_json() -> None:
     assert roc_stats(np.ones(4), np.ones(4, dtype=int)) is None
 
 
+def test_what_to_conclude_makes_no_auc_claim_on_a_handful_of_texts() -> None:
+    from blackbox_audit.metrics import evaluation_metrics
+    from blackbox_audit.report_html import _membership_conclusion
+
+    def result(n: int) -> MethodResult:
+        y = [i % 2 for i in range(n)]
+        s = np.asarray(y, dtype=float) + 0.01 * np.arange(n)  # perfectly separated
+        return MethodResult("score", {}, ids=[f"t{i}" for i in range(n)], labels=y, scores={"loss": s},
+                            metrics=evaluation_metrics({"loss": s}, y))  # fmt: skip
+
+    assert _membership_conclusion(Path("api"), result(8)) is None  # 4 + 4 texts: AUC 1.0 says little
+    assert "better than chance" in (_membership_conclusion(Path("score"), result(40)) or "")
+
+
 def test_run_json_records_the_packages_git_revision_not_the_cwds(tmp_path: Path, monkeypatch) -> None:
     if git_revision() is None:
         pytest.skip("the package is not running from a git checkout")
