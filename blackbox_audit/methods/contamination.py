@@ -62,7 +62,12 @@ from blackbox_audit.methods.base import (
     check_positive,
     register_method,
 )
-from blackbox_audit.methods.contamination_stats import member_share_lower_bound, pac_style_rate, rank_test
+from blackbox_audit.methods.contamination_stats import (
+    ShareBound,
+    member_share_lower_bound,
+    pac_style_rate,
+    rank_test,
+)
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, check_level, fdp_and_power, select
 from blackbox_audit.planning import CostItem, CostPlan, PlanningView, price_plan
 from blackbox_audit.planning.contamination import ContaminationPlan, item_cost, probe_usd
@@ -80,7 +85,8 @@ API_CHUNK, LOCAL_CHUNK = 2, 16
 class ContaminationConfig(MethodConfig):
     """``score``: the membership score (higher = member), fixed before the run. ``part``: which text
     is scored (module doc). ``alpha``: the level of the dataset-level test and the FDR of the
-    flagged list. ``confidence``: the level of the rate's lower confidence bound. ``lam``: PTDI's region size (SPEC §4).
+    flagged list. ``confidence``: the level of the rate's lower confidence bound. ``lam``: PTDI's
+    region size (SPEC §4).
     ``items``: score at most this many items per side, drawn at random (seeded); None = all.
     ``heldout``: ``known`` (a set of known non-members) or ``synthetic`` (DI's generator)."""
 
@@ -499,7 +505,7 @@ class Contamination(Method):
         return result
 
 
-def rate_statement(share: Any) -> str:
+def rate_statement(share: ShareBound) -> str:
     """The rate as a person should quote it: a lower bound, never a two-sided interval."""
     scope = "" if share.population == share.n_benchmark else f" of all {share.population} benchmark items"
     return f"at least {share.lower:.1%}{scope} ({share.confidence:.0%} lower confidence bound; upper end 100%)"
