@@ -9,19 +9,19 @@ same distribution* (the held-out side). Scores are oriented higher = member, as 
   approximation for large sets, whatever the score's distribution. Its effect size is the
   benchmark-vs-held-out AUC, ``U / (n m)``. A benchmark with a share ``pi`` of members whose
   scores beat non-members with probability ``A`` has an AUC of ``0.5 + pi (A - 0.5)``.
-- ``member_share_lower_bound``: the contamination rate, as a **lower confidence bound** with
-  100% as the upper end. Without assumptions on the members' scores the member share of a
-  mixture is identifiable only from below: members may score like non-members, and then nothing
-  tells them apart. What the data do bound is this. Take a threshold ``t``, the ``j``-th lowest
-  of the ``n`` held-out scores, and let ``K`` count the benchmark items scoring at most ``t``.
-  Under the premise that the held-out items are exchangeable with the benchmark's non-members,
-  the number of the benchmark's ``m0`` non-members scoring at most ``t`` is exactly
-  beta-binomial, ``BetaBin(m0, j, n - j + 1)``, whatever the scores' distribution. ``K`` is at
-  least that number (members only add to it, and so does counting ties in), so a small ``K``
-  rules out a large ``m0``. When the scored items are a random sample of a larger benchmark, ``m0`` is hypergeometric and the bound is for the whole
-  benchmark. The test is exact (finite-sample, no bootstrap). It is read at a few held-out
-  quantiles (``BOUND_LEVELS``) with a Bonferroni split of the level, so it adapts to how far
-  members sit from non-members. PTDI's subtraction estimate (SPEC §4, ``1 - theta_hat``, paper
+- ``member_share_lower_bound``: the contamination rate, as a **lower confidence bound** with 100%
+  as the upper end. Without assumptions on the members' scores the member share of a mixture is
+  identifiable only from below: members may score like non-members, and then nothing tells them
+  apart. What the data do bound is this. Take a threshold ``t``, the ``j``-th lowest of the ``n``
+  held-out scores, and let ``K`` count the benchmark items scoring at most ``t``. Under the
+  premise that the held-out items are exchangeable with the benchmark's non-members, the number of
+  the benchmark's ``m0`` non-members scoring at most ``t`` is exactly beta-binomial,
+  ``BetaBin(m0, j, n - j + 1)``, whatever the scores' distribution. ``K`` is at least that number (members only
+  add to it, and so does counting ties in), so a small ``K`` rules out a large ``m0``. When the
+  scored items are a random sample of a larger benchmark, ``m0`` is hypergeometric and the bound
+  is for the whole benchmark. The test is exact (finite-sample, no bootstrap). It is read at a few
+  held-out quantiles (``BOUND_LEVELS``) with a Bonferroni split of the level, so it adapts to how
+  far members sit from non-members. PTDI's subtraction estimate (SPEC §4, ``1 - theta_hat``, paper
   Prop. 1: conservative) is kept beside it as the point estimate.
 - ``pac_style_rate``: what PAC's case study reports (§6), the share of items whose score
   exceeds a threshold. The threshold is the one that maximises F1 (PAC §5.7) with the benchmark
