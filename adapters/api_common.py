@@ -299,9 +299,9 @@ class ApiTarget(Target):
         return self._loop.run(self._score(self._with_priors(items), progress))
 
     async def _score(self, items: list[tuple[Any, ...]], progress: bool) -> list[TokenLogprobs]:
-        from tqdm.auto import tqdm
+        from blackbox_audit.progress import progress_bar
 
-        bar = tqdm(total=len(items), desc=f"{self.name} logprobs", unit="text", disable=not progress)
+        bar = progress_bar(total=len(items), desc=f"{self.name} logprobs", unit="text", disable=not progress)
 
         async def one(text: str, ctx: list[int], ids: list[int], pri: list[float | None] | None) -> TokenLogprobs:
             full = ctx + ids
@@ -345,6 +345,10 @@ class ApiTarget(Target):
             got = await self.engine.gather(recover(j) for j in ask)
             for j, r in zip(ask, got, strict=True):
                 res[j] = r
+            stats = self.engine.stats  # the bar counts texts; requests and dollars ride along
+            bar.set_postfix(
+                req=stats.requests_sent, cached=stats.cache_hits, usd=f"{stats.cost_usd:.4f}", refresh=False
+            )
             bar.update(1)
             return self._record(text, ctx, ids, res, sorted(bad))
 

@@ -33,7 +33,6 @@ import copy
 import hashlib
 import json
 import logging
-import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -81,6 +80,14 @@ def _resolve_device(device: str | None) -> str:
     if kind not in ("cpu", "cuda", "mps"):
         raise UserError(f"device '{device}' is not supported here", "use --device cpu, cuda, cuda:N, mps or auto")
     return str(device)
+
+
+def kv_cache_of(out: Any) -> tuple[Any, str]:
+    """A forward pass's KV cache and the keyword that passes it back: transformers 5.2x calls it
+    ``cache`` and warns (FutureWarning) at every use of the older ``past_key_values``."""
+    if "cache" in out:
+        return out["cache"], "cache"
+    return out["past_key_values"], "past_key_values"
 
 
 def _shared_prefix_cache(prefix_cache: Any, batch: int) -> Any:
@@ -143,6 +150,7 @@ class HFTarget(ChatScoring, Target):
         self.name = name
         self.batch_size = int(batch_size)
         self.progress = progress
+        self._said: set[str] = set()  # warnings already logged
         self.padding_side = padding_side
         self.weight_files = [Path(p) for p in weight_files]
         self.source = dict(source or {})
@@ -275,9 +283,9 @@ class HFTarget(ChatScoring, Target):
         return torch.log_softmax(logits.float(), dim=-1), offsets
 
     def _progress(self, total: int, desc: str, progress: bool):
-        from tqdm.auto import tqdm
+        from blackbox_audit.progress import progress_bar
 
-        return tqdm(total=total, desc=desc, unit="tok", disable=not (progress and self.progress), leave=False)
+        return progress_bar(total=total, desc=desc, unit="tok", disable=not (progress and self.progress), leave=False)
 
     def _record(
         self,
@@ -374,8 +382,9 @@ class HFTarget(ChatScoring, Target):
                 f"prefix of {len(p_ids)} tokens + longest text exceed the context window of {self.max_context}; "
                 f"keeping only the last {room} prefix tokens"
             )
-            warnings.warn(msg, stacklevel=3)
-            log.warning(msg)
+            if msg not in self._said:  # once per run, not once per batch (and not also as a Python warning)
+                self._said.add(msg)
+                log.warning(msg)
             p_ids = p_ids[-room:]
         return p_ids, t_ids
 
@@ -416,7 +425,7 @@ class HFTarget(ChatScoring, Target):
         with torch.inference_mode():
             out = self.model(input_ids=torch.tensor([p_ids], device=self.device), use_cache=True, **self._last_logit)
         first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # predicts each text's 1st token
-        prefix_cache = out.past_key_values
+        prefix_cache, cache_kw = kv_cache_of(out)
         results: list[Any] = [first[s[0]].reshape(1).double().cpu().numpy() for s in t_ids]
         # A text's last token predicts nothing, so only s[:-1] is fed (one-token texts need no forward).
         todo = [i for i, s in enumerate(t_ids) if len(s) > 1]
@@ -432,7 +441,7 @@ class HFTarget(ChatScoring, Target):
                 cache = _shared_prefix_cache(prefix_cache, len(batch))
                 with torch.inference_mode():
                     logits = self.model(
-                        input_ids=ids, attention_mask=full_mask, position_ids=pos, past_key_values=cache, use_cache=True
+                        input_ids=ids, attention_mask=full_mask, position_ids=pos, use_cache=True, **{cache_kw: cache}
                     ).logits
                 logp = torch.log_softmax(logits.float(), dim=-1)
                 for row, i in enumerate(batch):

@@ -9,7 +9,8 @@ change here. Every error names the offending key and its line in the file.
 Layout::
 
     [audit]            out, cache_dir, no_cache, budget_usd, max_requests, rpm, tpm, concurrency,
-                       max_retries, pricing (a price file), report (write report.html, default true)
+                       max_retries, rate_limit_wait_s, pricing (a price file), report (write report.html,
+                       default true)
     [prices.MODEL]     prompt, cached_prompt, completion (USD per 1M tokens; override the table)
     [canaries.NAME]    base, corpus, seed, members, nonmembers, calibration, epochs, min_tokens,
                        max_tokens: a canary (``sim.canary``, a model whose training data is known
@@ -55,6 +56,7 @@ AUDIT_KEYS = {
     "tpm": (int, float),
     "concurrency": int,
     "max_retries": int,
+    "rate_limit_wait_s": (int, float),
     "pricing": str,
     "report": bool,
 }

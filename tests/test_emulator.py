@@ -495,3 +495,26 @@ def test_partial_utf8_token_strings(target):
         assert entry["token"] == "bytes:" + "".join(f"\\x{b:02x}" for b in entry["bytes"])
         with pytest.raises(UnicodeDecodeError):
             bytes(entry["bytes"]).decode("utf-8")
+
+
+def test_a_client_that_hangs_up_is_no_traceback(target, capfd):
+    """Issue 27: a client disconnecting before its answer made socketserver print a traceback."""
+    import socket
+    import struct
+
+    with run_emulator(target, "forced-token") as emu:
+        body = json.dumps({"model": emu.model, "prompt": "hello there " * 40, "max_tokens": 1, "logprobs": 5}).encode()
+        head = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", emu.port))
+            s.sendall(head + body)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()  # a reset, before the answer is written
+        deadline = time.monotonic() + 10
+        while emu.stats()["requests"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # the handlers write their answers into the reset sockets
+        with httpx.Client(base_url=emu.base_url) as c:  # and the server still serves
+            assert c.post("/completions", json={"model": emu.model, "prompt": "hi", "max_tokens": 1}).status_code == 200
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception occurred" not in err

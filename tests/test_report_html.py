@@ -48,7 +48,8 @@ def _fill(folder: Path) -> None:
                 "completion_tokens": 12,
                 "cost_usd": 0.0012,
                 "positions_by_strategy": {"bisection": 30},
-            }
+            },
+            "cache": {"hits": 0, "misses": 60, "corrupt": 0},
         },
     )
     write_result(score, folder / "score")
@@ -192,7 +193,7 @@ def test_report_draws_every_part_from_the_results(report_dir: Path) -> None:
         "95% CI",
         "member share",
         "gpt-4o-mini",
-        "requests sent",
+        "API requests sent",
         "package git revision",
         "Audit spec",
         "bisection",
@@ -226,6 +227,16 @@ def test_report_opens_with_what_to_conclude_and_draws_each_roc_once(report_dir: 
     ptdi = html[html.index('id="ptdi"') : html.index('id="em_mia"')]
     assert 'data-kind="roc"' not in ptdi and 'href="#score"' in ptdi and "shown there" in ptdi
     assert html.count('data-kind="roc"') == 2  # score's and EM-MIA's own
+
+
+def test_the_two_caches_are_told_apart(report_dir: Path) -> None:
+    """Issue 27: "cache hits 3" (the request engine) beside "cache: hits 0" (the record cache)."""
+    html = (report_dir / "report.html").read_text()
+    cells = re.findall(r"<td>([^<]*)</td><td[^>]*>([^<]*)</td>", html)
+    labels = {label: value for label, value in cells}
+    assert labels["API requests answered by the request cache (not sent)"] == "3"
+    assert labels["texts read from the record cache"] == "0"
+    assert not {"cache hits", "cache: hits"} & set(labels)
 
 
 def test_report_numbers_come_from_metrics_json() -> None:

@@ -24,7 +24,7 @@ from blackbox_audit.engine.cache import open_cache
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.planning import CostPlan
-from blackbox_audit.results import MethodResult, RunRecorder, check_out_dir, print_result, write_result
+from blackbox_audit.results import MethodResult, RunRecorder, check_out_dir, print_result, print_usage, write_result
 from blackbox_audit.workspace import Workspace
 
 
@@ -44,9 +44,11 @@ class Session:
         return AuditInputs(data=self.dataset, target=self.target, reference=self.reference, **kw)
 
     def finish(self, result: MethodResult, *, extra: dict[str, Any] | None = None) -> int:
-        """Write ``result`` with the one result writer, print it, return the exit status."""
+        """Write ``result`` with the one result writer, print it (and an API target's requests and
+        spend), return the exit status."""
         paths = write_result(result, self.out_dir, recorder=self.recorder, target=self.target, extra=extra)
         print_result(result, paths)
+        print_usage(self.target)
         return 0
 
     def close(self) -> None:

@@ -18,12 +18,13 @@ from blackbox_audit.cli.options import add_engine_arguments
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "probe",
-        help="determine an API endpoint's logprob/bias semantics (which recovery strategies work)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--target", required=True, help="openai:MODEL or compat:BASE_URL#MODEL")
-    p.add_argument("--tokenizer", help="tiktoken:NAME, an HF tokenizer folder or a .gguf (compat default: server)")
+    p.add_argument(
+        "--tokenizer", help="tiktoken:NAME, an HF tokenizer folder, a .gguf or smollm2 (compat default: server)"
+    )
     p.add_argument("--api-key-env", help="environment variable holding the API key (openai default: OPENAI_API_KEY)")
     p.add_argument("--api", choices=["auto", "chat", "completions"], default="auto", help="endpoint (default: probe)")
     p.add_argument("--cache-dir", help="request cache (default: $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")

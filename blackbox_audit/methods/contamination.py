@@ -297,9 +297,8 @@ class Contamination(Method):
         self, target: Any, bench: Benchmark, held: Benchmark, part: str, progress: bool
     ) -> tuple[SideScores, SideScores, str | None]:
         """Score both sides in the interleaved order until done or a budget cap stops it."""
-        from tqdm.auto import tqdm
-
         from blackbox_audit.engine.budget import BudgetExceeded
+        from blackbox_audit.progress import progress_bar
         from blackbox_audit.scores import compute_scores
         from blackbox_audit.scores.output import compute_output_scores
 
@@ -308,7 +307,7 @@ class Contamination(Method):
         chunk = API_CHUNK if getattr(target, "engine", None) is not None else LOCAL_CHUNK
         field_name = self.config.score
         stopped: str | None = None
-        bar = tqdm(total=len(order), desc=f"contamination ({part})", unit="item", disable=not progress)
+        bar = progress_bar(total=len(order), desc=f"contamination ({part})", unit="item", disable=not progress)
         try:
             for start in range(0, len(order), chunk):
                 part_order = order[start : start + chunk]
