@@ -229,7 +229,10 @@ score = "loss"
     assert ptdi["details"]["n_test"] == 6 and ptdi["details"]["n_calibration"] == 3
     html = (out / "report.html").read_text()
     assert "a test method registered after the audit code was written" in html and 'id="echo_length"' in html
-    assert html.count('data-kind="roc"') == 3 and html.count('data-kind="pvalues"') == 2  # echo, scores, ptdi
+    # echo's and scores' own ROCs; PTDI's test scores are the scores step's, so PTDI links to it (issue 27)
+    assert html.count('data-kind="roc"') == 2 and html.count('data-kind="pvalues"') == 2  # echo, scores, ptdi
+    ptdi_section = html[html.index('id="ptdi"') :]
+    assert 'href="#scores"' in ptdi_section[: ptdi_section.index("</section>")]
     run = json.loads((out / "run.json").read_text())
     assert [s["name"] for s in run["steps"]] == ["echo_length", "scores", "ptdi"]
     assert run["spec"]["text"] == spec and run["git"]["commit"]
