@@ -144,13 +144,15 @@ class ApiTarget(Target):
         self._guess = LpGuess()
         self.capabilities = Capabilities(
             full_distribution=False,
-            conditional=True,
+            conditional=sem is not None,
             generation=True,
+            logprobs=sem is not None,
             extra={
                 "api": cond.api,
                 "semantics": sem.to_json() if sem else None,
                 "logprobs": sem is not None,
                 "fine_tuning": kind in FINE_TUNING_KINDS,
+                **({} if sem else {"no_logprobs": self._probe_verdict()}),
             },
         )
         self._options: dict[str, Any] = {}  # build options, for siblings (with_model)
@@ -159,6 +161,11 @@ class ApiTarget(Target):
         # under ``_stats_keys`` after each batch so that the next dry-run prices from them
         self._measured: list[tuple[int, int, int]] = []
         self._stats_keys: list[str] = []
+
+    def _probe_verdict(self) -> str:
+        """The probe's last observation (what its verdict rests on), not the cache's note."""
+        lines = [e for e in self.probe_evidence if e != "(probe report from the cache)"]
+        return lines[-1] if lines else "the probe found none"
 
     # ---- identity
     def fingerprint(self) -> str:
@@ -220,7 +227,7 @@ class ApiTarget(Target):
     def _require_logprobs(self) -> Semantics:
         if self.sem is None:
             raise CapabilityError(
-                f"target {self.name} gives no usable logprobs ({'; '.join(self.probe_evidence[-1:])})",
+                f"target {self.name} gives no usable logprobs ({self._probe_verdict()})",
                 "audit it with text-only methods (generation still works), or use a model that returns logprobs",
             )
         return self.sem
@@ -360,9 +367,9 @@ class ApiTarget(Target):
         read: ReadOptions = DEFAULT_READ,
         keep: Sequence[Any] | None = None,
     ) -> list[TokenLogprobs]:
-        from tqdm.auto import tqdm
+        from blackbox_audit.progress import progress_bar
 
-        bar = tqdm(total=len(items), desc=f"{self.name} logprobs", unit="text", disable=not progress)
+        bar = progress_bar(total=len(items), desc=f"{self.name} logprobs", unit="text", disable=not progress)
         kept = list(keep) if keep is not None else [None] * len(items)
         width = read.top
 
@@ -432,6 +439,10 @@ class ApiTarget(Target):
                 res[j] = r
             if read.recover:
                 self._measure([res[j] for j in wanted if j not in bad], echoed=echoed)
+            stats = self.engine.stats  # the bar counts texts; requests and dollars ride along
+            bar.set_postfix(
+                req=stats.requests_sent, cached=stats.cache_hits, usd=f"{stats.cost_usd:.4f}", refresh=False
+            )
             bar.update(1)
             top_rows = None
             if width:

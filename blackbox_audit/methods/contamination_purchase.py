@@ -121,14 +121,13 @@ def buy(
     ``on_item(side, index, table, row)`` records a scored item; ``score_of(table, row)`` reads the
     score the test is fed. Items are fed to ``test`` in ``order``; the purchase stops once it settles.
     """
-    from tqdm.auto import tqdm
-
     from blackbox_audit.engine.budget import BudgetExceeded
+    from blackbox_audit.progress import progress_bar
 
     spend0 = engine_spend(target)
     purchase = Purchase(order=list(order), billed=spend0 is not None)
     chunk = 1 if getattr(target, "engine", None) is not None else LOCAL_CHUNK  # API targets: one item at a time
-    bar = tqdm(total=len(order), desc=desc, unit="item", disable=not progress)
+    bar = progress_bar(total=len(order), desc=desc, unit="item", disable=not progress)
     last = spend0
     try:
         for start in range(0, len(order), chunk):
