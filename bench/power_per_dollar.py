@@ -62,9 +62,11 @@ import numpy as np
 
 #: plans compared by default: the pre-issue default (every answer position recovered), and the cheap ones
 DEFAULT_PLANS = (
-    "loss,loss@random16,loss_cens,min_k_cens,log_rank,top_k_hits,top1_gap,"
-    "loss_cens@random16,log_rank@random16,top_k_hits@random16,top1_gap@random16,loss_cens@last16,log_rank@last16"
+    "loss,loss@random16,loss@random8,loss@random4,loss@last16,loss@last8,loss@last4,"
+    "loss_cens,min_k_cens,log_rank,top_k_hits,top1_gap"
 )
+#: the plans written to the shipped calibration (each dry-run prices every one: a few, one per family)
+CALIBRATION_PLANS = "loss,loss@last4,loss@last8,loss@last16,loss@random4,loss@random8,log_rank,loss_cens,top1_gap"
 PRICE_MODEL = "emu-openai-chat"
 #: the tiny canary's epochs: at the canary's default 5 (65 steps on 200 items) it barely memorises them
 #: (loss AUC 0.56 on 200 members vs 120 never-trained items, 2.6% of answer tokens in the top 20)
@@ -399,26 +401,41 @@ def orders_for(canary: str, members: list[Item], never: list[Item], n_orders: in
     return out
 
 
-def fixed_budget(orders, rows, alpha: float, grid: np.ndarray, target: float = 0.8) -> tuple[float, list[float]]:
+def fixed_budget(orders, rows, alpha: float, grid: np.ndarray, target: float = 0.8) -> tuple[float, dict[float, float]]:
     """Smallest budget on ``grid`` at which the fixed-sample rank test on the items bought flags
-    >= ``target`` of orders (inf if none); and the flag rate at each grid point."""
+    >= ``target`` of orders (inf if none), by bisection on the grid (the flag rate grows with the
+    budget); and the flag rates evaluated."""
     from scipy.stats import mannwhitneyu
 
-    rates = []
-    found = math.inf
-    for b in grid:
+    prepared = []
+    for order in orders:
+        cost = np.cumsum([rows[i]["usd"] for _, i in order])
+        side = np.asarray([s for s, _ in order])
+        score = np.asarray([rows[i]["score"] for _, i in order])
+        prepared.append((cost, side, score))
+
+    def rate(b: float) -> float:
         flags = 0
-        for order in orders:
-            cost = np.cumsum([rows[i]["usd"] for _, i in order])
+        for cost, side, score in prepared:
             n = int(np.searchsorted(cost, b + 1e-12, side="right"))
-            xs = [rows[i]["score"] for s, i in order[:n] if s == 0]
-            ys = [rows[i]["score"] for s, i in order[:n] if s == 1]
+            xs, ys = score[:n][side[:n] == 0], score[:n][side[:n] == 1]
             if len(xs) >= 5 and len(ys) >= 5:
                 flags += mannwhitneyu(xs, ys, alternative="greater").pvalue < alpha
-        rates.append(flags / len(orders))
-        if rates[-1] >= target and not math.isfinite(found):
-            found = float(b)
-    return found, rates
+        return flags / len(prepared)
+
+    seen: dict[float, float] = {}
+    lo, hi = 0, len(grid) - 1
+    seen[float(grid[hi])] = rate(float(grid[hi]))
+    if seen[float(grid[hi])] < target:
+        return math.inf, seen
+    while lo < hi:
+        mid = (lo + hi) // 2
+        seen[float(grid[mid])] = rate(float(grid[mid]))
+        if seen[float(grid[mid])] >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(grid[hi]), seen
 
 
 def sequential_spend(orders, rows, design) -> tuple[np.ndarray, np.ndarray]:
@@ -483,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         "--work", help="per-item tables and the request cache (default: a folder per canary in the temp dir)"
     )
     p.add_argument("--write-calibration", action="store_true", help="write planning/plan_calibration.json")
+    p.add_argument("--calibration-plans", default=CALIBRATION_PLANS, help="the plans written to the calibration")
     p.add_argument(
         "--loss-real",
         type=int,
@@ -571,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
     # the top-n plans' modelled scores and costs checked on a few items scored for real
     sample = pick[: a.check_real]
     for pl in plans:
-        if pl.score != "loss" and a.check_real > 0:
+        if pl.key != "loss" and a.check_real > 0:
             got = serve_and_score(spec, tokenizer, sample, [pl], scorer, work, "check")[pl.key]
             checks[pl.key] = _check(rows[pl.key], got, sample)
     for k_, c in checks.items():
@@ -704,6 +722,7 @@ def write_calibration(table: list[dict[str, Any]], a: argparse.Namespace, canary
                 "usd_per_item": round(t["usd_per_item"], 7),
             }
             for t in table
+            if t["plan"] in a.calibration_plans.split(",")
         },
     }
     CALIBRATION_FILE.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
