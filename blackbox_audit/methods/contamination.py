@@ -384,7 +384,7 @@ class Contamination(Method):
         return ContaminationPlan(
             benchmark=bench.name,
             part=part,
-            score=self.config.score if self.config.score != AUTO else DEFAULT_PLAN.key,
+            score=self.effective_plan.key,
             heldout=self.config.heldout,
             alpha=self.config.alpha,
             view=view,
