@@ -435,6 +435,18 @@ def test_sequential_run_stops_once_settled_and_says_what_finishing_would_cost() 
     assert "anytime-valid" in v.statement and "settled after" in v.statement
 
 
+def test_a_small_budget_completes_items_and_counts_the_unfinished_ones_spend() -> None:
+    bench, held, mem = contaminated(30, 30, 60, lift=1.5)
+    target = Billed(mem.members, lift=1.5, fail_after=6)  # the 7th item is billed, then the cap stops it
+    target.engine = _Engine()
+    res = run_method(bench, held, target, score="loss", sequential=False)
+    bought = res.verdict.details["budget"]
+    assert bought["benchmark_items"] + bought["heldout_items"] == 6 == len(res.ids) + len(res.extras["heldout.jsonl"])
+    assert bought["spent_usd"] == pytest.approx(0.007) and bought["requests"] == 70
+    assert bought["spent_on_unfinished_item_usd"] == pytest.approx(0.001)
+    assert "$0.0010 of it on an item the budget stop left unfinished" in " ".join(res.summary)
+
+
 def test_futility_stop_on_a_clean_benchmark_is_stated_with_its_assumption() -> None:
     bench, held, target = contaminated(0, 200, 200)
     res = run_method(bench, held, target, min_rate=0.5, item_auc=0.95)

@@ -477,6 +477,7 @@ class Contamination(Method):
                 "heldout": held.describe() if cfg.heldout == "known" else {"kind": "synthetic"},
                 "part": part,
                 "score": cfg.score,
+                "positions": cfg.positions or "all",
                 "budget": bought,
                 "sequential": None if seq is None else seq.design.to_json(),
             }
@@ -557,11 +558,12 @@ class Contamination(Method):
                 "budget": bought,
                 "part": part,
                 "score": cfg.score,
+                "positions": cfg.positions or "all",
             },
         )
         summary += [
-            f"scored {len(bv)} benchmark and {len(hv)} held-out items ({part}, score {cfg.score}; AUC benchmark vs "
-            f"held-out {test.auc:.3f})",
+            f"scored {len(bv)} benchmark and {len(hv)} held-out items ({part}, score plan {self.effective_plan.key}; "
+            f"AUC benchmark vs held-out {test.auc:.3f})",
             f"dataset-level test ({outcome['test']}): p = {outcome['p_value']:.3g} -> "
             f"{'FLAGGED' if outcome['flagged'] else 'not flagged'} at {cfg.alpha:g}{outcome['why']}",
             f"contamination rate: {rate_text}: members that score like non-members cannot be counted, so scores "
@@ -687,6 +689,8 @@ def spend_lines(bought: dict[str, Any]) -> list[str]:
     if "spent_usd" not in bought:
         return [f"bought {nb} of {pb} benchmark and {nh} of {ph} held-out items (local model: nothing billed)"]
     line = f"spent ${bought['spent_usd']:.4f} ({bought['requests']:,} requests) on {nb} + {nh} items"
+    if bought.get("spent_on_unfinished_item_usd"):
+        line += f" (${bought['spent_on_unfinished_item_usd']:.4f} of it on an item the budget stop left unfinished)"
     est = bought.get("finish_usd_estimate")
     if nb + nh < pb + ph:
         rest = "unknown" if est is None else f"about ${est:.4f} more"

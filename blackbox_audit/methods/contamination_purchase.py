@@ -40,14 +40,18 @@ class Purchase:
     item_usd: list[float] = field(default_factory=list)
     item_requests: list[int] = field(default_factory=list)
     billed: bool = False  # an API engine priced the requests
+    #: spent on the item a budget stop left unfinished (its answers are cached: a re-run reuses them)
+    unfinished_usd: float = 0.0
+    unfinished_requests: int = 0
 
     @property
     def spent_usd(self) -> float:
-        return float(sum(self.item_usd))
+        """Everything billed: the bought items and the one a budget stop left unfinished."""
+        return float(sum(self.item_usd)) + self.unfinished_usd
 
     @property
     def requests(self) -> int:
-        return int(sum(self.item_requests))
+        return int(sum(self.item_requests)) + self.unfinished_requests
 
     def counts(self) -> tuple[int, int]:
         n_h = sum(side for side, _ in self.order[: self.bought])
@@ -64,7 +68,7 @@ class Purchase:
             return None
         done = float(sum(sizes[: self.bought]))
         rest = float(sum(sizes[self.bought :]))
-        return self.spent_usd * rest / done if done > 0 else None
+        return float(sum(self.item_usd)) * rest / done if done > 0 else None
 
     def to_json(self, sizes: Sequence[float] | None = None) -> dict[str, Any]:
         (nb, nh), (pb, ph) = self.counts(), self.planned()
@@ -80,6 +84,7 @@ class Purchase:
         if self.billed:
             out["spent_usd"] = round(self.spent_usd, 8)
             out["requests"] = self.requests
+            out["spent_on_unfinished_item_usd"] = round(self.unfinished_usd, 8)
             if sizes is not None:
                 est = self.finish_estimate(sizes)
                 out["finish_usd_estimate"] = None if est is None else round(est, 6)
@@ -140,6 +145,9 @@ def buy(
                         tables[side] = (idx, score_items(target, sides[side], idx))
             except BudgetExceeded as exc:  # the chunk's answers so far are cached; it does not count
                 purchase.stopped = exc.problem
+                now = engine_spend(target)
+                if now is not None and last is not None:
+                    purchase.unfinished_usd, purchase.unfinished_requests = now[0] - last[0], now[1] - last[1]
                 break
             now = engine_spend(target)
             if now is not None and last is not None:
