@@ -12,12 +12,18 @@ logprobs, integer logit biases: every answer token outside the top 20 is bisecte
   other 128.
 
 **Scoring once, simulating the runs.** At temperature 0 every item's score and cost under a plan
-are deterministic, so each plan scores every item once, one item at a time through the API
-target (its positions concurrently), and records the score, the USD the engine billed and the
-requests it sent for that item (kept in ``--work``, so a second run re-uses them). The runs are
-then simulated from those per-item numbers: ``--orders`` seeded buying orders (benchmark and
-held-out items shuffled and interleaved as the check does), and per order and budget the items
-bought in that order until the budget is spent. Per plan the script prints:
+are deterministic. So the script reads once, per item and answer position, what the emulator
+answers there: the backend's own next-token distribution after the chat-rendered context (the true
+token's logprob, the top-20 list, the billed prompt tokens; ``truth_pass``, kept in ``--work``).
+Every plan's per-item score and USD follow from it: a top-n plan applies the registered score to
+the record its API read builds (``cheap_rows``: one request per kept position); full recovery
+(``loss``, ``loss@lastM``...) scores the exact loss, one top-20 read per kept position plus the
+bisection requests per miss measured on ``--loss-real`` items recovered for real through the emulator
+(``full_recovery_rows``). Both are checked in the same run against items scored through the
+emulator (``--check-real`` per plan): USD modelled / billed, requests modelled / sent, largest
+score difference. The runs are then simulated from the per-item numbers: ``--orders`` seeded buying
+orders (benchmark and held-out items shuffled and interleaved as the check does), and per order and
+budget the items bought in that order until the budget is spent. Per plan the script prints:
 
 - requests and USD per item (mean), the share of answer positions that needed bisection, and the
   per-item AUC (members vs never-trained items);
@@ -30,7 +36,7 @@ bought in that order until the budget is spent. Per plan the script prints:
 - the ratio of the current default plan's fixed-sample budget (``loss``, every position
   recovered) to each plan's sequential budget, side by side in this one run.
 
-**Clean model.** The chosen plans are also scored on items nobody trained on (tiny: 400 of the
+**Clean model.** The plans are also scored on items nobody trained on (tiny: 400 of the
 canary's never-trained items, a canary trained on other items; smollm2: unmodified SmolLM2
 on the same 256 items); each of ``--redraws`` redraws splits them at random into a benchmark and a
 held-out side and runs the sequential test (futility on) over all of them: the flag rate, with
@@ -41,8 +47,10 @@ not fully independent draws.
 ``blackbox_audit/planning/plan_calibration.json`` (what the dry-run's plan choice reads), with
 the canary, profile, command and git revision.
 
-Run: ``.venv/bin/python bench/power_per_dollar.py --canary tiny`` (scoring the full-recovery plan is
-the slow part: about 300k emulator requests on the tiny canary, done once).
+Run: ``.venv/bin/python bench/power_per_dollar.py --canary tiny`` (the white-box pass over 600 items
+is the slow part: about 20 minutes on one shared core, done once; the rest takes a few minutes).
+``--canary smollm2`` runs the same on the SmolLM2 canary, whose white-box pass (a SmolLM2-135M
+forward per answer position, canary and unmodified model) takes hours on CPU.
 """
 
 from __future__ import annotations
