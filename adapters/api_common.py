@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from blackbox_audit.engine import RequestEngine, Spending
+from blackbox_audit.engine.batch import BatchOptions, run_batch
 from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.planning.ladder import eps_for_tolerance
 from blackbox_audit.types import Status, Strategy, TokenLogprobs
@@ -47,6 +48,7 @@ from .recovery import (
     PositionResult,
     Prior,
     Semantics,
+    first_bias,
     recover_position,
 )
 from .tokenizers import TokenTable
@@ -154,6 +156,14 @@ class ApiTarget(Target):
         )
         self._options: dict[str, Any] = {}  # build options, for siblings (with_model)
         self._owns_engine = True  # False for a sibling sharing its parent's engine and loop
+        # --batch (``EngineOptions.batch``): requests known before any answer go through the
+        # provider's Batch API (``_buy_first_requests``, ``generate``); the ladder's first request
+        # per position is then fixed in advance (``recovery.first_bias``)
+        self.batch: BatchOptions | None = BatchOptions() if engine.spending.options.batch else None
+        if self.batch is not None:
+            self.ladder = dataclasses.replace(self.ladder, fixed_first=True)
+        self.batches: list[dict[str, Any]] = []  # ``BatchOutcome.to_json()`` of every batch bought
+        self.batch_notes: list[str] = []
 
     # ---- identity
     def fingerprint(self) -> str:
@@ -209,6 +219,7 @@ class ApiTarget(Target):
             "echo_requests": self._echo_requests,
             "positions_by_strategy": dict(self._positions),
             "requests_by_strategy": dict(self._strategy_requests),
+            **({"batches": list(self.batches), "batch_notes": list(self.batch_notes)} if self.batch else {}),
         }
 
     # ---- scoring
@@ -350,6 +361,7 @@ class ApiTarget(Target):
 
         try:
             sem = self._require_logprobs()
+            await self._buy_first_requests(items, sem, progress)
             out: list[TokenLogprobs] = []
             if items and self._echo_adaptive(sem) and self._echo_hits[1] == 0:
                 out.append(await one(*items[0]))  # learn the echo hit rate on one text first
@@ -362,6 +374,35 @@ class ApiTarget(Target):
             return out + list(await self.engine.gather(one(*it) for it in items))
         finally:
             bar.close()
+
+    async def _buy_first_requests(self, items: list[tuple[Any, ...]], sem: Semantics, progress: bool) -> None:
+        """``--batch``: buy each position's first request (the top-n read, or the request that
+        doubles as it: ``recovery.first_bias``) through the provider's Batch API before the ladder
+        runs; the ladder then reads those answers from the cache and sends only its dependent
+        rounds (bisection) directly. Echo and prompt-logprobs endpoints ask one request per text
+        whose use depends on the run's echo statistics: they are not batched (noted in usage)."""
+        if self.batch is None or not items:
+            return
+        if sem.prompt_logprobs or (sem.echo and self.cond.api == "completions"):
+            note = "echo/prompt-logprobs endpoint: nothing batched, its one request per text went direct"
+            if note not in self.batch_notes:
+                self.batch_notes.append(note)
+            return
+        bodies = []
+        for _text, ctx, ids, pri in items:
+            full = ctx + ids
+            bad = set(self._non_roundtrip(ctx, ids))
+            for j in range(len(ids)):
+                if j not in bad:
+                    bias = first_bias(sem, full[len(ctx) + j], self.ladder, None if pri is None else pri[j])
+                    bodies.append(self.oracle.body(full[: len(ctx) + j], bias))
+        await self._run_batch(bodies, progress)
+
+    async def _run_batch(self, bodies: list[dict[str, Any]], progress: bool) -> None:
+        assert self.batch is not None
+        options = dataclasses.replace(self.batch, progress=progress)
+        for outcome in await run_batch(self.engine, self.oracle.path, bodies, options):
+            self.batches.append(outcome.to_json())
 
     def _bisects(self, sem: Semantics) -> bool:
         """Tokens outside the top-n are found by bisection (no one-request rung, no full echo)."""
@@ -486,24 +527,33 @@ class ApiTarget(Target):
         OpenAI, which rejects the field (there sampling uses the whole vocabulary)."""
 
         async def one(p: str) -> str:
-            if self.cond.api == "chat":
-                body: dict[str, Any] = {"model": self.model, "messages": self.cond.messages(p)}
-            else:
-                body = {"model": self.model, "prompt": p}
-            body.update(self.cond.sampling)
-            body.update(max_tokens=max_new_tokens, temperature=temperature)
-            if seed is not None:
-                body["seed"] = seed
-            if top_k and self.kind != "openai":
-                body["top_k"] = int(top_k)
-            data = await self.oracle.post(body)
+            data = await self.oracle.post(self._generation_body(p, max_new_tokens, temperature, seed, top_k))
             choice = (data.get("choices") or [{}])[0]
             return (choice.get("message") or {}).get("content") or choice.get("text") or ""
 
         async def all_() -> list[str]:
+            if self.batch is not None:  # sampled continuations are independent: batch them all
+                await self._run_batch(
+                    [self._generation_body(p, max_new_tokens, temperature, seed, top_k) for p in prompts], False
+                )
             return list(await self.engine.gather(one(p) for p in prompts))
 
         return self._loop.run(all_())
+
+    def _generation_body(
+        self, prompt: str, max_new_tokens: int, temperature: float, seed: int | None, top_k: int | None
+    ) -> dict[str, Any]:
+        if self.cond.api == "chat":
+            body: dict[str, Any] = {"model": self.model, "messages": self.cond.messages(prompt)}
+        else:
+            body = {"model": self.model, "prompt": prompt}
+        body.update(self.cond.sampling)
+        body.update(max_tokens=max_new_tokens, temperature=temperature)
+        if seed is not None:
+            body["seed"] = seed
+        if top_k and self.kind != "openai":
+            body["top_k"] = int(top_k)
+        return body
 
     def close(self) -> None:
         if not self._owns_engine:  # a sibling: its parent closes the shared engine and loop

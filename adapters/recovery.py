@@ -110,6 +110,10 @@ class LadderConfig:
     # "median" reproduces the earlier search (continuous median cut, density from 6 gaps, uniform
     # share 0.5/(1 + n/4)); bench/recovery.py runs both side by side
     search: str = "cells"
+    # ``--batch``: each position's first request depends on nothing learned from other positions
+    # (``first_bias``), so all of them can be bought ahead through a batch API and then read from
+    # the cache; later requests (bisection rounds) still learn as usual
+    fixed_first: bool = False
 
 
 @dataclass(frozen=True)
@@ -205,6 +209,38 @@ REFLECT_STEP = 12.0  # raise the bias by this much while t stays out of the bias
 REFLECT_MAX_LP = -1e-8
 
 
+def _reflect_start(sem: Semantics, prior: float | None, guess: LpGuess | None) -> float:
+    """The first bias of a bias-reflecting position: aim at p'(t) near 1/2 (``_reflect``)."""
+    aim = prior if prior is not None else (guess.value if guess is not None else LpGuess().value)
+    return min(sem.bias_cap, max(REFLECT_START, -aim + 2.0))
+
+
+def _opening(sem: Semantics, cfg: LadderConfig, prior: Prior | None, gaps: GapModel) -> float:
+    """The first flip test's bias on a ``top_under_bias`` endpoint (``GapModel.opening_bias``)."""
+    b1 = gaps.opening_bias(prior, cfg.eps)
+    return min(sem.bias_cap, float(math.ceil(b1)) if sem.integer_bias else b1)
+
+
+def first_bias(sem: Semantics, target: int, cfg: LadderConfig, prior: float | Prior | None = None) -> dict[int, float]:
+    """The ``logit_bias`` of a position's first request under ``cfg.fixed_first`` (``--batch``).
+
+    It depends only on the endpoint, the target token and the proxy's prior, never on what other
+    positions found, so the bodies of all first requests are known before any answer and can be
+    bought through a batch API; ``recover_position`` then sends exactly this request first (its
+    answer comes from the cache). The order follows ``_recover``: bias-reflecting, forced token,
+    the opening flip test that doubles as the unbiased read, else the plain unbiased read.
+    """
+    pri = as_prior(prior)
+    if sem.bias_reflecting:
+        b = _reflect_start(sem, None if pri is None else pri.lp, None)
+        return {target: float(math.ceil(b)) if sem.integer_bias else b}
+    if sem.forced_token:
+        return {target: sem.bias_cap}
+    if sem.top_under_bias and sem.argmax_moves and sem.deterministic:
+        return {target: _opening(sem, cfg, pri, GapModel.for_config(cfg))}
+    return {}
+
+
 async def _reflect(
     ask: _Counter, sem: Semantics, target: int, prior: float | None, guess: LpGuess | None
 ) -> PositionResult | None:
@@ -215,8 +251,7 @@ async def _reflect(
     the running estimate, rises by ``REFLECT_STEP`` while t is absent (it cannot overshoot
     by more than that step), and drops if p'(t) comes back too close to 1.
     """
-    aim = prior if prior is not None else (guess.value if guess is not None else -8.0)
-    b = min(sem.bias_cap, max(REFLECT_START, -aim + 2.0))
+    b = _reflect_start(sem, prior, guess)
     tried: set[float] = set()
     for _ in range(12):
         b = float(math.ceil(b)) if sem.integer_bias else b
@@ -286,6 +321,8 @@ async def _recover(
         return PositionResult(base.top[target], Status.EXACT, Strategy.ECHO, 0.0, ask.n)
     upper = math.inf
 
+    if cfg.fixed_first:  # the first request must not depend on other positions (``first_bias``)
+        guess = None
     if sem.bias_reflecting:
         res = await _reflect(ask, sem, target, None if prior is None else prior.lp, guess)
         if res is not None:
@@ -307,8 +344,7 @@ async def _recover(
     if base is None and sem.top_under_bias and sem.argmax_moves and sem.deterministic:
         # the first flip test doubles as the unbiased request: its top-n ignores the bias
         gaps = gaps if gaps is not None else GapModel.for_config(cfg)
-        b1 = gaps.opening_bias(prior, cfg.eps)
-        b1 = min(sem.bias_cap, float(math.ceil(b1)) if sem.integer_bias else b1)
+        b1 = _opening(sem, cfg, prior, GapModel.for_config(cfg) if cfg.fixed_first else gaps)
         base = await ask({target: b1})
         opening = (b1, None if base.emitted is None else base.emitted == target)
     if base is None:

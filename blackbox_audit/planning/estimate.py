@@ -16,6 +16,11 @@ as a range because the number of extra requests depends on answers not yet seen:
 - plus the probe's requests, once per endpoint.
 Chat endpoints add the chat template's tokens to every prompt (``prompt_overhead``). Answers
 already in the cache cost nothing, so a resumed run costs less than estimated.
+
+Every estimate is also priced with ``--batch`` (``batch_cost_usd``): the requests known before any
+answer -- each position's first request, every sampled continuation -- at the model's batch price
+(``ModelPrice.batched``), the rest (bisection rounds, the probe) at the list price. Echo endpoints
+are not batched (their one request per text goes direct), so there both prices are the same.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ class Estimate:
     prompt_tokens: tuple[int, int]
     completion_tokens: tuple[int, int]
     cost_usd: tuple[float, float] | None  # None: no price known for the model
+    # with --batch: independent requests at the batch price (None: no price or no batch share known)
+    batch_cost_usd: tuple[float, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -53,14 +60,19 @@ class Estimate:
             return f.format(a) if a == b else f"{f.format(a)} – {f.format(b)}"
 
         cost = "unknown (no price for this model; pass --pricing FILE)"
+        batch = ""
         if self.cost_usd is not None:
             cost = rng(*self.cost_usd, f="${:,.4f}")
+            batch = '  cost with --batch:  unknown (no batch price: add "batch" to its --pricing entry)\n'
+        if self.batch_cost_usd is not None:
+            batch = f"  cost with --batch:  {rng(*self.batch_cost_usd, f='${:,.4f}')}\n"
         return (
             f"dry run ({self.label}): {self.texts} texts, {self.positions} scored positions\n"
             f"  requests:          {rng(*self.requests)}\n"
             f"  prompt tokens:     {rng(*self.prompt_tokens)}\n"
             f"  completion tokens: {rng(*self.completion_tokens)}\n"
             f"  cost:              {cost}\n"
+            f"{batch}"
             "  (before cache hits; nothing was sent)"
         )
 
@@ -120,10 +132,18 @@ def estimate_records(
     req = (req[0] + p_lo, req[1] + p_hi)
     prompt = (prompt[0] + p_lo * (8 + prompt_overhead), prompt[1] + p_hi * (8 + prompt_overhead))
     completion = (req[0] * max_tokens, req[1] * max_tokens)
-    cost = None
+    cost = batch = None
     if price is not None:
         cost = (price.cost(prompt[0], completion[0]), price.cost(prompt[1], completion[1]))
-    return Estimate(shape.label, scorings if texts is None else texts, positions, req, prompt, completion, cost)
+        batched = price.batched()
+        if shape.echo:  # one request per text, not batched: the same price both ways
+            batch = cost
+        elif batched is not None:  # first request per position batched, the rest direct
+            first = batched.cost(base_prompt, base_req * max_tokens)
+            rest = [price.cost(prompt[i] - base_prompt, completion[i] - base_req * max_tokens) for i in (0, 1)]
+            batch = (first + rest[0], first + rest[1])
+    n_texts = scorings if texts is None else texts
+    return Estimate(shape.label, n_texts, positions, req, prompt, completion, cost, batch)
 
 
 def estimate_generation(
@@ -139,8 +159,11 @@ def estimate_generation(
     n = len(prompt_token_counts) * samples
     prompt = sum(c + prompt_overhead for c in prompt_token_counts) * samples
     completion = (n, n * max_new_tokens)
-    cost = None
+    cost = batch = None
     if price is not None:
         cost = (price.cost(prompt, completion[0]), price.cost(prompt, completion[1]))
+        batched = price.batched()  # every sample is independent: all batched with --batch
+        if batched is not None:
+            batch = (batched.cost(prompt, completion[0]), batched.cost(prompt, completion[1]))
     label = f"sampling, {samples} per text"
-    return Estimate(label, len(prompt_token_counts), 0, (n, n), (prompt, prompt), completion, cost)
+    return Estimate(label, len(prompt_token_counts), 0, (n, n), (prompt, prompt), completion, cost, batch)
