@@ -39,7 +39,7 @@ from blackbox_audit.workspace import Workspace
 LOCAL_BASE_OPTIONS = ("device", "batch_size", "dtype", "padding_side")
 CHAT_OPTIONS = ("chat", "system", "user_template")
 #: [audit] keys that are engine options (same names as ``EngineOptions``' fields)
-ENGINE_KEYS = ("budget_usd", "max_requests", "rpm", "tpm", "concurrency", "max_retries", "pricing")
+ENGINE_KEYS = ("budget_usd", "max_requests", "rpm", "tpm", "concurrency", "max_retries", "pricing", "batch")
 
 
 def _say(msg: str) -> None:
@@ -50,7 +50,7 @@ def engine_options_from_spec(spec: AuditSpec) -> EngineOptions:
     """The typed engine options of the spec's ``[audit]`` keys and its ``[prices]``."""
     a = spec.audit
     prices = tuple(
-        (model, ModelPrice(p["prompt"], p.get("cached_prompt", p["prompt"]), p["completion"]))
+        (model, ModelPrice(p["prompt"], p.get("cached_prompt", p["prompt"]), p["completion"], batch=p.get("batch")))
         for model, p in spec.prices.items()
     )
     given = {k: a[k] for k in ENGINE_KEYS if k in a}  # the rest: EngineOptions' defaults, as on the CLI

@@ -9,8 +9,10 @@ change here. Every error names the offending key and its line in the file.
 Layout::
 
     [audit]            out, cache_dir, no_cache, budget_usd, max_requests, rpm, tpm, concurrency,
-                       max_retries, pricing (a price file), report (write report.html, default true)
-    [prices.MODEL]     prompt, cached_prompt, completion (USD per 1M tokens; override the table)
+                       max_retries, pricing (a price file), batch (``--batch``), report (write report.html,
+                       default true)
+    [prices.MODEL]     prompt, cached_prompt, completion (USD per 1M tokens; override the table), batch
+                       (share of the price the provider's batch API bills)
     [targets.NAME]     spec = "smollm2" | "hf:PATH" | "compat:URL#MODEL" | ...   and its options
                        (device, batch_size, dtype, chat, system, user_template, tokenizer, api,
                        api_key_env, ...); or emulate = "TARGET-NAME or local spec", profile, port,
@@ -50,6 +52,7 @@ AUDIT_KEYS = {
     "concurrency": int,
     "max_retries": int,
     "pricing": str,
+    "batch": bool,
     "report": bool,
 }
 DATA_KEYS = {
@@ -61,7 +64,12 @@ DATA_KEYS = {
     "rows": list,
     "label": int,
 }
-PRICE_KEYS = {"prompt": (int, float), "cached_prompt": (int, float), "completion": (int, float)}
+PRICE_KEYS = {
+    "prompt": (int, float),
+    "cached_prompt": (int, float),
+    "completion": (int, float),
+    "batch": (int, float),
+}
 EMULATE_KEYS = {"emulate": str, "profile": str, "port": int, "model": str, "noise": (int, float), "seed": int}
 TARGET_EXTRA = {
     "local": ("dtype", "padding_side"),
@@ -229,6 +237,8 @@ class SpecReader:
             self.typed(entry, PRICE_KEYS, ("prices", model), f"[prices.{model}]")
             if "prompt" not in entry or "completion" not in entry:
                 raise self.fail(("prices", model), None, f"price of '{model}' needs prompt and completion", "add both")
+            if "batch" in entry and not 0 <= entry["batch"] <= 1:
+                raise self.fail(("prices", model), "batch", "batch is a share of the price, in [0, 1]", "e.g. 0.5")
             prices[model] = {k: float(v) for k, v in entry.items()}
         targets = {n: self.target(n, v) for n, v in self.table(raw.get("targets", {}), ("targets",), "targets").items()}
         data = {n: self.dataset(n, v) for n, v in self.table(raw.get("data", {}), ("data",), "data").items()}

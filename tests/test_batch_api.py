@@ -154,3 +154,97 @@ def test_score_batch_matches_direct_and_sends_only_dependent_rounds(tiny_lm_dir,
         assert main(_argv(emu, tiny_lm_dir, data, tmp_path / "c-batch", tmp_path / "again", "--batch")) == 0
         assert emu.stats()["batches"]["created"] == 1 and emu.stats()["requests"] == 0
     capsys.readouterr()
+
+
+def test_killed_after_batch_submission_resumes_the_same_batch(tiny_lm_dir, tiny_target, data, tmp_path, capsys):
+    with run_emulator(tiny_target, "openai-chat", batch_delay_s=8.0) as emu:
+        argv = _argv(emu, tiny_lm_dir, data, tmp_path / "cache", tmp_path / "a", "--batch")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.Popen([sys.executable, "-m", "blackbox_audit", *argv], env=env, stderr=subprocess.PIPE)
+
+        def polled() -> bool:  # the client checks the batch's status only after storing its id
+            return any(p.startswith("/v1/batches/") for p in emu.stats()["by_path"])
+
+        try:
+            _wait(emu, lambda: polled() or proc.poll() is not None, timeout=240)
+            assert polled(), proc.stderr.read().decode() if proc.poll() is not None else "no batch"
+            proc.send_signal(signal.SIGKILL)  # killed while waiting for the batch it submitted
+        finally:
+            proc.wait(timeout=30)
+        (bid,) = emu.batches.created
+        assert emu.batches.get(bid)["status"] == "in_progress"
+
+        assert main(argv) == 0, capsys.readouterr().err  # resumed: polls the same batch to the end
+        (batch,) = json.loads((tmp_path / "a" / "run.json").read_text())["target"]["usage"]["batches"]
+        assert batch["batch_id"] == bid and batch["resumed"] == "cached" and batch["answered"] == batch["requests"]
+        assert emu.batches.created == [bid]
+
+        # a run whose cached answer was lost (killed between sending and storing) finds the batch
+        # by its metadata instead of buying a second one
+        lost = _argv(emu, tiny_lm_dir, data, tmp_path / "fresh-cache", tmp_path / "b", "--batch")
+        assert main(lost) == 0, capsys.readouterr().err
+        (batch,) = json.loads((tmp_path / "b" / "run.json").read_text())["target"]["usage"]["batches"]
+        assert batch["batch_id"] == bid and batch["resumed"] == "adopted"
+        assert emu.batches.created == [bid]
+        assert _rows(tmp_path / "a") == _rows(tmp_path / "b")
+
+
+def test_budget_is_reserved_before_the_batch_is_created(tiny_lm_dir, tiny_target, data, tmp_path, capsys):
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps(PRICES))
+    with run_emulator(tiny_target, "openai-chat") as emu:
+        probe_only = _argv(emu, tiny_lm_dir, data, tmp_path / "cache", tmp_path / "a", "--pricing", str(prices))
+        # a cap below the batch's reservation: the batch is never created, one clear error
+        rc = main([*probe_only, "--batch", "--budget-usd", "0.00001"])
+        err = capsys.readouterr().err
+        assert rc == 2 and "budget" in err.lower(), err
+        assert emu.stats()["batches"]["created"] == 0
+        # enough budget: the batch is billed at half price, the bisection rounds at the list price
+        assert main([*probe_only, "--batch", "--budget-usd", "1", "--out", str(tmp_path / "b")]) == 0
+        usage = json.loads((tmp_path / "b" / "run.json").read_text())["target"]["usage"]
+        (batch,) = usage["batches"]
+        billed = emu.batches.get(batch["batch_id"])["usage"]  # what the emulator says the batch used
+        half = (billed["input_tokens"] * 0.15 + billed["output_tokens"] * 0.6) / 1e6 / 2
+        assert batch["cost_usd"] == pytest.approx(half) and batch["estimated_usd"] > 0
+        assert usage["budget"]["spent_usd"] == pytest.approx(usage["cost_usd"], rel=1e-6)
+        assert usage["cost_usd"] >= batch["cost_usd"]
+    capsys.readouterr()
+
+
+def test_dry_run_prices_both_ways(tiny_lm_dir, data, tmp_path, capsys) -> None:
+    prices = tmp_path / "prices.json"  # 1000x gpt-4o-mini, so that 4 decimals show the difference
+    entry = {"prompt": 150, "cached_prompt": 75, "completion": 600, "batch": 0.5}
+    prices.write_text(json.dumps({"models": {"emu-openai-chat": entry}}))
+    argv = [
+        "score", "--target", "compat:http://127.0.0.1:9/v1#emu-openai-chat", "--tokenizer", str(tiny_lm_dir),
+        "--data", str(data), "--scores", "loss", "--dry-run", "--pricing", str(prices),
+        "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out"),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "cost with --batch" in x)
+    full = next(x for x in out.splitlines() if x.strip().startswith("cost:"))
+    lo_b, hi_b = (float(v.strip(" $").replace(",", "")) for v in line.split(":", 1)[1].split("–"))
+    lo, hi = (float(v.strip(" $").replace(",", "")) for v in full.split(":", 1)[1].split("–"))
+    assert lo_b < lo and hi_b < hi  # the first requests at half price
+    assert lo_b >= lo / 2 and hi - hi_b == pytest.approx(lo - lo_b, rel=1e-3)  # only the first requests differ
+
+
+def test_estimate_bills_first_requests_at_the_batch_share() -> None:
+    price = PricingTable.load().get("gpt-4o-mini")
+    assert price is not None and price.batch == 0.5 and price.batched().prompt == price.prompt / 2
+    est = estimate_records(
+        scorings=2, positions=10, context_tokens=100, echo_prompt_tokens=12, shape=UNKNOWN, price=price,
+        probe_requests=0,
+    )  # fmt: skip
+    # low end: only the first request of each position, all of it batched
+    assert est.batch_cost_usd[0] == pytest.approx(est.cost_usd[0] / 2)
+    # high end: the bisection rounds stay at the list price
+    assert est.batch_cost_usd[1] == pytest.approx(est.cost_usd[1] - est.cost_usd[0] / 2)
+
+
+def test_batch_share_above_one_is_refused(tmp_path) -> None:
+    bad = tmp_path / "p.json"
+    bad.write_text(json.dumps({"models": {"m": {"prompt": 1, "completion": 1, "batch": 2}}}))
+    with pytest.raises(UserError, match="malformed"):
+        PricingTable.load(bad)
