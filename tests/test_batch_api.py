@@ -248,3 +248,19 @@ def test_batch_share_above_one_is_refused(tmp_path) -> None:
     bad.write_text(json.dumps({"models": {"m": {"prompt": 1, "completion": 1, "batch": 2}}}))
     with pytest.raises(UserError, match="malformed"):
         PricingTable.load(bad)
+
+
+def test_batch_on_an_anthropic_target_is_one_clear_error() -> None:
+    from blackbox_audit.adapters import load_target
+    from blackbox_audit.engine import EngineOptions, Spending
+
+    with pytest.raises(UserError, match="--batch is not implemented for anthropic"):
+        load_target("anthropic:claude-3-5-haiku-latest", spending=Spending.start(EngineOptions(batch=True)))
+
+
+def test_batch_without_a_cache_is_one_clear_error(tiny_lm_dir, tiny_target, data, tmp_path, capsys) -> None:
+    with run_emulator(tiny_target, "openai-chat") as emu:
+        argv = [*_argv(emu, tiny_lm_dir, data, tmp_path / "c", tmp_path / "a", "--batch"), "--no-cache"]
+        assert main(argv) == 2
+        assert "--batch needs the request cache" in capsys.readouterr().err
+        assert emu.stats()["batches"]["created"] == 0

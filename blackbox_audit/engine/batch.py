@@ -113,6 +113,11 @@ async def run_batch(
     """Buy every body not cached yet through the Batch API (module docstring); their answers land
     in the request cache. Returns one ``BatchOutcome`` per batch (none when all were cached)."""
     options = options or BatchOptions()
+    if engine.store is None:
+        raise UserError(
+            "--batch needs the request cache: a batch's answers reach the run through it",
+            "drop --no-cache (or give --cache-dir)",
+        )
     pending: dict[str, dict[str, Any]] = {}
     for body in bodies:
         cid = custom_id(body)

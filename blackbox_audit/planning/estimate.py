@@ -63,9 +63,9 @@ class Estimate:
         batch = ""
         if self.cost_usd is not None:
             cost = rng(*self.cost_usd, f="${:,.4f}")
-            batch = '  cost with --batch:  unknown (no batch price: add "batch" to its --pricing entry)\n'
+            batch = '  cost with --batch: unknown (no batch price: add "batch" to its --pricing entry)\n'
         if self.batch_cost_usd is not None:
-            batch = f"  cost with --batch:  {rng(*self.batch_cost_usd, f='${:,.4f}')}\n"
+            batch = f"  cost with --batch: {rng(*self.batch_cost_usd, f='${:,.4f}')}\n"
         return (
             f"dry run ({self.label}): {self.texts} texts, {self.positions} scored positions\n"
             f"  requests:          {rng(*self.requests)}\n"
