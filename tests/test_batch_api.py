@@ -120,30 +120,44 @@ def _rows(out: Path) -> dict[str, float]:
     return {r["id"]: r["loss"] for r in map(json.loads, (out / "scores.jsonl").read_text().splitlines())}
 
 
-def test_score_batch_matches_direct_and_sends_only_dependent_rounds(tiny_lm_dir, tiny_target, data, tmp_path, capsys):
-    with run_emulator(tiny_target, "openai-chat") as emu:
+def _sent(emu) -> int:
+    """Model requests the emulator answered (chat and completions)."""
+    by_path = emu.stats()["by_path"]
+    return sum(by_path.get(p, {}).get("ok", 0) for p in ("/v1/chat/completions", "/v1/completions"))
+
+
+@pytest.mark.parametrize(
+    ("profile", "overrides"),
+    [
+        ("openai-chat", {}),  # the opening flip test doubles as the top-n read
+        ("bias-reflecting", {}),  # the first request aims the bias at the running guess's default
+        ("forced-token", {"echo": False}),  # the first request forces the target at the cap
+        ("argmax-only", {}),  # the plain unbiased top-n read
+    ],
+)
+def test_score_batch_matches_direct_and_sends_only_dependent_rounds(
+    profile, overrides, tiny_lm_dir, tiny_target, data, tmp_path, capsys
+):
+    with run_emulator(tiny_target, profile, **overrides) as emu:
         assert main(_argv(emu, tiny_lm_dir, data, tmp_path / "c-direct", tmp_path / "direct")) == 0
-        direct_chat = emu.stats()["by_path"]["/v1/chat/completions"]["ok"]
+        direct_sent = _sent(emu)
         direct_usage = json.loads((tmp_path / "direct" / "run.json").read_text())["target"]["usage"]
-        probe = direct_chat - sum(direct_usage["requests_by_strategy"].values())  # the probe's own requests
+        probe = direct_sent - sum(direct_usage["requests_by_strategy"].values())  # the probe's own requests
         emu.reset()
         assert main(_argv(emu, tiny_lm_dir, data, tmp_path / "c-batch", tmp_path / "batch", "--batch")) == 0
-        stats = emu.stats()
-        assert stats["batches"]["created"] == 1
-        run = json.loads((tmp_path / "batch" / "run.json").read_text())
-        usage = run["target"]["usage"]
+        assert emu.stats()["batches"]["created"] == 1
+        usage = json.loads((tmp_path / "batch" / "run.json").read_text())["target"]["usage"]
         (batch,) = usage["batches"]
         positions = sum(usage["positions_by_strategy"].values())
         assert batch["resumed"] == "new" and batch["status"] == "completed"
         assert batch["requests"] == batch["answered"] == positions  # one first request per position
-        sent_direct = stats["by_path"]["/v1/chat/completions"]["ok"]
-        ladder = sum(usage["requests_by_strategy"].values())
-        # every ladder request was either bought in the batch (the first of each position) or sent
-        # directly (the bisection rounds that depend on it); the probe's requests come on top
-        assert sent_direct - probe == ladder - positions
+        # every ladder request was either bought in the batch (the first of each position: the
+        # ladder asked exactly the body that was batched) or sent directly (the rounds that depend
+        # on it); the probe's requests come on top
+        assert _sent(emu) - probe == sum(usage["requests_by_strategy"].values()) - positions
         assert usage["cache_hits"] >= positions
 
-        # the same values as a direct run, within the recovery's error bounds
+        # the same values as a direct run, within the recovery's error bounds (eps 0.01 per token)
         direct, batched = _rows(tmp_path / "direct"), _rows(tmp_path / "batch")
         assert direct.keys() == batched.keys()
         for k in direct:
