@@ -145,13 +145,15 @@ class ApiTarget(Target):
         self._guess = LpGuess()
         self.capabilities = Capabilities(
             full_distribution=False,
-            conditional=True,
+            conditional=sem is not None,
             generation=True,
+            logprobs=sem is not None,
             extra={
                 "api": cond.api,
                 "semantics": sem.to_json() if sem else None,
                 "logprobs": sem is not None,
                 "fine_tuning": kind in FINE_TUNING_KINDS,
+                **({} if sem else {"no_logprobs": self._probe_verdict()}),
             },
         )
         self._options: dict[str, Any] = {}  # build options, for siblings (with_model)
@@ -164,6 +166,11 @@ class ApiTarget(Target):
             self.ladder = dataclasses.replace(self.ladder, fixed_first=True)
         self.batches: list[dict[str, Any]] = []  # ``BatchOutcome.to_json()`` of every batch bought
         self.batch_notes: list[str] = []
+
+    def _probe_verdict(self) -> str:
+        """The probe's last observation (what its verdict rests on), not the cache's note."""
+        lines = [e for e in self.probe_evidence if e != "(probe report from the cache)"]
+        return lines[-1] if lines else "the probe found none"
 
     # ---- identity
     def fingerprint(self) -> str:
@@ -226,7 +233,7 @@ class ApiTarget(Target):
     def _require_logprobs(self) -> Semantics:
         if self.sem is None:
             raise CapabilityError(
-                f"target {self.name} gives no usable logprobs ({'; '.join(self.probe_evidence[-1:])})",
+                f"target {self.name} gives no usable logprobs ({self._probe_verdict()})",
                 "audit it with text-only methods (generation still works), or use a model that returns logprobs",
             )
         return self.sem
@@ -310,9 +317,9 @@ class ApiTarget(Target):
         return self._loop.run(self._score(self._with_priors(items), progress))
 
     async def _score(self, items: list[tuple[Any, ...]], progress: bool) -> list[TokenLogprobs]:
-        from tqdm.auto import tqdm
+        from blackbox_audit.progress import progress_bar
 
-        bar = tqdm(total=len(items), desc=f"{self.name} logprobs", unit="text", disable=not progress)
+        bar = progress_bar(total=len(items), desc=f"{self.name} logprobs", unit="text", disable=not progress)
 
         async def one(text: str, ctx: list[int], ids: list[int], pri: list[float | None] | None) -> TokenLogprobs:
             full = ctx + ids
@@ -356,6 +363,10 @@ class ApiTarget(Target):
             got = await self.engine.gather(recover(j) for j in ask)
             for j, r in zip(ask, got, strict=True):
                 res[j] = r
+            stats = self.engine.stats  # the bar counts texts; requests and dollars ride along
+            bar.set_postfix(
+                req=stats.requests_sent, cached=stats.cache_hits, usd=f"{stats.cost_usd:.4f}", refresh=False
+            )
             bar.update(1)
             return self._record(text, ctx, ids, res, sorted(bad))
 

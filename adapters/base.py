@@ -55,6 +55,9 @@ class Capabilities:
     generation: bool = True
     max_context: int | None = None  # tokens; None = unknown
     extra: dict[str, Any] = field(default_factory=dict)
+    # per-token logprobs of a text at all; False: a text-only target (only sampling scores and methods);
+    # ``extra["no_logprobs"]`` then says why (the probe's evidence, the API's nature)
+    logprobs: bool = True
 
     def require(self, what: str, target_name: str, needed_by: str) -> None:
         if not getattr(self, what, False):
@@ -62,6 +65,26 @@ class Capabilities:
                 f"{needed_by} needs '{what}', which target {target_name} does not provide",
                 "use a white-box target (hf:PATH, gguf:PATH, smollm2) or drop that score",
             )
+
+
+#: capabilities that read logprobs: a target without ``logprobs`` has none of them
+LOGPROB_CAPABILITIES = frozenset({"logprobs", "conditional", "full_distribution"})
+
+
+def has_capability(caps: Any, name: str) -> bool:
+    """Whether ``caps`` (a ``Capabilities`` or any object with such fields) provides ``name``: a
+    field, else an ``extra`` key. Logprobs are assumed unless a target says otherwise (field or
+    ``extra["logprobs"]``), and without them no logprob capability holds."""
+    extra = getattr(caps, "extra", None) or {}
+    logprobs = getattr(caps, "logprobs", None)
+    logprobs = bool(extra.get("logprobs", True)) if logprobs is None else bool(logprobs)
+    if name == "logprobs":
+        return logprobs
+    if name in LOGPROB_CAPABILITIES and not logprobs:
+        return False
+    if hasattr(caps, name):
+        return bool(getattr(caps, name))
+    return bool(extra.get(name, False))
 
 
 class Target(abc.ABC):

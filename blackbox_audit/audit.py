@@ -39,7 +39,17 @@ from blackbox_audit.workspace import Workspace
 LOCAL_BASE_OPTIONS = ("device", "batch_size", "dtype", "padding_side")
 CHAT_OPTIONS = ("chat", "system", "user_template")
 #: [audit] keys that are engine options (same names as ``EngineOptions``' fields)
-ENGINE_KEYS = ("budget_usd", "max_requests", "rpm", "tpm", "concurrency", "max_retries", "pricing", "batch")
+ENGINE_KEYS = (
+    "budget_usd",
+    "max_requests",
+    "rpm",
+    "tpm",
+    "concurrency",
+    "max_retries",
+    "rate_limit_wait_s",
+    "pricing",
+    "batch",
+)
 
 
 def _say(msg: str) -> None:

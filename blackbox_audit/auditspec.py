@@ -9,8 +9,8 @@ change here. Every error names the offending key and its line in the file.
 Layout::
 
     [audit]            out, cache_dir, no_cache, budget_usd, max_requests, rpm, tpm, concurrency,
-                       max_retries, pricing (a price file), batch (``--batch``), report (write report.html,
-                       default true)
+                       max_retries, rate_limit_wait_s, pricing (a price file), batch (``--batch``),
+                       report (write report.html, default true)
     [prices.MODEL]     prompt, cached_prompt, completion (USD per 1M tokens; override the table), batch
                        (share of the price the provider's batch API bills)
     [targets.NAME]     spec = "smollm2" | "hf:PATH" | "compat:URL#MODEL" | ...   and its options
@@ -51,6 +51,7 @@ AUDIT_KEYS = {
     "tpm": (int, float),
     "concurrency": int,
     "max_retries": int,
+    "rate_limit_wait_s": (int, float),
     "pricing": str,
     "batch": bool,
     "report": bool,

@@ -83,7 +83,20 @@ def blind_warning(result: dict[str, Any]) -> str | None:
     )
 
 
-def blind_summary(texts: Sequence[str], labels: Sequence[int], *, seed: int = 0, min_per_class: int = 5):
+MIN_PER_CLASS = 5  # the classifier's 5 stratified folds need 5 texts of each class
+
+
+def blind_skipped(labels: Sequence[int], min_per_class: int = MIN_PER_CLASS) -> str:
+    """Why ``blind_summary`` gave nothing (metrics.json's ``blind.skipped``, a warning on the console)."""
+    y = np.asarray(labels)
+    members, nonmembers = int((y == 1).sum()), int((y == 0).sum())
+    return (
+        f"{members} members and {nonmembers} non-members; the text-only classifier needs at least {min_per_class} "
+        f"of each for its {min_per_class} cross-validation folds"
+    )
+
+
+def blind_summary(texts: Sequence[str], labels: Sequence[int], *, seed: int = 0, min_per_class: int = MIN_PER_CLASS):
     """``blind_baseline`` without the per-sample scores, for metrics.json; None when a class has too few samples.
 
     Commands that report metrics call this so every labelled run shows the blind AUC beside the

@@ -161,10 +161,16 @@ def _membership(result: MethodResult, name: str) -> str:
             )
         )
         n0 = min(st["n"][1] for st in stats.values())
+        if isinstance(blind, Mapping) and blind.get("skipped"):
+            about_blind = f"No blind (text-only) baseline: {_e(blind['skipped'])}."
+        else:
+            about_blind = (
+                "The blind baseline classifies the texts alone, without the model: model scores are evidence of "
+                "membership only where they clearly beat it."
+            )
         out.append(
             f'<p class="muted">* fewer non-members ({n0}) than that FPR level needs for one false positive: the value '
-            "is read at FPR 0 and says little. The blind baseline classifies the texts alone, without the model: "
-            "model scores are evidence of membership only where they clearly beat it.</p>"
+            f"is read at FPR 0 and says little. {about_blind}</p>"
         )
         if isinstance(blind, Mapping) and blind.get("confounded"):
             out.append(
@@ -326,22 +332,35 @@ def _compare(result: MethodResult) -> str:
     return "".join(out)
 
 
+#: run.json ``usage`` (the API request engine) -> row label. Two caches count here: the engine's
+#: request cache (one entry per HTTP request) and the record cache (``cache``: one entry per text's
+#: logprobs); both used to read "cache hits", side by side with different numbers.
+USAGE_ROWS = {
+    "requests_sent": "API requests sent",
+    "cache_hits": "API requests answered by the request cache (not sent)",
+    "retries": "API retries",
+    "prompt_tokens": "prompt tokens billed",
+    "completion_tokens": "completion tokens billed",
+    "cost_usd": "cost this run (USD)",
+    "stopped": "stopped by",
+}
+#: run.json ``cache`` (``CachedTarget``: per-text records) -> row label
+RECORD_CACHE_ROWS = {
+    "hits": "texts read from the record cache",
+    "misses": "texts scored by the target (not in the record cache)",
+    "corrupt": "damaged record-cache entries recomputed",
+    "enabled": "record cache enabled",
+}
+
+
 def _ledger(result: MethodResult) -> str:
     prov = result.provenance
     usage = prov.get("usage")
     rows = []
     if isinstance(usage, Mapping):
-        for k in (
-            "requests_sent",
-            "cache_hits",
-            "retries",
-            "prompt_tokens",
-            "completion_tokens",
-            "cost_usd",
-            "stopped",
-        ):
+        for k, label in USAGE_ROWS.items():
             if k in usage:
-                rows.append([_e(k.replace("_", " ")), _num(usage[k], 6) if k == "cost_usd" else _num(usage[k])])
+                rows.append([label, _num(usage[k], 6) if k == "cost_usd" else _num(usage[k])])
         for k in ("positions_by_strategy", "requests_by_strategy"):
             for strat, n in (usage.get(k) or {}).items():
                 rows.append([f"{_e(k.replace('_', ' '))}: {_e(strat)}", _num(n)])
@@ -352,7 +371,7 @@ def _ledger(result: MethodResult) -> str:
     if isinstance(cache, Mapping):
         for k, v in cache.items():
             if not isinstance(v, Mapping):
-                rows.append([f"cache: {_e(k)}", _num(v)])
+                rows.append([RECORD_CACHE_ROWS.get(k, f"record cache: {_e(k)}"), _num(v)])
     if prov.get("tokens_scored") is not None:
         rows.append(["tokens scored", _num(prov["tokens_scored"])])
     if prov.get("wall_time_s") is not None:

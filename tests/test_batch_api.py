@@ -278,3 +278,27 @@ def test_batch_without_a_cache_is_one_clear_error(tiny_lm_dir, tiny_target, data
         assert main(argv) == 2
         assert "--batch needs the request cache" in capsys.readouterr().err
         assert emu.stats()["batches"]["created"] == 0
+
+
+def test_sampled_continuations_are_batched(tiny_lm_dir, tiny_target, tmp_path) -> None:
+    from blackbox_audit.adapters import load_target
+    from blackbox_audit.engine import EngineOptions, Spending
+    from blackbox_audit.engine.cache import open_cache
+
+    prompts = [t[:20] for t in TEXTS]
+    with run_emulator(tiny_target, "openai-chat") as emu:
+        outs = {}
+        for batch in (False, True):
+            cache = open_cache(tmp_path / f"c{batch}")
+            spending = Spending.start(EngineOptions(batch=batch))
+            target = load_target(emu.target_spec, tokenizer=str(tiny_lm_dir), cache=cache, spending=spending)
+            try:
+                emu.reset()
+                outs[batch] = target.generate(prompts, max_new_tokens=8, temperature=1.0, seed=3)
+                sent = emu.stats()["by_path"].get("/v1/chat/completions", {}).get("ok", 0)
+                assert sent == (0 if batch else len(prompts))  # with --batch: all in the batch, none direct
+            finally:
+                target.close()
+                cache.close()
+        assert emu.stats()["batches"]["created"] == 1
+        assert outs[True] == outs[False]  # a batched line is answered like the direct request

@@ -48,7 +48,8 @@ def _fill(folder: Path) -> None:
                 "completion_tokens": 12,
                 "cost_usd": 0.0012,
                 "positions_by_strategy": {"bisection": 30},
-            }
+            },
+            "cache": {"hits": 0, "misses": 60, "corrupt": 0},
         },
     )
     write_result(score, folder / "score")
@@ -181,7 +182,7 @@ def test_report_draws_every_part_from_the_results(report_dir: Path) -> None:
         "95% CI",
         "member share",
         "gpt-4o-mini",
-        "requests sent",
+        "API requests sent",
         "package git revision",
         "Audit spec",
         "bisection",
@@ -194,6 +195,16 @@ def test_report_draws_every_part_from_the_results(report_dir: Path) -> None:
     assert all(h.startswith("#") for h in links) and links[:4] == [
         f"#{n}" for n in ("score", "ptdi", "em_mia", "compare")
     ]
+
+
+def test_the_two_caches_are_told_apart(report_dir: Path) -> None:
+    """Issue 27: "cache hits 3" (the request engine) beside "cache: hits 0" (the record cache)."""
+    html = (report_dir / "report.html").read_text()
+    cells = re.findall(r"<td>([^<]*)</td><td[^>]*>([^<]*)</td>", html)
+    labels = {label: value for label, value in cells}
+    assert labels["API requests answered by the request cache (not sent)"] == "3"
+    assert labels["texts read from the record cache"] == "0"
+    assert not {"cache hits", "cache: hits"} & set(labels)
 
 
 def test_bootstrap_interval_and_low_fpr_flags() -> None:

@@ -35,7 +35,6 @@ CHAT_FIELDS = ("chat", "system", "user_template")
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "compare",
-        help="the same texts on two targets: per-token |delta| by recovery rung, score agreement, cost per side",
         description="Score the same texts on two targets (e.g. a white-box model and its API) and compare: "
         "per-token |delta| split by the API side's recovery rung and checked against the stated error bounds, "
         "Spearman and AUCs per score, requests and cost per side.",

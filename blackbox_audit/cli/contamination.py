@@ -39,7 +39,6 @@ SYNTHETIC = "synthetic"
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "contamination",
-        help="benchmark contamination check with a cost cap -> OUT/verdict.json, scores.jsonl, flagged.jsonl",
         description="Has the target seen a benchmark? Compares the benchmark's membership scores with known "
         "non-members of the same distribution: a dataset-level test, a contamination rate with a confidence "
         "interval, the items flagged at FDR alpha, and (for comparison only) PAC's thresholded rate. "

@@ -25,7 +25,6 @@ from blackbox_audit.methods.scoring import DEFAULT_SCORES, ScoreConfig, ScoreMet
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "score",
-        help="membership scores per sample (+ AUC/TPR if labelled) -> OUT/scores.jsonl, metrics.json",
         description="Compute membership scores (higher = more member-like) for each sample; with 0/1 labels "
         "also AUC and TPR at 1% and 5% FPR.",
     )

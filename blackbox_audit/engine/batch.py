@@ -44,12 +44,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import httpx
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+from tenacity import AsyncRetrying, retry_if_exception_type
 
 from blackbox_audit.errors import UserError
 
 from .core import RequestEngine, RetriesExhausted, _Retryable, estimate_body_tokens
 from .responses import ProtocolError, validate_answer
+from .retry import RetryPolicy
 
 FILES_PATH = "/files"
 BATCHES_PATH = "/batches"
@@ -164,7 +165,8 @@ async def _one_batch(
     engine: RequestEngine, path: str, requests: dict[str, dict[str, Any]], options: BatchOptions
 ) -> BatchOutcome:
     from openai.types import FileObject
-    from tqdm.auto import tqdm
+
+    from blackbox_audit.progress import progress_bar
 
     from .responses import BatchAnswer
 
@@ -205,7 +207,7 @@ async def _one_batch(
     batch = BatchAnswer.model_validate(raw)
 
     wait = options.poll_s
-    bar = tqdm(total=len(requests), desc=f"batch {batch.id}", unit="req", disable=not options.progress)
+    bar = progress_bar(total=len(requests), desc=f"batch {batch.id}", unit="req", disable=not options.progress)
     try:
         while batch.status not in TERMINAL:
             bar.set_postfix(status=batch.status, refresh=True)
@@ -219,7 +221,7 @@ async def _one_batch(
             batch = BatchAnswer.model_validate(await engine.get_json(f"{BATCHES_PATH}/{batch.id}"))
             counts = batch.request_counts
             if counts is not None:
-                bar.n = counts.completed + counts.failed
+                bar.update(counts.completed + counts.failed - bar.n)
         bar.set_postfix(status=batch.status, refresh=True)
     finally:
         bar.close()
@@ -298,12 +300,10 @@ async def _download(engine: RequestEngine, path: str) -> bytes:
     on 429/5xx/timeouts like every engine request, other errors raised as ``ProviderError``."""
     engine._ensure_loop()
     attempts = 0
+    policy = RetryPolicy(engine.max_retries, engine.rate_limit_wait_s, *engine._backoff)
     try:
         async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type(_Retryable),
-            stop=stop_after_attempt(engine.max_retries + 1),
-            wait=engine._wait,
-            reraise=True,
+            retry=retry_if_exception_type(_Retryable), stop=policy.stop, wait=policy.wait, reraise=True
         ):
             with attempt:
                 attempts += 1
@@ -319,7 +319,9 @@ async def _download(engine: RequestEngine, path: str) -> bytes:
                     engine._raise_for_status(resp)
                 return resp.content
     except _Retryable as exc:
-        raise RetriesExhausted(attempts, str(exc), exc.status, base_url=engine.base_url) from None
+        raise RetriesExhausted(
+            attempts, str(exc), exc.status, base_url=engine.base_url, max_retries=engine.max_retries
+        ) from None
     raise AssertionError("unreachable")  # pragma: no cover
 
 

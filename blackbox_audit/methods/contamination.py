@@ -59,6 +59,7 @@ from blackbox_audit.methods.base import (
     check_fraction_open,
     check_positive,
     register_method,
+    score_needs,
 )
 from blackbox_audit.methods.contamination_stats import member_share_ci, pac_style_rate, rank_test
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, check_level, fdp_and_power, select
@@ -184,7 +185,8 @@ class Contamination(Method):
     # ------------------------------------------------------------------ inputs
     def needs(self) -> Needs:
         sets = ("heldout",) if self.config.heldout == "known" else ()
-        return Needs(sets=sets, capabilities=("conditional",) if self.config.part == "output" else ())
+        caps = {*score_needs([self.config.score]), *(("conditional",) if self.config.part == "output" else ())}
+        return Needs(sets=sets, capabilities=tuple(sorted(caps)))
 
     def part_for(self, bench: Benchmark) -> str:
         part = self.config.part if self.config.part != "auto" else bench.default_part
@@ -291,9 +293,8 @@ class Contamination(Method):
         self, target: Any, bench: Benchmark, held: Benchmark, part: str, progress: bool
     ) -> tuple[SideScores, SideScores, str | None]:
         """Score both sides in the interleaved order until done or a budget cap stops it."""
-        from tqdm.auto import tqdm
-
         from blackbox_audit.engine.budget import BudgetExceeded
+        from blackbox_audit.progress import progress_bar
         from blackbox_audit.scores import compute_scores
         from blackbox_audit.scores.output import compute_output_scores
 
@@ -302,7 +303,7 @@ class Contamination(Method):
         chunk = API_CHUNK if getattr(target, "engine", None) is not None else LOCAL_CHUNK
         field_name = self.config.score
         stopped: str | None = None
-        bar = tqdm(total=len(order), desc=f"contamination ({part})", unit="item", disable=not progress)
+        bar = progress_bar(total=len(order), desc=f"contamination ({part})", unit="item", disable=not progress)
         try:
             for start in range(0, len(order), chunk):
                 part_order = order[start : start + chunk]

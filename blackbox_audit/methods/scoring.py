@@ -69,7 +69,7 @@ def labelled_metrics(
     """AUC/TPR of every score column and, with ``blind``, the text-only baseline beside them (its
     warning goes to ``result.warnings``); None without both labels. One place for every method
     that reports membership scores (``score``, ``fsd``), so they judge the blind baseline alike."""
-    from blackbox_audit.blind import blind_summary, blind_warning
+    from blackbox_audit.blind import blind_skipped, blind_summary, blind_warning
     from blackbox_audit.metrics import evaluation_metrics
 
     metrics = evaluation_metrics(scores, labels)
@@ -80,6 +80,10 @@ def labelled_metrics(
             warning = blind_warning(summary)
             if warning:
                 result.warnings.append(warning)
+        else:  # too few texts per class: say so where the baseline would have been
+            why = blind_skipped(labels)
+            metrics["blind"] = {"skipped": why}
+            result.warnings.append(f"no blind baseline: {why}")
     return metrics
 
 
@@ -104,6 +108,7 @@ class ScoreMethod(Method):
     def check(self, inputs: AuditInputs) -> None:
         from blackbox_audit.scores import check_capabilities
 
+        self.refuse_text_only(inputs)
         if inputs.target is not None:  # names the scores that need what the target lacks
             check_capabilities(inputs.target, self.specs, inputs.reference)
         super().check(inputs)

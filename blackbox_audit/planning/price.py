@@ -125,7 +125,7 @@ def price_plan(plan: CostPlan, view: PlanningView) -> PlanEstimate:
         if not view.logprobs:
             raise UserError(
                 f"{view.name} returns no logprobs, so only text-only scores can be estimated or run",
-                "use --scores samia (SaMIA samples continuations and needs no logprobs)",
+                "use a score that only samples text (a --dry-run of the run lists the scores this target supports)",
             )
         shape = view.shape
         if plan.tolerance is not None:  # --precision auto: price the tolerance the run will use

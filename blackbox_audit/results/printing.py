@@ -49,6 +49,41 @@ def print_score_summary(scores: Mapping[str, np.ndarray], file: TextIO | None = 
         print(f"{name:<{width}}  {stats[0]:>9.4f}  {stats[1]:>9.4f}  {stats[2]:>9.4f}", file=file)
 
 
+def format_usage(usage: Mapping[str, Any]) -> str | None:
+    """One line on what an API run sent and spent (run.json's ``usage``), or None when it sent
+    nothing and read nothing from the request cache (a local model)."""
+    sent, hits = int(usage.get("requests_sent") or 0), int(usage.get("cache_hits") or 0)
+    if not sent and not hits:
+        return None
+    retries = int(usage.get("retries") or 0)
+    parts = [f"API: {sent:,} requests sent" + (f" ({retries:,} retries)" if retries else "")]
+    parts.append(f"{hits:,} answered from the request cache")
+    tokens = f"{int(usage.get('prompt_tokens') or 0):,} prompt + {int(usage.get('completion_tokens') or 0):,} "
+    parts.append(tokens + "completion tokens billed")
+    cost = f"${float(usage.get('cost_usd') or 0):.4f} spent"
+    cap = (usage.get("budget") or {}).get("max_usd")
+    if cap is not None:
+        cost += f" of --budget-usd {cap:g}"
+    unpriced = usage.get("unpriced_models") or []
+    if usage.get("pricing") is None:
+        cost = "free (local server)"
+    elif unpriced:
+        cost += f" (not counted: no price for {', '.join(unpriced)}; --pricing FILE)"
+    parts.append(cost)
+    line = "; ".join(parts)
+    if usage.get("stopped"):
+        line += f"; stopped: {usage['stopped']}"
+    return line
+
+
+def print_usage(target: Any, file: TextIO | None = None) -> None:
+    """``format_usage`` of ``target.usage()`` when the target has one (API targets)."""
+    usage = getattr(target, "usage", None)
+    line = format_usage(usage()) if callable(usage) else None
+    if line:
+        print(line, file=file or sys.stdout)
+
+
 def print_result(result: MethodResult, paths: Sequence[Path] = (), file: TextIO | None = None) -> None:
     """What a person reads after a run: metrics (or score summary), summary lines, verdict, warnings, files."""
     file = file or sys.stdout

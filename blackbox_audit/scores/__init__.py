@@ -20,6 +20,7 @@ from .compute import (
     compute_scores,
     parse_specs,
     plan_requests,
+    servable_scores,
 )
 from .registry import REQUIRED, SCORES, Score, ScoreSpec, get_score, parse_spec, register_score
 from .requests import Conditional, Full, Plain, Reference, Request, Samples
@@ -43,6 +44,7 @@ __all__ = [
     "parse_spec",
     "parse_specs",
     "check_capabilities",
+    "servable_scores",
     "get_score",
     "register_score",
     "k_count",

@@ -9,13 +9,13 @@ policy and returns a ``ScoreTable``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
-from blackbox_audit.adapters.base import Target
+from blackbox_audit.adapters.base import Target, has_capability
 from blackbox_audit.errors import CapabilityError, UserError
 
 from .precision import score_error_bounds
@@ -126,12 +126,14 @@ def plan_requests(
 
 
 _FIXES = {
+    "logprobs": "use a target that returns logprobs, or a text-only score",
     "full_distribution": "use a white-box target (hf:PATH, gguf:PATH, smollm2) or drop these scores",
     "conditional": "use a target whose adapter scores a text given a prefix, or drop these scores",
     "reference": "pass a reference target (a smaller model, e.g. --reference smollm2) or drop these scores",
     "generation": "use a target that can generate text, or drop these scores",
 }
 _WHAT = {
+    "logprobs": "per-token logprobs",
     "full_distribution": "the full next-token distribution",
     "conditional": "logprobs of a text given a prefix",
     "reference": "a reference target",
@@ -140,14 +142,11 @@ _WHAT = {
 
 
 def check_capabilities(target: Target, specs: Sequence[ScoreSpec], reference: Target | None = None) -> None:
-    """Raise ``CapabilityError`` naming every score the target (or missing reference) cannot serve."""
+    """Raise ``CapabilityError`` naming every score the target (or missing reference) cannot serve;
+    on a target without logprobs the fix names the scores it can serve (``servable_scores``)."""
     caps = target.capabilities
-    have = {
-        "full_distribution": bool(caps.full_distribution),
-        "conditional": bool(caps.conditional),
-        "reference": reference is not None,
-        "generation": bool(getattr(caps, "generation", False)),
-    }
+    have = {need: has_capability(caps, need) for need in _WHAT if need != "reference"}
+    have["reference"] = reference is not None
     missing: dict[str, list[str]] = {}
     for spec in specs:
         for req_type in spec.score.needs:
@@ -158,10 +157,24 @@ def check_capabilities(target: Target, specs: Sequence[ScoreSpec], reference: Ta
         need, fields_ = next(iter(missing.items()))
         more = "".join(f"; {', '.join(f)} need(s) {_WHAT[n]}" for n, f in list(missing.items())[1:])
         where = "no reference target was given" if need == "reference" else f"target {target.name} does not provide it"
-        raise CapabilityError(
-            f"score(s) {', '.join(fields_)} need {_WHAT[need]}, but {where}{more}",
-            _FIXES[need],
-        )
+        fix = _FIXES[need]
+        if not have["logprobs"] and need != "reference":
+            why = (getattr(caps, "extra", None) or {}).get("no_logprobs")
+            where = f"target {target.name} returns no usable logprobs" + (f": {why}" if why else "")
+            usable = servable_scores({k for k, v in have.items() if v and k != "reference"})
+            fix = f"use a score it can serve: {', '.join(usable)}" if usable else "no registered score can use it"
+        raise CapabilityError(f"score(s) {', '.join(fields_)} need {_WHAT[need]}, but {where}{more}", fix)
+
+
+def servable_scores(capabilities: Collection[str]) -> list[str]:
+    """Registered scores whose every request a target with these capabilities serves on its own
+    (no reference target), by name; e.g. a text-only target's scores, read from the registry."""
+    have = set(capabilities)
+    return sorted(
+        name
+        for name, score in SCORES.items()
+        if all(r.requirement is None or r.requirement in have for r in score.needs)
+    )
 
 
 @dataclass(frozen=True)
