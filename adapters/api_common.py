@@ -42,6 +42,7 @@ from .base import Capabilities, Target
 from .probe import probe_cache_key, probe_endpoint, report_from_json
 from .recovery import (
     Answer,
+    FrozenStart,
     GapModel,
     LadderConfig,
     LpGuess,
@@ -159,11 +160,9 @@ class ApiTarget(Target):
         self._options: dict[str, Any] = {}  # build options, for siblings (with_model)
         self._owns_engine = True  # False for a sibling sharing its parent's engine and loop
         # --batch (``EngineOptions.batch``): requests known before any answer go through the
-        # provider's Batch API (``_buy_first_requests``, ``generate``); the ladder's first request
-        # per position is then fixed in advance (``recovery.first_bias``)
+        # provider's Batch API (``_buy_first_requests``, ``generate``); while a batch's positions
+        # are recovered, their first requests are fixed in advance (``recovery.first_bias``)
         self.batch: BatchOptions | None = BatchOptions() if engine.spending.options.batch else None
-        if self.batch is not None:
-            self.ladder = dataclasses.replace(self.ladder, fixed_first=True)
         self.batches: list[dict[str, Any]] = []  # ``BatchOutcome.to_json()`` of every batch bought
         self.batch_notes: list[str] = []
 
@@ -372,25 +371,30 @@ class ApiTarget(Target):
 
         try:
             sem = self._require_logprobs()
-            await self._buy_first_requests(items, sem, progress)
             out: list[TokenLogprobs] = []
             if items and self._echo_adaptive(sem) and self._echo_hits[1] == 0:
                 out.append(await one(*items[0]))  # learn the echo hit rate on one text first
                 items = items[1:]
             elif items and self._bisects(sem) and len(items) > 1 and self._gaps.density() is None:
                 # learn the gap density on one text first: otherwise every position of the
-                # batch starts its search together, before any gap is known (learned brackets)
+                # batch starts its search together, before any gap is known (learned brackets);
+                # with --batch this text goes direct and the rest's first requests start from it
                 out.append(await one(*items[0]))
                 items = items[1:]
+            await self._buy_first_requests(items, sem, progress)
             return out + list(await self.engine.gather(one(*it) for it in items))
         finally:
             bar.close()
+            if self.ladder.fixed_first:  # back to learning openings from every answer
+                self.ladder = dataclasses.replace(self.ladder, fixed_first=False, frozen=None)
 
     async def _buy_first_requests(self, items: list[tuple[Any, ...]], sem: Semantics, progress: bool) -> None:
         """``--batch``: buy each position's first request (the top-n read, or the request that
         doubles as it: ``recovery.first_bias``) through the provider's Batch API before the ladder
         runs; the ladder then reads those answers from the cache and sends only its dependent
-        rounds (bisection) directly. Echo and prompt-logprobs endpoints ask one request per text
+        rounds (bisection) directly. The first requests aim with the search statistics learned so
+        far, frozen here (``recovery.FrozenStart``) until these positions are recovered. Echo and
+        prompt-logprobs endpoints ask one request per text
         whose use depends on the run's echo statistics: they are not batched (noted in usage)."""
         if self.batch is None or not items:
             return
@@ -399,6 +403,9 @@ class ApiTarget(Target):
             if note not in self.batch_notes:
                 self.batch_notes.append(note)
             return
+        opening_bias, opening_offset = self._gaps.frozen()
+        frozen = FrozenStart(opening_bias, opening_offset, self._guess.value if self._guess.count else None)
+        self.ladder = dataclasses.replace(self.ladder, fixed_first=True, frozen=frozen)
         bodies = []
         for _text, ctx, ids, pri in items:
             full = ctx + ids

@@ -16,7 +16,12 @@ at the list price), USD per position, and then the batch/direct cost ratio and t
 truth; the batch run fixes each position's opening flip test in advance, so its searches differ).
 The probe's requests are not counted (the probe report is read from a shared warm-up cache).
 
+With ``--batch`` the first text is scored directly when the run has learned nothing yet (on
+bisecting endpoints: its answers set where the batch's opening flip tests aim), so the batched
+requests are the first requests of the other texts' positions.
+
 Run: .venv/bin/python bench/batch_cost.py [--canary PATH] [--texts 40] [--max-tokens 32]
+     [--profile forced-token --no-echo]
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--texts", type=int, default=40)
     ap.add_argument("--max-tokens", type=int, default=32, help="cut each text to this many tokens")
     ap.add_argument("--profile", default="openai-chat")
+    ap.add_argument("--no-echo", action="store_true", help="serve the profile without echo (e.g. forced-token)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
 
@@ -88,7 +94,8 @@ def main(argv=None) -> int:
     texts = [backend.decode(backend.tokenize(r["text"])[: args.max_tokens]) for r in picked]
     tok_dir = str(canary.model_dir)
     print(f"canary {canary.path} ({canary.card.get('base')}); {len(texts)} texts cut to {args.max_tokens} tokens")
-    with run_emulator(backend, args.profile, model="gpt-4o-mini") as emu, tempfile.TemporaryDirectory() as probe:
+    overrides = {"echo": False} if args.no_echo else {}
+    with run_emulator(backend, args.profile, model="gpt-4o-mini", **overrides) as emu, tempfile.TemporaryDirectory() as probe:
         warm = open_cache(probe)  # the probe once, its report shared by both runs
         load_target(emu.target_spec, tokenizer=tok_dir, cache=warm).close()
         warm.close()
