@@ -95,7 +95,8 @@ def main(argv=None) -> int:
     tok_dir = str(canary.model_dir)
     print(f"canary {canary.path} ({canary.card.get('base')}); {len(texts)} texts cut to {args.max_tokens} tokens")
     overrides = {"echo": False} if args.no_echo else {}
-    with run_emulator(backend, args.profile, model="gpt-4o-mini", **overrides) as emu, tempfile.TemporaryDirectory() as probe:
+    emulated = run_emulator(backend, args.profile, model="gpt-4o-mini", **overrides)
+    with emulated as emu, tempfile.TemporaryDirectory() as probe:
         warm = open_cache(probe)  # the probe once, its report shared by both runs
         load_target(emu.target_spec, tokenizer=tok_dir, cache=warm).close()
         warm.close()
