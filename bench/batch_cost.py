@@ -34,6 +34,12 @@ import time
 import numpy as np
 
 
+def sent_to(emu) -> int:
+    """Model requests the emulator answered directly (chat and completions)."""
+    by_path = emu.stats()["by_path"]
+    return sum(by_path.get(p, {}).get("ok", 0) for p in ("/v1/chat/completions", "/v1/completions"))
+
+
 def run_once(emu, tok_dir: str, texts: list[str], batch: bool, probe_cache: str) -> dict:
     """Score ``texts`` on a fresh cache holding only the probe report; the run's usage and losses."""
     import shutil
@@ -49,12 +55,12 @@ def run_once(emu, tok_dir: str, texts: list[str], batch: bool, probe_cache: str)
         spending = Spending.start(EngineOptions(concurrency=16, batch=batch))
         target = load_target(emu.target_spec, tokenizer=tok_dir, spending=spending, cache=cache)
         try:
-            before = emu.stats()["by_path"].get("/v1/chat/completions", {}).get("ok", 0)
+            before = sent_to(emu)
             t0 = time.perf_counter()
             table = compute_scores(target, texts, ["loss"], progress=False)
             wall = time.perf_counter() - t0
             usage = target.usage()
-            sent = emu.stats()["by_path"].get("/v1/chat/completions", {}).get("ok", 0) - before
+            sent = sent_to(emu) - before
         finally:
             target.close()
             cache.close()
