@@ -558,6 +558,19 @@ class ApiTarget(Target):
 
         return self._loop.run(all_())
 
+    def generate_seeds(self, prompts: Sequence[str], seeds: Sequence[int], **kwargs: Any) -> list[list[str]]:
+        """Each seed's continuations; with ``--batch`` every sample of every seed goes in one batch
+        (then ``generate`` reads them from the cache), instead of one batch per seed."""
+        if self.batch is not None:
+            opts = {k: kwargs.get(k, d) for k, d in (("max_new_tokens", 64), ("temperature", 0.0), ("top_k", None))}
+            bodies = [
+                self._generation_body(p, opts["max_new_tokens"], opts["temperature"], s, opts["top_k"])
+                for s in seeds
+                for p in prompts
+            ]
+            self._loop.run(self._run_batch(bodies, False))
+        return [self.generate(prompts, seed=s, **kwargs) for s in seeds]
+
     def _generation_body(
         self, prompt: str, max_new_tokens: int, temperature: float, seed: int | None, top_k: int | None
     ) -> dict[str, Any]:

@@ -312,3 +312,21 @@ def test_sampled_continuations_are_batched(tiny_lm_dir, tiny_target, tmp_path) -
                 cache.close()
         assert emu.stats()["batches"]["created"] == 1
         assert outs[True] == outs[False]  # a batched line is answered like the direct request
+
+
+def test_samia_samples_of_every_seed_go_in_one_batch(tiny_lm_dir, tiny_target, data, tmp_path, capsys) -> None:
+    with run_emulator(tiny_target, "openai-chat") as emu:
+        runs = {}
+        for flag in ((), ("--batch",)):
+            argv = _argv(emu, tiny_lm_dir, data, tmp_path / f"c{len(flag)}", tmp_path / f"o{len(flag)}", *flag)
+            argv[argv.index("loss")] = "samia:n=3"
+            emu.reset()
+            assert main(argv) == 0
+            rows = (tmp_path / f"o{len(flag)}" / "scores.jsonl").read_text().splitlines()
+            runs[flag] = [json.loads(r)["samia:n=3"] for r in rows]
+            if flag:  # 4 texts x 3 seeds in one batch, no sample sent directly
+                (batch,) = json.loads((tmp_path / "o1" / "run.json").read_text())["target"]["usage"]["batches"]
+                assert batch["requests"] == batch["answered"] == len(TEXTS) * 3
+                assert emu.stats()["batches"]["created"] == 1
+        assert runs[()] == runs[("--batch",)]  # the same samples: a batched line is answered like a direct one
+    capsys.readouterr()
