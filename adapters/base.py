@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blackbox_audit.errors import CapabilityError
+from blackbox_audit.reads import ReadOptions
 from blackbox_audit.types import TokenLogprobs
 
 
@@ -137,6 +138,37 @@ class Target(abc.ABC):
         with its own prefix (an answer given its question). Adapters that can batch different
         prefixes (a local model, an API's concurrent requests) override this loop."""
         return [self.conditional_logprobs(prefix, [text], progress=False)[0] for prefix, text in pairs]
+
+    def read_records(
+        self,
+        items: Sequence[tuple[str | None, str]],
+        read: ReadOptions,
+        *,
+        full_distribution: bool = False,
+        progress: bool = True,
+    ) -> list[TokenLogprobs]:
+        """One record per ``(prefix, text)`` holding what ``read`` asks for (``blackbox_audit.reads``):
+        a prefix of None is a plain record (``token_logprobs``), else a conditional one.
+
+        This default reads whole records and keeps the sampled positions, which is right for a
+        target that pays nothing per position; targets that can report top-n lists (white-box) or
+        that pay per position (APIs) override it."""
+        if read.top:
+            raise CapabilityError(
+                f"target {self.name} cannot report the top-n list of each position",
+                "use a white-box target or an API target with logprobs, or a score that needs no top-n list",
+            )
+        plain = [text for prefix, text in items if prefix is None]
+        pairs = [(prefix, text) for prefix, text in items if prefix is not None]
+        got_plain = iter(
+            self.token_logprobs(plain, full_distribution=full_distribution, progress=progress) if plain else []
+        )
+        got_pairs = iter(self.conditional_pairs(pairs, progress=progress) if pairs else [])
+        out = []
+        for prefix, text in items:
+            record = next(got_plain) if prefix is None else next(got_pairs)
+            out.append(record.subset(read.select(len(record), text)))
+        return out
 
     def generate(
         self,

@@ -40,13 +40,14 @@ from typing import Any
 import numpy as np
 
 from blackbox_audit.errors import UserError
+from blackbox_audit.reads import ReadOptions
 from blackbox_audit.types import FullDistribution, Status, Strategy, TokenLogprobs
 
 from .base import Capabilities, FineTuned, FineTuneOptions, Target
 from .chat_templates import ChatConditioning, chat_conditioning
 from .hf_chat import ChatScoring
 from .hf_decode import Chooser, decode_rows, pick_token, row_generator
-from .hf_moments import full_moments
+from .hf_moments import full_moments, top_values
 from .hf_weights import (
     converted_gguf_dir,
     file_sha256,
@@ -297,6 +298,8 @@ class HFTarget(ChatScoring, Target):
         context: Sequence[int],
         full: FullDistribution | None = None,
         meta: dict[str, Any] | None = None,
+        top: np.ndarray | None = None,
+        positions: np.ndarray | None = None,
     ) -> TokenLogprobs:
         n = len(ids)
         return TokenLogprobs(
@@ -310,6 +313,8 @@ class HFTarget(ChatScoring, Target):
             context_ids=tuple(int(c) for c in context),
             full=full,
             meta=meta or {},
+            top_logprobs=top,
+            positions=positions,
         )
 
     def _score_sequences(
@@ -321,8 +326,10 @@ class HFTarget(ChatScoring, Target):
         progress: bool,
         desc: str,
         side: str | None = None,
-    ) -> list[tuple[np.ndarray, FullDistribution | None]]:
-        """For each seq, lp of seq[start:] given everything before (start >= 1); batched.
+        top: int = 0,
+    ) -> list[tuple[np.ndarray, FullDistribution | None, np.ndarray | None]]:
+        """For each seq, lp of seq[start:] given everything before (start >= 1); batched. With
+        ``top``, also the ``top`` largest logprobs at each of those positions (descending).
 
         The last token is never fed (nothing to predict from it), so each row is len-1 long.
         """
@@ -338,7 +345,7 @@ class HFTarget(ChatScoring, Target):
                     target = torch.tensor(s[start:], device=rows.device)
                     lps = rows.gather(-1, target[:, None])[:, 0].double().cpu().numpy()
                     fd = FullDistribution(*full_moments(rows)) if full_distribution else None
-                    out[i] = (lps, fd)
+                    out[i] = (lps, fd, top_values(rows, top))
                 bar.update(sum(len(inputs[i]) for i in batch))
         return out
 
@@ -355,13 +362,14 @@ class HFTarget(ChatScoring, Target):
             scored = self._chat_scored(items, full_distribution=full_distribution, progress=progress)
             return [
                 self._record(t, ids[1:], lps, ids[:1], fd, meta=self._chat_meta())
-                for t, ids, (lps, fd) in zip(texts, all_ids, scored, strict=True)
+                for t, ids, (lps, fd, _) in zip(texts, all_ids, scored, strict=True)
             ]
         scored = self._score_sequences(
             all_ids, [1] * len(texts), full_distribution=full_distribution, progress=progress, desc="logprobs"
         )
         return [
-            self._record(t, ids[1:], lps, ids[:1], fd) for t, ids, (lps, fd) in zip(texts, all_ids, scored, strict=True)
+            self._record(t, ids[1:], lps, ids[:1], fd)
+            for t, ids, (lps, fd, _) in zip(texts, all_ids, scored, strict=True)
         ]
 
     def _prepare_conditional(self, prefix: str, texts: Sequence[str]) -> tuple[list[int], list[list[int]]]:
@@ -471,7 +479,8 @@ class HFTarget(ChatScoring, Target):
         )
         meta = {"prefix_tokens": len(p_ids)}
         return [
-            self._record(t, ids, lps, p_ids, meta=meta) for t, ids, (lps, _) in zip(texts, t_ids, scored, strict=True)
+            self._record(t, ids, lps, p_ids, meta=meta)
+            for t, ids, (lps, _, _) in zip(texts, t_ids, scored, strict=True)
         ]
 
     def conditional_pairs(self, pairs: Sequence[tuple[str, str]], *, progress: bool = True) -> list[TokenLogprobs]:
@@ -489,8 +498,51 @@ class HFTarget(ChatScoring, Target):
         )
         return [
             self._record(text, t_ids[0], lps, p_ids, meta={"prefix_tokens": len(p_ids)})
-            for (_, text), (p_ids, t_ids), (lps, _) in zip(pairs, prepared, scored, strict=True)
+            for (_, text), (p_ids, t_ids), (lps, _, _) in zip(pairs, prepared, scored, strict=True)
         ]
+
+    def read_records(
+        self,
+        items: Sequence[tuple[str | None, str]],
+        read: ReadOptions,
+        *,
+        full_distribution: bool = False,
+        progress: bool = True,
+    ) -> list[TokenLogprobs]:
+        """``Target.read_records`` computed exactly: every value is exact, so ``read.recover`` changes
+        nothing; ``read.top`` adds the top-``K`` logprobs of each position's full distribution (what
+        an API's top-n list reports, here exact); sampled positions keep only their rows (under chat
+        conditioning only their contexts are run, one forward per kept position)."""
+        items = list(items)
+        if not items:
+            return []
+        if self.chat is not None:
+            return self._chat_read(items, read, full_distribution=full_distribution, progress=progress)
+        seqs, starts, contexts, scored_ids, metas = [], [], [], [], []
+        for i, (prefix, text) in enumerate(items):
+            if prefix is None:
+                ids = self.tokenize(text)
+                self._check_ids(ids, i, text)
+                seqs.append(ids)
+                starts.append(1)
+                contexts.append(ids[:1])
+                scored_ids.append(ids[1:])
+                metas.append({})
+            else:
+                p_ids, t_ids = self._prepare_conditional(prefix, [text])
+                seqs.append(p_ids + t_ids[0])
+                starts.append(len(p_ids))
+                contexts.append(p_ids)
+                scored_ids.append(t_ids[0])
+                metas.append({"prefix_tokens": len(p_ids)})
+        scored = self._score_sequences(
+            seqs, starts, full_distribution=full_distribution, progress=progress, desc="logprobs", top=read.top
+        )
+        out = []
+        for (_, text), ctx, ids, meta, (lps, fd, top) in zip(items, contexts, scored_ids, metas, scored, strict=True):
+            record = self._record(text, ids, lps, ctx, fd, meta=meta, top=top)
+            out.append(record.subset(read.select(len(record), text)))
+        return out
 
     # ---- ground truth for the provider emulator
     def logprob_matrix(self, ids: Sequence[int]) -> np.ndarray:

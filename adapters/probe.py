@@ -86,6 +86,18 @@ def probe_cache_key(
     return "probe:" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+def endpoint_key(base_url: str, model: str, api: str, system: str | None, template: str, sampling: Any) -> str:
+    """The part of a probe key that names the endpoint and conditioning but not the local tokenizer
+    table: a ``probe`` run that read the server's tokenizer and a dry-run that must name a local one
+    (``compat:``) still mean the same endpoint. Keys the endpoint's probe report copy
+    (``"probe-endpoint:"``) and its measured recovery (``"recovery:"``)."""
+    import hashlib
+    import json
+
+    parts = [PROBE_VERSION, base_url.rstrip("/"), model, api, system, template, dict(sampling)]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
 def report_from_json(obj: dict[str, Any]) -> ProbeReport:
     sem = obj.get("semantics")
     return ProbeReport(obj["api"], bool(obj["id_prompts"]), None if sem is None else Semantics(**sem), obj["evidence"])
@@ -93,19 +105,40 @@ def report_from_json(obj: dict[str, Any]) -> ProbeReport:
 
 def cached_probe_report(
     cache: Any, base_url: str, model: str, table: TokenTable, api: str, system: str | None, template: str, sampling: Any
-) -> ProbeReport | None:
-    """The probe report stored for this endpoint and conditioning, or None (nothing is sent); a
-    "no usable logprobs" verdict is a report whose ``semantics`` is None.
+) -> tuple[ProbeReport | None, str]:
+    """The probe report stored for this endpoint and conditioning, or None (nothing is sent), and
+    where it came from: the probe of this very target, else the probe of the same endpoint under
+    another tokenizer table (``endpoint_key``; e.g. ``probe`` on a ``compat:`` target reads the
+    server's tokenizer, its dry-run a local one). A "no usable logprobs" verdict is a report whose
+    ``semantics`` is None. Keyed like ``build_api_target``'s: the URL without credentials, entries
+    checksummed."""
+    if cache is None:
+        return None, ""
+    from blackbox_audit.engine import read_checked
+    from blackbox_audit.redaction import split_url_credentials
 
-    Keyed like ``build_api_target``'s: the URL without credentials, entries checksummed."""
+    public_url = split_url_credentials(base_url)[0].rstrip("/")
+    hit = read_checked(cache, probe_cache_key(public_url, model, table, api, system, template, sampling))
+    source = "the cached probe of this target"
+    if hit is None or hit.get("semantics") is None:
+        endpoint = endpoint_key(public_url, model, api, system, template, sampling)
+        other = read_checked(cache, "probe-endpoint:" + endpoint)
+        if other is not None and other.get("semantics") is not None:
+            hit, source = other, "the cached probe of this endpoint (probed with another tokenizer table)"
+    return (None, "") if hit is None else (report_from_json(hit), source)
+
+
+def cached_recovery(
+    cache: Any, base_url: str, model: str, api: str, system: str | None, template: str, sampling: Any
+) -> dict[str, Any] | None:
+    """What finished runs measured about this endpoint's recovery (``planning.measured``), or None."""
     if cache is None:
         return None
     from blackbox_audit.engine import read_checked
     from blackbox_audit.redaction import split_url_credentials
 
     public_url = split_url_credentials(base_url)[0].rstrip("/")
-    hit = read_checked(cache, probe_cache_key(public_url, model, table, api, system, template, sampling))
-    return None if hit is None else report_from_json(hit)
+    return read_checked(cache, "recovery:" + endpoint_key(public_url, model, api, system, template, sampling))
 
 
 def cached_planning_view(
@@ -113,18 +146,15 @@ def cached_planning_view(
 ) -> PlanningView:
     """The ``--dry-run`` view of an API endpoint (``planning.endpoint_view``), nothing sent: the ladder's
     shape from the probe report cached for the same endpoint and conditioning (a target probed
-    before), else the widest, unprobed range with the probe's own requests counted. A cached
-    "no usable logprobs" verdict makes it a text-only view (``logprobs=False``)."""
-    report = cached_probe_report(
-        options.get("cache"),
-        base_url,
-        model,
-        table,
-        options.get("api") or "auto",
-        options.get("system"),
-        options.get("user_template") or "{prefix}",
-        tuple(sorted(sampling.items())),
-    )
+    before, or ``blackbox-audit probe``), else the widest, unprobed range with the probe's own
+    requests counted; and what earlier runs measured of its recovery, which narrows the range. A
+    cached "no usable logprobs" verdict makes it a text-only view (``logprobs=False``)."""
+    api = options.get("api") or "auto"
+    system = options.get("system")
+    template = options.get("user_template") or "{prefix}"
+    pairs = tuple(sorted(sampling.items()))
+    cache = options.get("cache")
+    report, source = cached_probe_report(cache, base_url, model, table, api, system, template, pairs)
     probed = report is not None and report.semantics is not None
     return endpoint_view(
         name,
@@ -133,8 +163,10 @@ def cached_planning_view(
         price=price,
         tokenizer_name=table.name,
         semantics=report.semantics if probed else None,
-        probed_by="the cached probe of this target" if probed else None,
+        probed_by=source if probed else None,
         logprobs=report is None or report.semantics is not None,
+        recovery=cached_recovery(cache, base_url, model, api, system, template, pairs) if probed else None,
+        prior=bool(options.get("prior")),
     )
 
 

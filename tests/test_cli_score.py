@@ -15,7 +15,21 @@ from blackbox_audit.fixtures import data_path
 from blackbox_audit.results import RunRecorder, redact_argv, write_jsonl
 
 SCORES = "loss,zlib,min_k,min_k_pp"
-METRIC_KEYS = {"auc", "tpr_at_1pct_fpr", "tpr_at_5pct_fpr", "n"}
+#: metrics.json per score (blackbox_audit.metrics.reported_metrics); ``notes``: with a dozen texts, too few
+#: non-members to read TPR at 0.1% and 1% FPR
+METRIC_KEYS = {
+    "auc",
+    "auc_ci",
+    "auc_ci_method",
+    "tpr_at_0.1pct_fpr",
+    "tpr_at_1pct_fpr",
+    "tpr_at_5pct_fpr",
+    "f1_threshold_accuracy",
+    "n",
+    "n_members",
+    "n_nonmembers",
+    "notes",
+}
 RUN_KEYS = {"command", "argv", "options", "started_at", "wall_time_s", "versions", "git", "target", "cache"}
 
 
@@ -58,9 +72,11 @@ def test_score_end_to_end_on_tiny_model_then_cached_rerun(tiny_lm_dir, labelled_
     assert set(metrics) == set(SCORES.split(","))
     for m in metrics.values():
         assert set(m) == METRIC_KEYS and m["n"] == 12 and 0.0 <= m["auc"] <= 1.0
-    for name in SCORES.split(","):  # the printed table shows every score with its AUC
+    for name in SCORES.split(","):  # the printed table shows every score with its AUC and the AUC's CI
         line = next(line for line in out.splitlines() if line.startswith(name + " "))
-        assert f"{metrics[name]['auc']:.3f}" in line
+        lo, hi = metrics[name]["auc_ci"]
+        assert f"{metrics[name]['auc']:.3f}" in line and f"[{lo:.3f}, {hi:.3f}]" in line
+        assert lo <= metrics[name]["auc"] <= hi
 
     run = json.loads((tmp_path / "a" / "run.json").read_text())
     assert RUN_KEYS <= set(run)

@@ -112,6 +112,11 @@ def load_data(args: argparse.Namespace) -> Dataset:
     )
 
 
+#: the flags a dry-run's planning view reads: the tokenizer, api and chat turn (the probe report and the
+#: measured recovery are stored per endpoint and conditioning), the price table, whether a prior is used
+PLANNING_OPTIONS = ("tokenizer", "api", "chat", "system", "user_template", "pricing", "prior")
+
+
 def planning_view_of_args(args: argparse.Namespace) -> Any:
     """The ``--target``'s planning view (``adapters.planning_view``) for a dry-run; sends nothing.
 
@@ -123,7 +128,7 @@ def planning_view_of_args(args: argparse.Namespace) -> Any:
 
     cache = None if getattr(args, "no_cache", False) else open_cache(args.cache_dir)
     try:
-        opts = {k: getattr(args, k, None) for k in ("tokenizer", "api", "pricing")}
+        opts = {k: getattr(args, k, None) for k in PLANNING_OPTIONS}
         return planning_view(args.target, cache=cache, **{k: v for k, v in opts.items() if v})
     finally:
         if cache is not None:

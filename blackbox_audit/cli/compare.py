@@ -110,13 +110,14 @@ def run(args: argparse.Namespace) -> int:
 def _dry_run(args: argparse.Namespace, specs: dict[str, str], plan: Any) -> int:
     """Price the plan on each side's planning view (nothing is sent, no target is loaded)."""
     from blackbox_audit.adapters import planning_view
+    from blackbox_audit.cli.common import PLANNING_OPTIONS
     from blackbox_audit.engine.cache import open_cache
     from blackbox_audit.planning import price_plan
 
     cache = None if args.no_cache else open_cache(args.cache_dir)
     try:
         for side in SIDES:
-            opts = {k: getattr(args, k, None) for k in ("tokenizer", "api", "pricing")}
+            opts = {k: getattr(args, k, None) for k in PLANNING_OPTIONS}
             view = planning_view(specs[side], cache=cache, **{k: v for k, v in opts.items() if v})
             print(f"side {side} ({specs[side]}):")
             print(price_plan(plan, view).format())
