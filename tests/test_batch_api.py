@@ -330,3 +330,25 @@ def test_samia_samples_of_every_seed_go_in_one_batch(tiny_lm_dir, tiny_target, d
                 assert emu.stats()["batches"]["created"] == 1
         assert runs[()] == runs[("--batch",)]  # the same samples: a batched line is answered like a direct one
     capsys.readouterr()
+
+
+def test_top_n_reads_of_cheap_scores_all_go_in_the_batch(tiny_lm_dir, tiny_target, data, tmp_path, capsys) -> None:
+    with run_emulator(tiny_target, "openai-chat") as emu:
+        runs = {}
+        for flag in ((), ("--batch",)):
+            argv = _argv(emu, tiny_lm_dir, data, tmp_path / f"c{len(flag)}", tmp_path / f"o{len(flag)}", *flag)
+            argv[argv.index("loss")] = "loss_cens,top1_gap"
+            emu.reset()
+            assert main(argv) == 0
+            rows = [json.loads(r) for r in (tmp_path / f"o{len(flag)}" / "scores.jsonl").read_text().splitlines()]
+            runs[flag] = [(r["loss_cens"], r["top1_gap"]) for r in rows]
+            usage = json.loads((tmp_path / f"o{len(flag)}" / "run.json").read_text())["target"]["usage"]
+            reads = sum(usage["requests_by_strategy"].values())  # one top-n read per position, no recovery
+            if not flag:
+                probe = _sent(emu) - reads
+            else:  # every read in the batch: only the probe went direct
+                (batch,) = usage["batches"]
+                assert batch["requests"] == batch["answered"] == reads
+                assert _sent(emu) == probe
+        assert runs[()] == runs[("--batch",)]
+    capsys.readouterr()
