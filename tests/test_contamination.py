@@ -447,6 +447,21 @@ def test_a_small_budget_completes_items_and_counts_the_unfinished_ones_spend() -
     assert "$0.0010 of it on an item the budget stop left unfinished" in " ".join(res.summary)
 
 
+def test_with_batch_an_api_target_buys_items_in_large_chunks() -> None:
+    from types import SimpleNamespace
+
+    from blackbox_audit.methods.contamination_purchase import BATCH_CHUNK, LOCAL_CHUNK, chunk_size
+
+    assert chunk_size(SimpleNamespace()) == LOCAL_CHUNK  # a local model: nothing billed
+    assert chunk_size(SimpleNamespace(engine=_Engine(), batch=None)) == 1  # an API: item by item
+    assert chunk_size(SimpleNamespace(engine=_Engine(), batch="options")) == BATCH_CHUNK > 1  # --batch
+    bench, held, mem = contaminated(0, 60, 60)
+    target = Billed(mem.members)
+    target.engine, target.batch = _Engine(), "the engine's batch options"
+    res = run_method(bench, held, target, score="loss", sequential=False)
+    assert len(res.ids) + len(res.extras["heldout.jsonl"]) == 120 and res.verdict.details["budget"]["requests"] == 1200
+
+
 def test_futility_stop_on_a_clean_benchmark_is_stated_with_its_assumption() -> None:
     bench, held, target = contaminated(0, 200, 200)
     res = run_method(bench, held, target, min_rate=0.5, item_auc=0.95)

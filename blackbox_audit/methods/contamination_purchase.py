@@ -6,7 +6,9 @@ are requested concurrently (up to the engine's ``--concurrency``), and the next 
 when it is complete. A budget stop therefore leaves at most one item unfinished (its answers are
 cached and cost nothing on a re-run), and every completed item counts, so a small budget buys
 whole items rather than fragments of many. Local models score a few items per call (no money
-is at stake; the calls are batched for speed).
+is at stake; the calls are batched for speed). With ``--batch`` an API target buys ``BATCH_CHUNK``
+items per call, one provider batch each (a batch can take hours to come back; item by item it
+would be one batch per item).
 
 After each item the sequential test (``contamination_sequential``) may settle the verdict; the
 purchase then stops. ``Purchase`` records what was bought, what it cost (the engine's billed
@@ -26,6 +28,10 @@ from .contamination_sequential import SequentialRankTest
 
 #: items per scoring call on a local model (batched; nothing is billed)
 LOCAL_CHUNK = 16
+#: items per scoring call on an API target with ``--batch``: each call's independent requests go out as
+#: one provider batch (which may take hours to come back), so items are bought in large chunks; the
+#: sequential test still reads them one by one and may stop between chunks
+BATCH_CHUNK = 64
 
 
 @dataclass
@@ -108,6 +114,14 @@ def engine_spend(target: Any) -> tuple[float, int] | None:
     return float(stats.cost_usd), int(stats.requests_sent)
 
 
+def chunk_size(target: Any) -> int:
+    """Items per scoring call: one on an API target (a budget stop then leaves at most one item
+    unfinished), ``BATCH_CHUNK`` with ``--batch`` (one provider batch per call), ``LOCAL_CHUNK`` locally."""
+    if getattr(target, "engine", None) is None:
+        return LOCAL_CHUNK
+    return BATCH_CHUNK if getattr(target, "batch", None) is not None else 1
+
+
 def buy(
     target: Any,
     sides: tuple[Benchmark, Benchmark],
@@ -131,7 +145,7 @@ def buy(
 
     spend0 = engine_spend(target)
     purchase = Purchase(order=list(order), billed=spend0 is not None)
-    chunk = 1 if getattr(target, "engine", None) is not None else LOCAL_CHUNK  # API targets: one item at a time
+    chunk = chunk_size(target)
     bar = progress_bar(total=len(order), desc=desc, unit="item", disable=not progress)
     last = spend0
     try:
