@@ -85,7 +85,8 @@ class Purchase:
             "heldout_planned": ph,
             "stopped": self.stopped,
             "settled": self.settled,
-            "order": "seeded random, benchmark and held-out interleaved in proportion; one item at a time on APIs",
+            "order": "seeded random, benchmark and held-out interleaved in proportion; one item at a time on APIs "
+            "(64 per provider batch with --batch)",
         }
         if self.billed:
             out["spent_usd"] = round(self.spent_usd, 8)
