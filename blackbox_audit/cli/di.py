@@ -76,9 +76,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     c.add_argument(
         "--crossfit",
-        action="store_true",
-        help="three folds in rotation: every pair tested once per seed, heads on out-of-sample outputs "
-        "(needs --baseline-lm; see docs/di.md)",
+        action=argparse.BooleanOptionalAction,
+        default=_C.crossfit,
+        help="three folds in rotation: every pair tested once per seed, heads on out-of-sample outputs (default; "
+        "--no-crossfit: the paper's one split per seed; see docs/di.md)",
     )
     c.add_argument(
         "--baseline-lm",

@@ -71,6 +71,9 @@ PAIR_MEAN_TEXT = (
     "pair_mean: each pair's out-of-fold d_comb - d_text averaged over the seeds, one paired one-sided t-test"
 )
 MIA_TEXT = "suffix alone (as the authors' di.py scores the stored suffix, without its prefix)"
+MIA_PREFIX_TEXT = (
+    "suffix given its prefix (a benchmark's answer after its question, as the contamination check scores it)"
+)
 
 
 @dataclass(frozen=True)
@@ -83,17 +86,18 @@ class CalibratedOptions:
     gen_train_fraction: float = 0.5
     prefix_ratio: float = 0.5
     test_fraction: float = 0.5
-    seeds: int = 5
+    seeds: int = 3
     combine: str = "sidak"
     seed: int = 0
     alpha: float = 0.05
     clip_frac: float = 0.05
     heads: str = "nested"
     baseline_lm: str | None = None
-    crossfit: bool = False
+    crossfit: bool = True
     features: tuple[str, ...] | None = None
     bounded: str = "error"
     max_suffix_tokens: int | None = None
+    mia_context: str = "suffix"
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     classifier: TextClassifierConfig = field(default_factory=TextClassifierConfig)
 
@@ -161,7 +165,7 @@ class CalibratedDIResult:
             "auc_text": float(np.mean([s["auc_text"] for s in self.per_seed])),
             "auc_comb": float(np.mean([s["auc_comb"] for s in self.per_seed])),
             "n_pairs": len(self.heldout.pairs),
-            "mia_text": MIA_TEXT,
+            "mia_text": MIA_TEXT if self.options.mia_context == "suffix" else MIA_PREFIX_TEXT,
             "baseline_lm": self.options.baseline_lm,
             "mia_features": (
                 "target score minus the baseline model's score, per feature"
@@ -258,12 +262,7 @@ def build_heldout(
     else:
         assert items is not None
         _check_sizes(len(items), opts, "items")
-        order = np.random.default_rng([opts.seed, 202]).permutation(len(items))
-        n_train = int(round(len(items) * opts.gen_train_fraction))
-        train_items = [items[int(i)] for i in order[:n_train]]
-        infer_items = [items[int(i)] for i in order[n_train:]]
-        train_ids = [tuple(generator.encode(p + s)[: max(opts.seq_tokens, 2)]) for _, p, s in train_items]
-        pairs = fixed_pairs(infer_items, generator.encode, generator.decode, max_suffix_tokens=opts.max_suffix_tokens)
+        train_ids, pairs = inference_items(items, opts, generator)
         info["segmentation"] = {"items": len(items), "fixed_splits": True, "max_suffix_tokens": opts.max_suffix_tokens}
     info["split"] = {"generator_train": len(train_ids), "generator_inference": len(pairs)}
     info["timings"]["segment"] = _since(t)
@@ -277,6 +276,22 @@ def build_heldout(
     info["generation"] = gen_info
     info["timings"]["generation"] = _since(t)
     return HeldoutSet(pairs=pairs, generated=generated, info=info)
+
+
+def inference_items(
+    items: Sequence[tuple[str, str, str]], opts: CalibratedOptions, generator: Any
+) -> tuple[list[tuple[int, ...]], list[Pair]]:
+    """Fixed ``(id, prefix, suffix)`` items split (seeded) into the generator's training sequences
+    (``prefix + suffix``, the suffix cut to ``max_suffix_tokens`` as the inference pairs' are: a
+    question longer than ``seq_tokens`` must not crowd its answer out) and the inference pairs."""
+    order = np.random.default_rng([opts.seed, 202]).permutation(len(items))
+    n_train = int(round(len(items) * opts.gen_train_fraction))
+    train_items = [items[int(i)] for i in order[:n_train]]
+    infer_items = [items[int(i)] for i in order[n_train:]]
+    keep = opts.max_suffix_tokens or 1_000_000
+    train_ids = [tuple(generator.encode(p + s)[: len(generator.encode(p)) + keep]) for _, p, s in train_items]
+    pairs = fixed_pairs(infer_items, generator.encode, generator.decode, max_suffix_tokens=opts.max_suffix_tokens)
+    return train_ids, pairs
 
 
 def _prepare_features(suspect: np.ndarray, heldout: np.ndarray, clip_frac: float) -> tuple[np.ndarray, np.ndarray]:
@@ -522,6 +537,7 @@ def baseline_lm_matrix(
     store: ArtifactStore,
     *,
     progress: bool,
+    prefixes: Sequence[str] | None = None,
 ) -> np.ndarray:
     """A local baseline model's scores (the MIA features ``names``) of every suffix, cached (``baseline_lm``).
 
@@ -541,13 +557,20 @@ def baseline_lm_matrix(
             "give --baseline-lm a different model (another family or training set), or leave it out",
         )
     lm = LocalGenerator(spec, progress=False)
-    key = content_key({"baseline_lm": lm.fingerprint(), "texts": texts_digest(texts), "names": list(names)})
+    key = content_key(
+        {
+            "baseline_lm": lm.fingerprint(),
+            "texts": texts_digest(texts),
+            "names": list(names),
+            **({"prefixes": texts_digest(list(prefixes))} if prefixes is not None else {}),
+        }
+    )
     found = store.read_json("baseline_lm", key)
     if found is None:
         from blackbox_audit.adapters.hf import load_hf
 
         base = load_hf(str(folder), device="cpu", progress=False)
-        x, _ = feature_matrix(base, texts, names, progress=progress)
+        x, _ = feature_matrix(base, texts, names, progress=progress, prefixes=prefixes)
         found = x.tolist()
         store.write_json("baseline_lm", key, found)
     return np.asarray(found, dtype=np.float64)
@@ -581,14 +604,16 @@ def calibrate(
 ) -> CalibratedDIResult:
     """Steps 3-4 on a built held-out set: MIA features from ``target``, classifiers, tests, combination."""
     opts = options
-    names = list(opts.features) if opts.features else list(default_features(reference))
+    conditional = opts.mia_context == "prefix"
+    names = list(opts.features) if opts.features else list(default_features(reference, conditional=conditional))
     n = len(heldout.pairs)
+    prefixes = [p.prefix for p in heldout.pairs] * 2 if conditional else None
     timings: dict[str, Any] = {}
     t = _clock()
     texts = heldout.real + heldout.generated
     ids = [f"{p.seq_id}/real" for p in heldout.pairs] + [f"{p.seq_id}/generated" for p in heldout.pairs]
     x, feat_info = feature_matrix(
-        target, texts, names, reference=reference, bounded=opts.bounded, progress=progress, ids=ids
+        target, texts, names, reference=reference, bounded=opts.bounded, progress=progress, ids=ids, prefixes=prefixes
     )
     timings["mia_scores"] = _since(t)
     raw_sus, raw_val = x[:n], x[n:]
@@ -597,7 +622,13 @@ def calibrate(
         t = _clock()
         own = [j for j, name in enumerate(feat_info["names"]) if name != "reference"]
         base = baseline_lm_matrix(
-            opts.baseline_lm, generator, texts, [feat_info["names"][j] for j in own], store, progress=progress
+            opts.baseline_lm,
+            generator,
+            texts,
+            [feat_info["names"][j] for j in own],
+            store,
+            progress=progress,
+            prefixes=prefixes,
         )
         rel = x.copy()
         rel[:, own] -= base  # the 'reference' feature (a target-vs-reference score already) is kept as is
@@ -729,14 +760,10 @@ def validate_options(opts: CalibratedOptions) -> None:
         raise UserError(
             f"combine must be sidak, cauchy or pair_mean, got {opts.combine!r}", "use e.g. 'sidak' (SPEC §5)"
         )
-    if opts.crossfit and not opts.baseline_lm:
-        raise UserError(
-            "crossfit without a baseline model flags non-member sets: in the bench it flagged 10 of 10 (docs/di.md), "
-            "because the target's raw scores see the generation shift that the text classifier misses",
-            "add --baseline-lm hf:DIR (a model never trained on the suspect set, not the generator's base)",
-        )
     if opts.combine == "pair_mean" and not opts.crossfit:
-        raise UserError("combine=pair_mean needs crossfit (every pair tested in every seed)", "add --crossfit")
+        raise UserError("combine=pair_mean needs crossfit (every pair tested in every seed)", "drop --no-crossfit")
+    if opts.mia_context not in ("suffix", "prefix"):
+        raise UserError(f"mia_context must be suffix or prefix, got {opts.mia_context!r}", "use 'suffix' (default)")
     if opts.heads not in HEADS:
         raise UserError(f"heads must be one of {', '.join(HEADS)}, got {opts.heads!r}", "use 'nested' (default)")
     if not 0 <= opts.clip_frac < 1:

@@ -195,9 +195,9 @@ class CalibratedDIConfig(MethodConfig):
     features: tuple[str, ...] = ()
     alpha: float = 0.05
     seed: int = 0
-    seeds: int = 5
+    seeds: int = 3
     combine: Literal["sidak", "cauchy", "pair_mean"] = "sidak"
-    crossfit: bool = False
+    crossfit: bool = True
     baseline_lm: str = ""
     seq_tokens: int = 64
     min_seq_tokens: int = 16
@@ -215,7 +215,7 @@ class CalibratedDIConfig(MethodConfig):
     lora_r: int = 16
     lora_alpha: int = 32
     lora_layers: int = 4
-    temperature: float = 1.0
+    temperature: float = 0.8
     top_p: float = 1.0
     top_k: int = 0
     repetition_penalty: float = 1.0
