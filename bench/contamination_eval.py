@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--sets", default=None, help="synthetic: comma-separated split numbers to run (resume/parallel)")
     p.add_argument("--json", default=None, help="synthetic: append one JSON line per split here")
+    p.add_argument("--models", default=None, help="synthetic: contaminated,clean,other-items (default all)")
     a = p.parse_args(argv)
     if a.heldout == "synthetic":
         return synthetic_eval(a)
@@ -284,10 +285,10 @@ def synthetic_eval(a) -> int:
     split = draw_split(corpus_samples(opts.corpus), opts)
     members = [int(str(r["id"]).rsplit("-", 1)[1]) for r in split["members"]]
     never = [int(str(r["id"]).rsplit("-", 1)[1]) for r in split["nonmembers"] + split["calibration"]]
-    canary = build_canary(opts, cache_dir=a.cache_dir)
     n_m = len(members)
-    models = {"contaminated": canary.target_spec, "clean": "smollm2", "other-items": canary.target_spec}
-    wanted = [m for m in models if a.only is None or (m == "contaminated") == (a.only == "finetuned")]
+    wanted = a.models.split(",") if a.models else ["contaminated", "clean", "other-items"]
+    spec = build_canary(opts, cache_dir=a.cache_dir).target_spec if set(wanted) - {"clean"} else None
+    models = {"contaminated": spec, "clean": "smollm2", "other-items": spec}
     todo = range(a.splits) if not a.sets else [int(x) for x in a.sets.split(",")]
     cfg = ContaminationConfig(heldout="synthetic", part=a.part, alpha=a.alpha)
     out = open(a.json, "a") if a.json else None  # noqa: SIM115 - appended as splits finish

@@ -274,6 +274,7 @@ def main() -> int:
                    "p_pair_mean": res.info.get("p_pair_mean"), "auc_text": body["auc_text"],
                    "auc_comb": body["auc_comb"], "bow_auc": res.shift["bow_auc"], "n_pairs": body["n_pairs"],
                    "loss_gap": res.shift["mia_score_gap"].get("loss", {}).get("heldout_minus_suspect"),
+                   "self_gap": (res.shift.get("self_baseline") or {}).get("loss_gap"),
                    "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
                    "timings": res.info["timings"]}  # fmt: skip
             results.append(row)

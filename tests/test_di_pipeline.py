@@ -102,7 +102,8 @@ def test_calibrated_di_runs_caches_and_is_deterministic(
         body["per_seed"][0]
     )
     assert body["mia_text"].startswith("suffix alone")
-    assert {"bow_auc", "classifier_auc", "mia_score_gap"} <= set(body["shift_check"])
+    assert {"bow_auc", "classifier_auc", "mia_score_gap", "self_baseline"} <= set(body["shift_check"])
+    assert body["shift_check"]["self_baseline"]["loss_gap"] is not None  # the target-free sampling check ran
     assert all(len(g) > 0 for g in first.heldout.generated)
     lengths = first.heldout.info["generation"]["token_counts"]  # generated tokens per pair
     assert lengths == [p.n_suffix for p in first.heldout.pairs]
@@ -306,3 +307,22 @@ def _walk_dicts(obj):
     elif isinstance(obj, list):
         for v in obj:
             yield from _walk_dicts(v)
+
+
+def test_self_baseline_check_flags_unmatched_sampling_only(texts: list[str], tmp_path: Path) -> None:
+    """The target-free sampling check: generated text unlike the suspect text is flagged as unmatched;
+    'generated' suffixes drawn from the same text are not; its scores are cached by content."""
+    import random
+
+    from blackbox_audit.di.self_baseline import self_baseline_check
+
+    store = ArtifactStore(tmp_path / "di")
+    train, real, same = texts[:60], texts[60:100], texts[100:140]
+    rng = random.Random(0)
+    noise = ["".join(rng.choice("qxzjvkw ") for _ in range(len(t))) for t in real]
+    bad = self_baseline_check(train, real, noise, store, seed=0)
+    assert bad["unmatched"] and bad["loss_gap"] < -1 and bad["p_generated_less_likely"] < 1e-6
+    good = self_baseline_check(train, real, same, store, seed=0)
+    assert not good["unmatched"] and abs(good["loss_gap"]) < 0.3
+    again = self_baseline_check(train, real, same, store, seed=0)
+    assert again == good and store.hits.get("self_baseline", 0) >= 1

@@ -49,6 +49,7 @@ from .features import default_features, feature_matrix, heldout_oriented
 from .generator import GeneratorConfig, LocalGenerator
 from .linear import fit_logistic
 from .segment import Pair, cut, fixed_pairs, segment, shuffle_split
+from .self_baseline import self_baseline_check
 from .stats import COMBINATION_TEXT, COMBINATIONS, auc_null_se, clip_outliers, normalise, paired_greater
 from .text_classifier import TextClassifierConfig, train_and_predict
 
@@ -98,6 +99,7 @@ class CalibratedOptions:
     bounded: str = "error"
     max_suffix_tokens: int | None = None
     mia_context: str = "suffix"
+    self_baseline: bool = True
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     classifier: TextClassifierConfig = field(default_factory=TextClassifierConfig)
 
@@ -114,6 +116,7 @@ class HeldoutSet:
     pairs: list[Pair]
     generated: list[str]
     info: dict[str, Any]
+    train_texts: list[str] = field(default_factory=list)  # the generator's training sequences (real text)
 
     @property
     def real(self) -> list[str]:
@@ -275,7 +278,8 @@ def build_heldout(
     generated, gen_info = generator.generate(adapter_dir, adapter_info["key"], pairs, opts.generator, opts.seed, store)
     info["generation"] = gen_info
     info["timings"]["generation"] = _since(t)
-    return HeldoutSet(pairs=pairs, generated=generated, info=info)
+    train_texts = [generator.decode(ids) for ids in train_ids]
+    return HeldoutSet(pairs=pairs, generated=generated, info=info, train_texts=train_texts)
 
 
 def inference_items(
@@ -660,6 +664,12 @@ def calibrate(
         for j, name in enumerate(feat_info["names"])
     }
     shift["mia_score_gap"] = gap
+    if opts.self_baseline and heldout.train_texts:
+        t = _clock()
+        shift["self_baseline"] = self_baseline_check(
+            heldout.train_texts, heldout.real, heldout.generated, store, seed=opts.seed
+        )
+        timings["self_baseline"] = _since(t)
     shift["mia_score_gap_note"] = (
         "raw scores, higher = member: a positive gap means generated suffixes look more member-like to the "
         "target than the real ones (the safe direction under the weight constraint)"
@@ -679,6 +689,15 @@ def calibrate(
             "text classifier captures the whole generation shift; where the target's scores see artifacts it "
             "misses, a 'member' verdict can come from the generator, not from training (measured with a random "
             "generator: see docs/di.md); use a better-fitting generator (more --gen-epochs, a larger model)"
+        )
+    sb = shift.get("self_baseline") or {}
+    if sb.get("unmatched"):
+        warnings.append(
+            f"generated suffixes are less likely than real ones to a small model trained only on the suspect set's "
+            f"own text (loss gap {sb['loss_gap']:+.3f} nats per token, p = {sb['p_generated_less_likely']:.2g}): the "
+            "sampling is not matched to this text, and a target that sees the same gap would read it as membership "
+            "(docs/di.md, 'Measured, session 5'); treat a 'member' verdict with suspicion, and try a lower "
+            "--temperature or --baseline-lm"
         )
     if feat_info["non_finite"]:
         warnings.append(f"{feat_info['non_finite']} non-finite MIA score(s) were replaced by their column's median")

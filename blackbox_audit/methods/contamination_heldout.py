@@ -123,8 +123,9 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
     if res is None:
         verdict = Verdict(
             decision="inconclusive",
-            statement=f"stopped at the budget cap before the synthetic-side test could run ({stopped}); answers so "
-            "far are cached: re-run with a larger cap",
+            statement=f"stopped at the budget cap before the synthetic-side test could run ({stopped}): its test "
+            "needs every pair scored; answers so far are cached: re-run with a larger cap or fewer --items (the "
+            "dry-run prices both)",
             alpha=cfg.alpha,
             details={"heldout": "synthetic", "stopped": stopped},
         )
@@ -158,7 +159,9 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
             "rate": None,
             "flagged_list": None,
             "why_no_rate": NO_RATE_REASON,
-            "shift_check": {k: res.shift[k] for k in ("bow_auc", "classifier_auc", "auc_se_if_no_shift")},
+            "shift_check": {
+                k: res.shift.get(k) for k in ("bow_auc", "classifier_auc", "auc_se_if_no_shift", "self_baseline")
+            },
             "part": part,
             "mia_features": res.features,
         },

@@ -405,6 +405,13 @@ class CalibratedDI(Method):
             f"generator shift check (real vs generated suffix): bag-of-words AUC {shift['bow_auc']:.3f}, "
             f"text classifier AUC {shift['classifier_auc']:.3f}",
         ]
+        sb = shift.get("self_baseline") or {}
+        if sb.get("loss_gap") is not None:
+            summary.append(
+                f"sampling check (a small LM trained only on the suspect text): generated minus real suffix "
+                f"{sb['loss_gap']:+.3f} ± {sb['se']:.3f} nats per token "
+                f"({'NOT matched' if sb['unmatched'] else 'matched'})"
+            )
         verdict = Verdict(
             decision=res.decision,
             statement=res.statement(),
