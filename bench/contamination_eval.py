@@ -279,8 +279,10 @@ def synthetic_eval(a) -> int:
         from dataclasses import replace
 
         train = replace(train, epochs=a.epochs)
+    # n_shifted=0: this mode uses no shifted set (the trained model is the same either way; the key differs)
     opts = CanaryOptions(corpus="benchmark:gsm8k", base="smollm2", seed=a.seed, n_members=a.members,
-                         n_nonmembers=a.nonmembers, n_calibration=a.calibration, train=train)  # fmt: skip
+                         n_nonmembers=a.nonmembers, n_calibration=a.calibration, train=train,
+                         n_shifted=0)  # fmt: skip
     gsm = load_gsm8k()
     split = draw_split(corpus_samples(opts.corpus), opts)
     members = [int(str(r["id"]).rsplit("-", 1)[1]) for r in split["members"]]
