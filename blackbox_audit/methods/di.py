@@ -178,6 +178,15 @@ class PlainDI(Method):
 
 # --------------------------------------------------------------------------- calibrated DI
 
+#: Said before a calibrated run without a baseline model: what the default can and cannot do,
+#: measured (docs/di.md, "Measured, session 5"), and what would give it power.
+DEFAULT_POWER_NOTE = (
+    "calibrated DI without --baseline-lm runs the paper's single split per seed: valid but weak (tiny-canary "
+    "bench: 1 of 5 member sets and 0 of 10 non-member sets flagged). More power needs a local model never trained "
+    "on the suspect set (not the generator's base): --crossfit --baseline-lm hf:DIR (docs/di.md). Cross-fitting "
+    "without it is refused: it flagged 3 of 10 non-member sets."
+)
+
 
 @dataclass(frozen=True)
 class CalibratedDIConfig(MethodConfig):
@@ -199,7 +208,7 @@ class CalibratedDIConfig(MethodConfig):
     seed: int = 0
     seeds: int = 3
     combine: Literal["sidak", "cauchy", "pair_mean"] = "sidak"
-    crossfit: bool = True
+    crossfit: bool = False
     baseline_lm: str = ""
     seq_tokens: int = 64
     min_seq_tokens: int = 16
