@@ -137,7 +137,10 @@ def main() -> int:
     ap.add_argument("--baseline-lm", default=None, help="a baseline LM whose scores are subtracted from the target's")
     ap.add_argument("--combine", default=None, choices=("sidak", "cauchy", "pair_mean"), help="default: the method's")
     ap.add_argument(
-        "--crossfit", action=argparse.BooleanOptionalAction, default=None, help="default: the method's (on)"
+        "--crossfit",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="default: the method's (off; needs --baseline-lm)",
     )
     ap.add_argument("--features", default=None, help="comma-separated MIA features (default: the method's)")
     ap.add_argument("--test-fraction", type=float, default=None, help="default: the method's")

@@ -281,7 +281,12 @@ def test_cli(tiny_llama_dir: Path, tiny_lm_dir: Path, texts: list[str], tmp_path
     assert json.loads((tmp_path / "plain" / "di.json").read_text())["blind"]["auc"] is not None
     # dry-run on a local target: plans, sends nothing, writes nothing
     assert main([*common, "--suspect", str(suspect), *calibrated, "--dry-run", "--out", str(tmp_path / "dry")]) == 0
-    assert "scorings" in capsys.readouterr().out and not (tmp_path / "dry" / "run.json").exists()
+    dry = capsys.readouterr()
+    assert "scorings" in dry.out and not (tmp_path / "dry" / "run.json").exists()
+    assert "valid but weak" in dry.err and "--crossfit --baseline-lm" in dry.err  # the default's power, said first
+    # cross-fitting without a baseline model flagged non-member sets: refused in one line
+    assert main([*common, "--suspect", str(suspect), *calibrated, "--crossfit", "--out", str(tmp_path / "cf")]) == 2
+    assert "baseline" in capsys.readouterr().err
     # bad input: one line, exit 2
     assert (
         main([*common, "--suspect", str(suspect), "--generator", f"hf:{tmp_path}/nope", "--out", str(tmp_path / "x")])
