@@ -187,7 +187,7 @@ def test_generation_resumes_after_a_crash(tiny_llama_dir: Path, texts: list[str]
 def test_bad_inputs(tiny_llama_dir: Path, texts: list[str], target, tmp_path: Path) -> None:
     spec = f"hf:{tiny_llama_dir}"
     store = ArtifactStore(tmp_path / "di")
-    with pytest.raises(UserError, match=r"sequences after segmentation: \d+, below the minimum of 60"):
+    with pytest.raises(UserError, match=r"sequences after segmentation: \d+, below the minimum of 40"):
         calibrated_di(target, texts[:5], options=small_options(spec), store=store, progress=False)
     with pytest.raises(UserError, match="none of the 3 suspect texts has 12 generator tokens"):
         calibrated_di(target, ["a b", "c d", "e"], options=small_options(spec), store=store, progress=False)
