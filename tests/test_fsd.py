@@ -46,6 +46,21 @@ def test_bad_config_is_one_clear_error(options, words) -> None:
     assert words in str(err.value)
 
 
+def test_shared_openings_counts_other_versions_of_a_fine_tuned_passage() -> None:
+    """WikiMIA's length splits are truncations of one passage: a 64-word text opening with a fine-tuned
+    32-word text was partly learned by the fine-tune. Exact copies are the other warning; short texts
+    (under 12 words) and texts that differ within the first 12 words do not count."""
+    from blackbox_audit.methods.fsd import shared_openings
+
+    passage = " ".join(f"w{i}" for i in range(40))
+    short = " ".join(passage.split()[:20])
+    other = "x " + " ".join(passage.split()[1:40])
+    ft = [short, "a b c"]
+    assert shared_openings([passage, short, other, "a b c"], ft) == 1  # the longer version only
+    assert shared_openings([passage], [passage + " more"]) == 1
+    assert shared_openings(["a b c"], ["a b c d"]) == 0
+
+
 def test_defaults_are_the_papers() -> None:
     cfg = FSDConfig()
     assert (cfg.epochs, cfg.batch_size, cfg.lr, cfg.schedule, cfg.lora_r, cfg.lora_alpha) == (

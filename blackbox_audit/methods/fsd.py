@@ -29,11 +29,16 @@ defaults -- LoRA (r 16, alpha 32, dropout 0.05), 3 epochs, batch 8, lr 1e-3 with
 fine-tuning API with 3 epochs, batch 8, the provider's learning rate (``lr_multiplier`` scales
 it; the emulator's base rate is 1e-3) and the same seed (``adapters/finetune_api.py``).
 Texts that are in both the audited data and the fine-tuning set are scored after being trained
-on; their deviation is biased towards "member", so such overlaps are reported as a warning.
+on: the fine-tune lifts their likelihood most, so their deviation is biased towards "non-member".
+The same holds, in part, for an audited text that opens like a fine-tuning text (a longer or
+shorter version of it): WikiMIA's length splits are truncations of the same passages, and the
+FSD authors' per-length split put 36% of their audited non-members' passages in the fine-tuning
+set (docs/fsd.md). Both are reported as warnings (``shared_openings``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,11 +63,25 @@ LOSS_FAMILY = ("loss", "zlib", "lowercase", "min_k", "min_k_pp")
 MIN_FINETUNE_TEXTS = 30
 FSD_PREFIX = "fsd_"
 FT_PREFIX = "ft_"
+#: audited and fine-tuning texts whose first this many words agree count as versions of one passage
+OPENING_WORDS = 12
 
 
 def fsd_deviation(target_scores: np.ndarray, finetuned_scores: np.ndarray) -> np.ndarray:
     """``fsd_s = s(x; f) - s(x; f')`` for member-oriented scores (module docstring: the sign)."""
     return np.asarray(target_scores, dtype=np.float64) - np.asarray(finetuned_scores, dtype=np.float64)
+
+
+def shared_openings(texts: Sequence[str], finetune_texts: Sequence[str], words: int = OPENING_WORDS) -> int:
+    """Audited texts that are not fine-tuning texts but open with the same ``words`` words as one
+    (whitespace-split): a longer or shorter version of a text the fine-tune learned."""
+
+    def opening(text: str) -> str:
+        return " ".join(text.split()[:words])
+
+    exact = set(finetune_texts)
+    openings = {opening(t) for t in finetune_texts if len(t.split()) >= words}
+    return sum(1 for t in texts if t not in exact and len(t.split()) >= words and opening(t) in openings)
 
 
 @dataclass(frozen=True)
@@ -204,7 +223,14 @@ class FSD(Method):
         if overlap:
             result_warnings.append(
                 f"{overlap} audited text(s) are also in the fine-tuning set: their fsd_ scores are biased towards "
-                "member (they were trained on); use disjoint known non-members"
+                "non-member (the fine-tune learned them); use disjoint known non-members"
+            )
+        shared = shared_openings(inputs.texts, ft_data.texts)
+        if shared:
+            result_warnings.append(
+                f"{shared} audited text(s) open with the same {OPENING_WORDS} words as a fine-tuning text (another "
+                "version of the same passage): the fine-tune learned part of them, so their fsd_ scores are biased "
+                "towards non-member; keep every version of a passage on one side"
             )
 
         def score(target: Any) -> Any:
