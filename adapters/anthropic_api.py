@@ -30,7 +30,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from blackbox_audit.engine import RequestEngine
+from blackbox_audit.engine import RequestEngine, Spending
 from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.redaction import read_api_key
 from blackbox_audit.types import TokenLogprobs
@@ -153,8 +153,9 @@ def _check_message(data: dict[str, Any]) -> None:
         raise ValueError("answer is not a Messages API message")
 
 
-def load_anthropic(rest: str, **options: Any) -> AnthropicTarget:
-    """Factory for ``anthropic:MODEL`` and ``anthropic:BASE_URL#MODEL``."""
+def load_anthropic(rest: str, *, spending: Spending | None = None, **options: Any) -> AnthropicTarget:
+    """Factory for ``anthropic:MODEL`` and ``anthropic:BASE_URL#MODEL`` (``spending``: the run's
+    shared caps, limits and prices)."""
     url, sep, model = rest.partition("#")
     if not sep:
         url, model = "", rest
@@ -172,7 +173,7 @@ def load_anthropic(rest: str, **options: Any) -> AnthropicTarget:
         auth_header="x-api-key",
         headers={"anthropic-version": API_VERSION},
         cache=options.get("cache"),
-        **{"max_concurrency": int(options.get("max_concurrency", 8)), **(options.get("engine_options") or {})},
+        spending=spending,
     )
     table = load_token_table(options.get("tokenizer") or "tiktoken:cl100k_base")
     return AnthropicTarget(
@@ -185,17 +186,16 @@ def plan_anthropic(rest: str, **options: Any) -> Any:
     (``cl100k_base`` unless ``tokenizer`` says otherwise; Anthropic publishes none, so counts are
     approximate) and the pricing table's price. No logprobs: only sampling can be planned."""
     from blackbox_audit.engine import PricingTable
-    from blackbox_audit.planning import PlanningView
+    from blackbox_audit.planning import endpoint_view
 
     model = rest.partition("#")[2] or rest
     if not model:
         raise UserError("no model in target 'anthropic:'", "write anthropic:MODEL")
     table = load_token_table(options.get("tokenizer") or "tiktoken:cl100k_base")
-    return PlanningView(
-        name=f"anthropic:{model}",
-        model=model,
-        tokenize=table.encode,
-        api=True,
+    return endpoint_view(
+        f"anthropic:{model}",
+        model,
+        table.encode,
         price=PricingTable.load(options.get("pricing")).get(model),
         tokenizer_name=f"{table.name} (approximate: no public tokenizer)",
         logprobs=False,

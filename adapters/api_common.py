@@ -32,8 +32,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from blackbox_audit.engine import RequestEngine
+from blackbox_audit.engine import RequestEngine, Spending
 from blackbox_audit.errors import CapabilityError, UserError
+from blackbox_audit.planning.ladder import eps_for_tolerance
 from blackbox_audit.types import Status, Strategy, TokenLogprobs
 
 from .base import Capabilities, Target
@@ -46,7 +47,6 @@ from .recovery import (
     PositionResult,
     Prior,
     Semantics,
-    eps_for_tolerance,
     recover_position,
 )
 from .tokenizers import TokenTable
@@ -184,7 +184,7 @@ class ApiTarget(Target):
 
     def set_tolerance(self, per_token: float | None) -> dict[str, Any]:
         """Bisect only as finely as a per-token error bound of ``per_token`` nats needs
-        (``recovery.eps_for_tolerance``); None returns to the configured tolerance. The
+        (``planning.ladder.eps_for_tolerance``); None returns to the configured tolerance. The
         tolerance is part of ``fingerprint``, so cached records never cross precisions."""
         jitter = self.sem.jitter if self.sem is not None else 0.0
         eps, how = eps_for_tolerance(per_token, jitter, self._full_eps)
@@ -551,22 +551,18 @@ def build_api_target(
     api_key: str | None,
     loop: LoopThread,
     extra_engines: Sequence[RequestEngine],
+    spending: Spending | None,
     options: dict[str, Any],
 ) -> ApiTarget:
-    """Engine + probe + target. Options: ``cache`` (diskcache-like), ``api`` (auto, chat,
-    completions), ``system``, ``user_template``, ``eps``, ``learned_brackets``, ``search`` (``cells`` or
-    ``median``, ``recovery.LadderConfig``), ``max_concurrency``, ``semantics``
-    (a ``Semantics`` to skip the probe, for tests), ``prior`` (a white-box target or spec with
-    the same tokenizer: its logprobs under the same conditioning centre the bisection),
+    """Engine + probe + target. ``spending``: the run's caps, limits and prices, shared with its
+    other API targets (``engine.Spending``; None: uncapped, unpriced). Options: ``cache``
+    (diskcache-like), ``api`` (auto, chat, completions), ``system``, ``user_template``, ``eps``,
+    ``learned_brackets``, ``search`` (``cells`` or ``median``, ``recovery.LadderConfig``),
+    ``semantics`` (a ``Semantics`` to skip the probe, for tests), ``prior`` (a white-box target or
+    spec with the same tokenizer: its logprobs under the same conditioning centre the bisection),
     ``prior_template`` (chat: ``chatml`` or ``model``, see ``ApiTarget._chat_prior``). White-box
     options (device, batch_size) are ignored."""
-    engine = RequestEngine(
-        base_url,
-        api_key=api_key,
-        cache=options.get("cache"),
-        # engine_options: --budget-usd, --max-requests, --rpm, --tpm, --concurrency, --pricing (CLI)
-        **{"max_concurrency": int(options.get("max_concurrency", 8)), **(options.get("engine_options") or {})},
-    )
+    engine = RequestEngine(base_url, api_key=api_key, cache=options.get("cache"), spending=spending)
     return probe_and_build(
         engine=engine, loop=loop, kind=kind, name=name, model=model, table=table, options=options,
         extra_engines=extra_engines,

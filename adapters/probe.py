@@ -33,6 +33,7 @@ from typing import Any
 
 from blackbox_audit.engine import ProviderError, RequestEngine
 from blackbox_audit.errors import UserError
+from blackbox_audit.planning import PlanningView, endpoint_view
 
 from .recovery import Answer, Semantics, _clean
 from .tokenizers import TokenTable
@@ -100,6 +101,34 @@ def cached_probe_report(
     public_url = split_url_credentials(base_url)[0].rstrip("/")
     hit = read_checked(cache, probe_cache_key(public_url, model, table, api, system, template, sampling))
     return None if hit is None or hit.get("semantics") is None else report_from_json(hit)
+
+
+def cached_planning_view(
+    name: str, base_url: str, model: str, table: TokenTable, price: Any, *, sampling: dict[str, Any], **options: Any
+) -> PlanningView:
+    """The ``--dry-run`` view of an API endpoint (``planning.endpoint_view``), nothing sent: the ladder's
+    shape from the probe report cached for the same endpoint and conditioning (a target probed
+    before), else the widest, unprobed range with the probe's own requests counted."""
+    report = cached_probe_report(
+        options.get("cache"),
+        base_url,
+        model,
+        table,
+        options.get("api") or "auto",
+        options.get("system"),
+        options.get("user_template") or "{prefix}",
+        tuple(sorted(sampling.items())),
+    )
+    probed = report is not None and report.semantics is not None
+    return endpoint_view(
+        name,
+        model,
+        table.encode,
+        price=price,
+        tokenizer_name=table.name,
+        semantics=report.semantics if probed else None,
+        probed_by="the cached probe of this target" if probed else None,
+    )
 
 
 async def _try(engine: RequestEngine, path: str, body: dict[str, Any]) -> tuple[dict[str, Any] | None, int | None]:

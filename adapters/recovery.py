@@ -4,7 +4,8 @@ Everything here talks to an ``Oracle``: one call = one paid request "next token 
 ``context`` with ``logit_bias``" answering the emitted (greedy) token, its reported logprob,
 and the reported top-n list, all as token ids. Adapters wrap HTTP in an oracle; tests and
 ``bench/recovery.py`` use the emulator or in-memory oracles (``tests/simulated_oracle.py``), so
-the ladder's maths is tested without a server.
+the ladder's maths is tested without a server. What a dry-run counts of it (requests per missed
+token, the tolerance a ``--precision`` asks for, the default eps) is ``blackbox_audit.planning.ladder``.
 
 Per position the ladder tries, cheapest first, what the probed ``Semantics`` allow:
 top-n hit (exact) → bias-reflecting (exact, 1 extra request) → forced token (exact, 1 extra
@@ -31,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from blackbox_audit.planning.ladder import DEFAULT_EPS, DEFAULT_VOTES
 from blackbox_audit.types import Status, Strategy
 
 SENTINEL_CUTOFF = -9000.0  # OpenAI reports -9999.0 for an emitted token outside the top 20
@@ -90,10 +92,10 @@ class Semantics:
 
 @dataclass(frozen=True)
 class LadderConfig:
-    eps: float = 0.01  # bisection stops when the bracket on lp is at most eps wide
+    eps: float = DEFAULT_EPS  # bisection stops when the bracket on lp is at most eps wide
     initial_step: float = 1.0  # starting guess (nats) of the typical gap lp_n - lp(t)
     prior_halfwidth: float = 1.0  # std (nats) assumed for a proxy model's prior
-    votes: int = 3  # repeats per flip test when the endpoint is non-deterministic
+    votes: int = DEFAULT_VOTES  # repeats per flip test when the endpoint is non-deterministic
     # search prior from the gaps recovered so far in this run (a kernel density over them)
     # instead of an exponential with their mean; False reproduces the earlier search
     learned_brackets: bool = True
@@ -108,29 +110,6 @@ class LadderConfig:
     # "median" reproduces the earlier search (continuous median cut, density from 6 gaps, uniform
     # share 0.5/(1 + n/4)); bench/recovery.py runs both side by side
     search: str = "cells"
-
-
-MIN_EPS = 1e-4  # finest bisection tolerance a precision choice may ask for
-
-
-def eps_for_tolerance(per_token: float | None, jitter: float, full_eps: float) -> tuple[float, str]:
-    """The bisection tolerance that keeps every recovered position's error bound within
-    ``per_token`` nats (``--precision auto``, ``blackbox_audit.scores.precision``).
-
-    A bisection stops once its bracket on lp is at most ``eps`` wide and reports half of it, and
-    the endpoint's order jitter is added to every bound (``recover_position``), so
-    ``eps = 2 (per_token - jitter)``. ``None`` keeps ``full_eps``; so does a tolerance the jitter
-    alone already exceeds (no tolerance can reach it: the note says so). Other rungs (top-n, echo,
-    forced token, bias-reflecting) are exact whatever eps is."""
-    if per_token is None:
-        return full_eps, "full precision"
-    room = per_token - jitter
-    if room <= 0:
-        return full_eps, (
-            f"the endpoint's jitter ({jitter:.3g} nats) alone exceeds the tolerated {per_token:.3g}: full precision"
-        )
-    eps = max(MIN_EPS, 2 * room)
-    return eps, f"eps {eps:.4g} = 2 x ({per_token:.4g} tolerated - {jitter:.3g} jitter)"
 
 
 @dataclass(frozen=True)

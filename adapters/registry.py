@@ -165,7 +165,7 @@ def planning_view(spec: str, **options: Any) -> Any:
     ``tokenizer``, ``api``, ``cache``, ``pricing``). Local kinds load the model (it sends
     nothing) and report token positions only.
     """
-    from blackbox_audit.planning import PlanningView
+    from blackbox_audit.planning import local_view
 
     kind = target_kind(spec)
     rest = split_adapter(spec)[0].partition(":")[2]  # an adapter does not change the tokenizer
@@ -174,7 +174,7 @@ def planning_view(spec: str, **options: Any) -> Any:
     if kind.api:
         raise UserError(f"no cost planner for {kind.syntax} targets", "run without --dry-run on a small --limit first")
     target = kind.load(rest, **{k: v for k, v in options.items() if k in kind.options})
-    return PlanningView(name=target.name, model=target.name, tokenize=target.tokenize, api=False)
+    return local_view(target)
 
 
 __all__ = [

@@ -247,7 +247,7 @@ def load_token_table(spec: str | None, *, model: str | None = None) -> TokenTabl
         if spec in TIKTOKEN_FILES:
             return TiktokenTable(spec)
         if spec == "smollm2":  # the same alias as the white-box target
-            from .hf import smollm2_gguf_path
+            from .hf_weights import smollm2_gguf_path
 
             spec = str(smollm2_gguf_path())
         return HFTable.from_path(spec.removeprefix("hf:").removeprefix("gguf:"))

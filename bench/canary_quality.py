@@ -51,19 +51,26 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
 def measure(
     base: str, seed: int, em_texts: int, cache_dir: str | None, progress: bool, save_matrix: str | None = None
 ) -> dict[str, Any]:
-    from blackbox_audit.adapters import load_target
-    from blackbox_audit.blind import blind_baseline
-    from blackbox_audit.cache import CachedTarget, open_cache
-    from blackbox_audit.methods import em_mia as em
-    from blackbox_audit.scores import compute_scores
     from blackbox_audit.sim.canary import CanaryOptions, build_canary
+    from blackbox_audit.workspace import Workspace
 
     canary = build_canary(CanaryOptions(base=base, seed=seed), cache_dir=cache_dir, progress=progress)
+    with Workspace.open(cache_dir=cache_dir) as workspace:
+        target = workspace.open_target(canary.target_spec, device="cpu", progress=False)
+        return _measure(target, canary, base, seed, em_texts, progress, save_matrix)
+
+
+def _measure(
+    target: Any, canary: Any, base: str, seed: int, em_texts: int, progress: bool, save_matrix: str | None
+) -> dict[str, Any]:
+    from blackbox_audit.blind import blind_baseline
+    from blackbox_audit.methods import em_mia as em
+    from blackbox_audit.scores import compute_scores
+
     card = canary.card
     rows = canary.dataset()
     texts = [r["text"] for r in rows]
     y = np.array([int(r["label"]) for r in rows])
-    target = CachedTarget(load_target(canary.target_spec, device="cpu", progress=False), open_cache(cache_dir))
     t0 = time.process_time()
     specs = ["loss", "min_k", "min_k_pp", "zlib", f"recall:prefixes={canary.path / 'calibration.jsonl'}"]
     table = compute_scores(target, texts, specs, progress=progress)
@@ -81,7 +88,6 @@ def measure(
     print(json.dumps(out), file=sys.stderr, flush=True)  # the scores, before the long EM-MIA part
     n = min(em_texts, len(texts))
     if n < 2:
-        target.close()
         return out
     sub, ys = texts[:n], y[:n]
     init = table["loss"][:n]
@@ -116,7 +122,6 @@ def measure(
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez(path, values=matrix.values, ll=matrix.ll, init=init, labels=np.asarray(ys))  # em_mia_pool_cap --matrix
         out["matrix"] = str(path)
-    target.close()
     return out
 
 

@@ -149,9 +149,8 @@ def main() -> None:
 
     import torch
 
-    from blackbox_audit.adapters import load_target
-    from blackbox_audit.cache import CachedTarget, open_cache
     from blackbox_audit.sim.canary import load_canary
+    from blackbox_audit.workspace import Workspace
 
     torch.set_num_threads(args.threads)
     logging.getLogger("blackbox_audit").setLevel(logging.ERROR)  # prefix truncation is expected here
@@ -160,22 +159,23 @@ def main() -> None:
     warnings.filterwarnings("ignore", message="prefix of")
     canary = load_canary(args.canary)
     print(f"canary {canary.path} (base {canary.card['base']}, build {canary.card['build_id']})")
-    target = CachedTarget(load_target(canary.target_spec, device="cpu", progress=False), open_cache(args.cache_dir))
-    rows = canary.dataset()
-    member_shots = [r["text"] for r in canary.members[: args.shots]]
-    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
-    with tempfile.TemporaryDirectory() as tmp:
-        nm_file = write_lines(Path(tmp) / "nm.jsonl", [r["text"] for r in canary.calibration[: args.shots]])
-        m_file = write_lines(Path(tmp) / "m.jsonl", member_shots)
-        if "scores" not in skip:
-            ev = [r for r in rows if r["text"] not in set(member_shots)]
-            ev = ev[: args.texts] if args.texts else ev
-            scores_section(
-                target, [r["text"] for r in ev], np.array([r["label"] for r in ev]), nm_file, m_file, args.shots
-            )
-    if "em" not in skip:
-        sub = rows[: args.em_texts]
-        em_section(target, [r["text"] for r in sub], np.array([r["label"] for r in sub]), args.shots)
+    with Workspace.open(cache_dir=args.cache_dir) as workspace:
+        target = workspace.open_target(canary.target_spec, device="cpu", progress=False)
+        rows = canary.dataset()
+        member_shots = [r["text"] for r in canary.members[: args.shots]]
+        skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+        with tempfile.TemporaryDirectory() as tmp:
+            nm_file = write_lines(Path(tmp) / "nm.jsonl", [r["text"] for r in canary.calibration[: args.shots]])
+            m_file = write_lines(Path(tmp) / "m.jsonl", member_shots)
+            if "scores" not in skip:
+                ev = [r for r in rows if r["text"] not in set(member_shots)]
+                ev = ev[: args.texts] if args.texts else ev
+                scores_section(
+                    target, [r["text"] for r in ev], np.array([r["label"] for r in ev]), nm_file, m_file, args.shots
+                )
+        if "em" not in skip:
+            sub = rows[: args.em_texts]
+            em_section(target, [r["text"] for r in sub], np.array([r["label"] for r in sub]), args.shots)
 
 
 if __name__ == "__main__":

@@ -103,13 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(a.threads)
     from dataclasses import replace
 
-    from blackbox_audit.adapters import load_target
     from blackbox_audit.benchmarks import load_gsm8k
-    from blackbox_audit.cache import CachedTarget, open_cache
     from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
     from blackbox_audit.sim.canary import CanaryOptions, build_canary, default_train_config, draw_split
     from blackbox_audit.sim.corpora import corpus_samples
+    from blackbox_audit.workspace import Workspace
 
     command = ".venv/bin/python bench/contamination_eval.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     print(f"$ {command}")
@@ -160,13 +159,13 @@ def main(argv: list[str] | None = None) -> int:
             f"from all {n_m + len(never)}, held-out = the other {len(never) - n_m} (true rate 0%)"
         )
     cfg = ContaminationConfig(score=a.score, part=a.part, alpha=a.alpha, n_bootstrap=a.bootstrap)
-    cache = open_cache(a.cache_dir)
+    workspace = Workspace.open(cache_dir=a.cache_dir)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = {}
     try:
         for name, spec in models:
-            target = CachedTarget(load_target(spec, device="cpu", progress=False), cache)
+            target = workspace.open_target(spec, device="cpu", progress=False)
             rows = []
             t1 = time.perf_counter()
             for s in range(a.splits):
@@ -230,11 +229,10 @@ def main(argv: list[str] | None = None) -> int:
                         str(out / f"cli_{'ft' if truth else 'clean'}"),
                     ]
                     print(f"  the same split through the CLI: {shlex.join(cli)}")
-            target.close()
             summary[name] = rows
             report(name, rows, a.alpha, truth=bool(name.startswith("fine")))
     finally:
-        cache.close()
+        workspace.close()
     (out / "summary.json").write_text(json.dumps({"command": command, "rows": summary}, indent=2))
     print(f"per-split rows: {out / 'summary.json'}")
     return 0

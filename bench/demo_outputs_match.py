@@ -36,12 +36,18 @@ VOLATILE_TEXT = [
     (re.compile(r"\b\d+(\.\d+)? ?(s|CPU-s)\b"), "<secs>"),
     (re.compile(r"\b[0-9a-f]{40}\b"), "<rev>"),
     (re.compile(r"(wall[ _]time[^<\n]{0,40}?)\d+(\.\d+)?"), r"\1<secs>"),
+    (re.compile(r"<td>not from a git checkout \(installed package\)</td>|<td><code><rev></code></td>"), "<rev>"),
+    (re.compile(r"\S*/blackbox_audit/__main__\.py"), "<prog>"),
+    (re.compile(r"(wall time \(s\)</td><td>)[\d.]+"), r"\1<secs>"),
 ]
 
 
 def mask(obj: object) -> object:
     if isinstance(obj, dict):
-        return {k: ("<masked>" if k in VOLATILE_KEYS else mask(v)) for k, v in obj.items()}
+        out = {k: ("<masked>" if k in VOLATILE_KEYS else mask(v)) for k, v in obj.items()}
+        if isinstance(out.get("argv"), list) and out["argv"]:  # argv[0]: the path of the program that ran
+            out["argv"] = ["<prog>", *out["argv"][1:]]
+        return out
     if isinstance(obj, list):
         return [mask(v) for v in obj]
     return obj
@@ -78,9 +84,6 @@ def compare_trees(a: Path, b: Path) -> list[str]:
         ta, tb = (a / name).read_text(encoding="utf-8"), (b / name).read_text(encoding="utf-8")
         if name.suffix == ".json":
             same = mask(json.loads(ta)) == mask(json.loads(tb))
-            if same and "argv" in ta:  # argv[0] is the program's path: compared without it
-                ja, jb = json.loads(ta), json.loads(tb)
-                same = ja.get("argv", [])[1:] == jb.get("argv", [])[1:]
         elif name.suffix == ".jsonl":
             same = ta == tb
         else:

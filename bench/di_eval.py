@@ -162,8 +162,6 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from blackbox_audit.adapters.hf import load_hf
-    from blackbox_audit.cache import CachedTarget, open_cache
     from blackbox_audit.di import (
         ArtifactStore,
         CalibratedOptions,
@@ -174,6 +172,7 @@ def main() -> int:
         plain_di,
     )
     from blackbox_audit.sim.canary import load_canary
+    from blackbox_audit.workspace import Workspace
 
     if not args.canary:
         ap.error("--canary is required")
@@ -209,12 +208,11 @@ def main() -> int:
     if args.timing_docs:
         docs = [(r["id"], r["text"]) for r in canary.members[: args.timing_docs]]
         with tempfile.TemporaryDirectory() as tmp:
-            cache = open_cache(Path(tmp) / "cache")
-            target = CachedTarget(load_hf(str(canary.model_dir), device="cpu", progress=False), cache)
-            t0, c0 = time.perf_counter(), time.process_time()
-            res = calibrated_di(target, docs, options=options, store=ArtifactStore(Path(tmp) / "di"))
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            cache.close()
+            with Workspace.open(cache_dir=Path(tmp) / "cache") as workspace:
+                target = workspace.open_target(f"hf:{canary.model_dir}", device="cpu", progress=False)
+                t0, c0 = time.perf_counter(), time.process_time()
+                res = calibrated_di(target, docs, options=options, store=ArtifactStore(Path(tmp) / "di"))
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         seg = res.heldout.info["segmentation"]
         size = f"{len(docs)} documents -> {seg['segments']} sequences ({len(res.heldout.pairs)} pairs)"
         print(f"timing: {size}; calibrated DI from an empty cache: wall {wall:.0f} s, CPU {cpu:.0f} s")
@@ -238,8 +236,8 @@ def main() -> int:
     if iid_start + n_sets * args.docs > len(pool) or n_sets * args.docs > len(shifted):
         sys.exit("not enough non-member or shifted texts for these sizes: lower --docs")
 
-    cache = open_cache(cache_dir / "cache")
-    target = CachedTarget(load_hf(str(canary.model_dir), device="cpu", progress=False), cache)
+    workspace = Workspace.open(cache_dir=cache_dir / "cache")
+    target = workspace.open_target(f"hf:{canary.model_dir}", device="cpu", progress=False)
     store = ArtifactStore(cache_dir / "di")
     generator = None if args.skip_calibrated else LocalGenerator(options.generator.model)
     results: list[dict[str, Any]] = []
@@ -281,7 +279,7 @@ def main() -> int:
                 out.flush()
 
     print_table(results, args.alpha, f"{args.docs} documents per set; canary {canary.card['base']} ({canary.path})")
-    cache.close()
+    workspace.close()
     return 0
 
 

@@ -45,11 +45,11 @@ def main() -> int:
     import di_eval
 
     from blackbox_audit.adapters.hf import load_hf
-    from blackbox_audit.cache import CachedTarget, open_cache
     from blackbox_audit.di import ArtifactStore, CalibratedOptions, GeneratorConfig, LocalGenerator, build_heldout
     from blackbox_audit.di.features import DEFAULT_FEATURES, feature_matrix
     from blackbox_audit.di.generator import resolve_folder
     from blackbox_audit.sim.canary import load_canary
+    from blackbox_audit.workspace import Workspace
 
     torch.set_num_threads(args.threads)
     canary = load_canary(args.canary)
@@ -62,8 +62,8 @@ def main() -> int:
     cache_dir = Path(args.cache_dir)
     store = ArtifactStore(cache_dir / "di")
     gen = LocalGenerator(args.generator, progress=False)
-    cache = open_cache(cache_dir / "cache")
-    target = CachedTarget(load_hf(str(canary.model_dir), device="cpu", progress=False), cache)
+    workspace = Workspace.open(cache_dir=cache_dir / "cache")
+    target = workspace.open_target(f"hf:{canary.model_dir}", device="cpu", progress=False)
     base = load_hf(str(resolve_folder(args.baseline)), device="cpu", progress=False)
     names = list(DEFAULT_FEATURES)
 
@@ -87,7 +87,7 @@ def main() -> int:
         print(f"{truth:<10} {k:>3} {n:>5} {gap_t:>8.3f} {gap_b:>8.3f} {np.corrcoef(xt[:, 0], xb[:, 0])[0, 1]:>5.2f} "
               f"{cv_auc(xt, y):>7.3f} {cv_auc(xb, y):>8.3f} {cv_auc(np.hstack([xt, xb]), y):>8.3f} "
               f"{cv_auc(xt[:, :1] - xb[:, :1], y):>17.3f}", flush=True)  # fmt: skip
-    cache.close()
+    workspace.close()
     return 0
 
 

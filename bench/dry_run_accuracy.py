@@ -15,8 +15,8 @@ import argparse
 import tempfile
 
 from blackbox_audit.adapters import load_target
-from blackbox_audit.engine import LadderShape, PricingTable, estimate_scoring
-from blackbox_audit.engine.estimate import UNKNOWN
+from blackbox_audit.engine import PricingTable
+from blackbox_audit.planning import UNKNOWN, LadderShape, estimate_scoring
 from blackbox_audit.sim.emulator import run_emulator
 from blackbox_audit.sim.tiny_models import build_tiny_lm, sample_texts
 

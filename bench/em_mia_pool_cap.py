@@ -67,11 +67,10 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from blackbox_audit.adapters import load_target
-    from blackbox_audit.cache import CachedTarget, open_cache
     from blackbox_audit.methods import em_mia as em
     from blackbox_audit.scores import compute_scores
     from blackbox_audit.sim.canary import CanaryOptions, build_canary
+    from blackbox_audit.workspace import Workspace
 
     torch.set_num_threads(args.threads)
     t0 = time.process_time()
@@ -87,12 +86,11 @@ def main() -> None:
         texts = [r["text"] for r in rows]
         y = np.array([int(r["label"]) for r in rows])
         n = len(texts)
-        inner = load_target(canary.target_spec, device="cpu", progress=False)
-        target = CachedTarget(inner, open_cache(args.cache_dir))
-        table = compute_scores(target, texts, args.init, progress=False)
-        init = next(iter(table.values()))
-        full = em.recall_matrix(target, texts, em.pool_indices(n), progress=True)
-        target.close()
+        with Workspace.open(cache_dir=args.cache_dir) as workspace:
+            target = workspace.open_target(canary.target_spec, device="cpu", progress=False)
+            table = compute_scores(target, texts, args.init, progress=False)
+            init = next(iter(table.values()))
+            full = em.recall_matrix(target, texts, em.pool_indices(n), progress=True)
         print(f"{args.base} canary seed {args.seed}, {n} texts ({int(y.sum())} members), init {args.init}")
     if args.save_matrix:
         np.savez_compressed(args.save_matrix, values=full.values, ll=full.ll, init=init, labels=y)

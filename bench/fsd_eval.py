@@ -307,23 +307,21 @@ def main() -> None:
 
     import torch
 
-    from blackbox_audit.adapters import load_target
-    from blackbox_audit.cache import CachedTarget, open_cache
     from blackbox_audit.methods.fsd import FSDConfig
+    from blackbox_audit.workspace import Workspace
 
     torch.set_num_threads(args.threads)
     settings = ("iid", "shifted") if args.setting == "both" else (args.setting,)
     fts = args.ft or ["paper"]
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="fsd-eval-")
-    cache = open_cache(cache_dir)
     runs: list[Run] = []
-    try:
+    with Workspace.open(cache_dir=cache_dir) as workspace:
         for cseed in (int(s) for s in args.canary_seeds.split(",")):
             canary = canary_for(args, cseed)
             spec = "smollm2" if args.control_base and args.base == "smollm2" else canary.target_spec
             if args.control_base and args.base != "smollm2":
                 raise SystemExit("--control-base needs --base smollm2 (the tiny canary has no pretrained base)")
-            target = CachedTarget(load_target(spec, device="cpu", progress=False), cache)
+            target = workspace.open_target(spec, device="cpu", progress=False)
             for setting in settings:
                 data, finetune = setting_sets(canary, setting, args)
                 for ft in fts:
@@ -337,9 +335,6 @@ def main() -> None:
                         meta = {"setting": setting, "ft": label, "canary_seed": cseed, "ft_seed": seed}
                         print(f"-- canary {cseed}, {setting}, fine-tune {ft}, seed {seed} (target {spec})", flush=True)
                         runs.append(run_fsd(target, data, finetune, config, cache_dir, meta))
-            target.close()
-    finally:
-        cache.close()
     report(runs, args.bootstrap)
     if args.out:
         dump(runs, args.out)

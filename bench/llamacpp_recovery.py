@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from blackbox_audit.adapters.recovery import LadderConfig, Semantics, recover_many
-from blackbox_audit.engine import RequestEngine
+from blackbox_audit.engine import EngineOptions, RequestEngine, Spending
 from blackbox_audit.fixtures.llamacpp_server import LlamaCppClient, llamacpp_server
 
 TEXTS = [
@@ -59,7 +59,8 @@ def measure(n_batch: int | None, n_texts: int, n_bisect: int) -> dict[str, np.nd
     label = f"n_batch={n_batch}" if n_batch else "default n_batch (512)"
     out: dict[str, np.ndarray] = {}
     with llamacpp_server(n_batch=n_batch) as base:
-        client = LlamaCppClient(RequestEngine(base, cache={}, free=True, max_concurrency=1, timeout_s=300))
+        one_at_a_time = Spending(EngineOptions(concurrency=1))
+        client = LlamaCppClient(RequestEngine(base, cache={}, free=True, spending=one_at_a_time, timeout_s=300))
         jobs = jobs_of(client, n_texts)
         print(f"\n[{label}] {len(jobs)} positions", flush=True)
         unrelated = client.tokenize("Zebra")

@@ -89,9 +89,10 @@ def overlapping(values: np.ndarray, bounds: np.ndarray) -> float:
 def run_once(emu, tok_dir: str, texts: list[str], scores: list[str], per_token: float | None):
     """One scoring run by a fresh target (no cache); the caller closes the target."""
     from blackbox_audit.adapters import load_target
+    from blackbox_audit.engine import EngineOptions, Spending
     from blackbox_audit.scores import compute_scores
 
-    target = load_target(emu.target_spec, tokenizer=tok_dir, max_concurrency=16)
+    target = load_target(emu.target_spec, tokenizer=tok_dir, spending=Spending(EngineOptions(concurrency=16)))
     chosen = target.set_tolerance(per_token) if per_token is not None else None
     emu.reset()
     t0 = time.time()

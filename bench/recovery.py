@@ -193,12 +193,16 @@ def bench_profile(
     **overrides,
 ):
     from blackbox_audit.adapters import load_target
+    from blackbox_audit.engine import EngineOptions, Spending
     from blackbox_audit.sim.emulator import run_emulator
+
+    def fast() -> Spending:  # each target a fresh, uncapped, unpriced engine with 16 requests in flight
+        return Spending(EngineOptions(concurrency=16))
 
     with run_emulator(backend, profile, **overrides) as emu:
         opts = {"tokenizer": tok_dir} if tok_dir else {}
         extra = {"prior": prior, "prior_template": "chatml"} if prior is not None else {}
-        target = load_target(emu.target_spec, max_concurrency=16, **opts, **extra)
+        target = load_target(emu.target_spec, spending=fast(), **opts, **extra)
         try:
             emu.reset()
             t0 = time.time()
@@ -241,7 +245,7 @@ def bench_profile(
                 row["floor_bits"] = information_floor((lp_n - exact)[missed], target.ladder.eps)
             if prev:  # the same run with the previous learned search (continuous median cut), side by side
                 emu.reset()
-                before = load_target(emu.target_spec, max_concurrency=16, search="median", **opts, **extra)
+                before = load_target(emu.target_spec, spending=fast(), search="median", **opts, **extra)
                 try:
                     emu.reset()
                     recs_p = before.token_logprobs(texts, progress=False)
@@ -251,7 +255,7 @@ def bench_profile(
                     before.close()
             if old:  # the same run with the earlier exponential search prior, side by side
                 emu.reset()
-                before = load_target(emu.target_spec, max_concurrency=16, learned_brackets=False, **opts)
+                before = load_target(emu.target_spec, spending=fast(), learned_brackets=False, **opts)
                 try:
                     emu.reset()
                     recs_b = before.token_logprobs(texts, progress=False)
@@ -288,7 +292,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     backend, tok_dir = build_backend(args.backend, args.device)
     if args.backend == "smollm2":
-        from blackbox_audit.adapters.hf import smollm2_gguf_path
+        from blackbox_audit.adapters.hf_weights import smollm2_gguf_path
 
         tok_dir = str(smollm2_gguf_path())
     texts = pick_texts(backend, args.texts, args.tokens, args.texts_from)

@@ -82,10 +82,10 @@ def main() -> None:
         print(f"  ratio fast/naive = {t_naive / t_fast:.2f}x   max |diff| = {max_diff(naive, fast):.2e}")
 
     if args.load:
-        from blackbox_audit.adapters import hf
+        from blackbox_audit.adapters import hf, hf_weights
 
-        gguf = hf.smollm2_gguf_path()
-        _, t_deq = timed(lambda: hf._load_folder(gguf.parent, gguf_file=gguf.name, dtype="float32"))
+        gguf = hf_weights.smollm2_gguf_path()
+        _, t_deq = timed(lambda: hf_weights.load_model_folder(gguf.parent, gguf_file=gguf.name, dtype="float32"))
         _, t_cached = timed(lambda: hf.load_smollm2("", progress=False))
         print(
             f"SmolLM2 load: dequantize GGUF {t_deq:.1f} s, from safetensors cache {t_cached:.1f} s, "

@@ -1,12 +1,15 @@
 """Run an audit spec (``blackbox_audit.auditspec``): every step through one cache, one budget,
-into one report folder.
+into one report folder. The cache and the budget are the run's ``Workspace``
+(``blackbox_audit.workspace``), built from ``[audit]`` (``engine_options_from_spec``) the way the
+CLI builds it from its flags.
 
 - **one cache**: every target is wrapped in ``CachedTarget`` over the same disk cache, and API
   targets store every answer (and their probe report) there, so a rerun of the same spec sends
   nothing new (``run.json`` records the requests sent by each API target and, for emulated
   ones, what the emulator itself served);
-- **one budget**: all API targets share one ``engine.Budget`` (``budget_usd``/``max_requests``)
-  and one price table (the bundled one, a ``pricing`` file, then the spec's ``[prices]``);
+- **one budget**: all API targets share one ``engine.Spending``: one ``Budget``
+  (``budget_usd``/``max_requests``) and one price table (the bundled one, a ``pricing`` file,
+  then the spec's ``[prices]``);
 - **one folder**: each step's ``MethodResult`` goes through the one result writer into
   ``OUT/<step name>/``; ``OUT/run.json`` records the spec (path and text), the steps, the targets
   with their ledgers and the budget; ``OUT/report.html`` is drawn from those folders.
@@ -28,25 +31,40 @@ from pathlib import Path
 from typing import Any
 
 from blackbox_audit.auditspec import AuditSpec, StepSpec, TargetSpec, load_spec
+from blackbox_audit.engine.options import EngineOptions
+from blackbox_audit.engine.pricing import ModelPrice
 from blackbox_audit.errors import UserError
+from blackbox_audit.workspace import Workspace
 
 LOCAL_BASE_OPTIONS = ("device", "batch_size", "dtype", "padding_side")
 CHAT_OPTIONS = ("chat", "system", "user_template")
+#: [audit] keys that are engine options (same names as ``EngineOptions``' fields)
+ENGINE_KEYS = ("budget_usd", "max_requests", "rpm", "tpm", "concurrency", "max_retries", "pricing")
 
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def engine_options_from_spec(spec: AuditSpec) -> EngineOptions:
+    """The typed engine options of the spec's ``[audit]`` keys and its ``[prices]``."""
+    a = spec.audit
+    prices = tuple(
+        (model, ModelPrice(p["prompt"], p.get("cached_prompt", p["prompt"]), p["completion"]))
+        for model, p in spec.prices.items()
+    )
+    given = {k: a[k] for k in ENGINE_KEYS if k in a}  # the rest: EngineOptions' defaults, as on the CLI
+    return EngineOptions(**given, prices=prices, prices_source=f"{spec.path.name} [prices]")
+
+
 @dataclass
 class AuditRun:
-    """The live state of one audit: cache, budget, loaded targets and emulators."""
+    """The live state of one audit: its workspace (cache, budget), loaded targets and emulators."""
 
     spec: AuditSpec
     out_dir: Path
     progress: bool = True
-    cache: Any = None
-    engine_options: dict[str, Any] = field(default_factory=dict)
+    workspace: Workspace | None = None
     targets: dict[str, Any] = field(default_factory=dict)  # name -> CachedTarget
     bases: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # loaded local models
     emulators: dict[str, Any] = field(default_factory=dict)
@@ -55,35 +73,23 @@ class AuditRun:
 
     # ---- set-up
     def open(self) -> None:
-        from blackbox_audit.cache import open_cache
-        from blackbox_audit.engine import PricingTable
-        from blackbox_audit.engine.budget import Budget
-        from blackbox_audit.engine.pricing import ModelPrice
-
         a = self.spec.audit
-        self.cache = None if a.get("no_cache") else open_cache(a.get("cache_dir"))
-        pricing = PricingTable.load(a.get("pricing"))
-        for model, p in self.spec.prices.items():
-            pricing.prices[model] = ModelPrice(p["prompt"], p.get("cached_prompt", p["prompt"]), p["completion"])
-        if self.spec.prices:
-            pricing.sources.append(f"{self.spec.path.name} [prices]")
-        self.engine_options = {
-            "budget": Budget(a.get("budget_usd"), a.get("max_requests")),
-            "pricing": pricing,
-            "rpm": a.get("rpm"),
-            "tpm": a.get("tpm"),
-            "max_concurrency": a.get("concurrency", 8),
-            "max_retries": a.get("max_retries", 6),
-        }
+        self.workspace = Workspace.open(
+            cache_dir=a.get("cache_dir"), no_cache=bool(a.get("no_cache")), engine=engine_options_from_spec(self.spec)
+        )
+        try:
+            self.workspace.spending  # noqa: B018 - a bad cap or price file fails before any step
+        except BaseException:
+            self.workspace.close()
+            raise
 
     def close(self) -> None:
-        for t in self.targets.values():
-            if getattr(t, "engine", None) is not None:  # API targets own an engine and a loop
-                t.close()
-        for emu in self.emulators.values():
-            emu.close()
-        if self.cache is not None:
-            self.cache.close()
+        try:
+            if self.workspace is not None:
+                self.workspace.close()  # every target it loaded, then the cache
+        finally:
+            for emu in self.emulators.values():
+                emu.close()
 
     # ---- data
     def dataset(self, name: str) -> Any:
@@ -111,13 +117,12 @@ class AuditRun:
     # ---- targets
     def local_base(self, spec: str, options: dict[str, Any]) -> Any:
         """A loaded white-box model (raw, no chat conditioning), loaded once per spec and options."""
-        from blackbox_audit.adapters import load_target
-
+        assert self.workspace is not None
         opts = {k: options[k] for k in LOCAL_BASE_OPTIONS if k in options}
         key = (spec, tuple(sorted(opts.items())))
         if key not in self.bases:
             _say(f"      loading {spec}")
-            self.bases[key] = load_target(spec, progress=self.progress, **opts)
+            self.bases[key] = self.workspace.load_target(spec, progress=self.progress, **opts)
         return self.bases[key]
 
     def emulator(self, t: TargetSpec) -> Any:
@@ -152,10 +157,10 @@ class AuditRun:
         return emu
 
     def target(self, name: str) -> Any:
-        from blackbox_audit.adapters import is_api_spec, load_target
+        from blackbox_audit.adapters import is_api_spec
         from blackbox_audit.adapters.chat_templates import chat_conditioning
-        from blackbox_audit.cache import CachedTarget
 
+        assert self.workspace is not None
         if name in self.targets:
             return self.targets[name]
         t = self.spec.targets[name]
@@ -165,21 +170,17 @@ class AuditRun:
                 emu = self.emulator(t)
                 spec = f"compat:{emu.base_url}#{emu.model}"
             _say(f"      loading {spec} (probe answers come from the cache when known)")
-            opts = {**t.options, "engine_options": self.engine_options}
-            if self.cache is not None:
-                opts["cache"] = self.cache
-            target = load_target(str(spec), **opts)
+            self.targets[name] = self.workspace.open_target(str(spec), **t.options)
         else:
             base = self.local_base(str(t.spec), t.options)
             chat = chat_conditioning(*(t.options.get(k) for k in CHAT_OPTIONS))
-            target = base.with_chat(chat) if chat is not None else base
-        self.targets[name] = CachedTarget(target, self.cache)
+            self.targets[name] = self.workspace.cached(base.with_chat(chat) if chat is not None else base)
         return self.targets[name]
 
     # ---- steps
     def inputs(self, step: StepSpec) -> Any:
-        from blackbox_audit.methods.base import AuditInputs, ScoredSet
-        from blackbox_audit.results import read_result
+        from blackbox_audit.methods.base import AuditInputs
+        from blackbox_audit.results import ScoredSet, read_result
 
         scored = {}
         for role, name in step.scored.items():
@@ -199,8 +200,7 @@ class AuditRun:
 
     def run_step(self, step: StepSpec) -> Any:
         from blackbox_audit.methods import METHODS
-        from blackbox_audit.reports import RunRecorder
-        from blackbox_audit.results import print_result, write_result
+        from blackbox_audit.results import RunRecorder, print_result, write_result
 
         method = METHODS[step.method](step.config)
         recorder = RunRecorder(f"audit {step.name}", {"spec": str(self.spec.path), "step": step.name})
@@ -230,7 +230,7 @@ class AuditRun:
 def run_audit(path: str | Path, *, out: str | None = None, cache_dir: str | None = None, progress: bool = True) -> Path:
     """Run every step of the spec at ``path``; returns the report folder (``out``/``cache_dir``
     override the spec's)."""
-    from blackbox_audit.reports import RunRecorder, check_out_dir
+    from blackbox_audit.results import RunRecorder, check_out_dir, write_outputs
 
     spec = load_spec(path)  # every config is validated before any model is loaded
     if cache_dir is not None:
@@ -249,11 +249,11 @@ def run_audit(path: str | Path, *, out: str | None = None, cache_dir: str | None
             "spec": {"path": str(spec.path), "text": spec.text},
             "steps": [{"name": s.name, "method": s.method, "folder": s.name} for s in spec.steps],
             "targets": ledger,
-            "budget": run.engine_options["budget"].to_json(),
+            "budget": run.workspace.budget_record(),
             "requests_sent": sent,
             "emulators": {n: e.stats() for n, e in run.emulators.items()},
         }
-        recorder.finish(out_dir, extra=extra)
+        write_outputs(out_dir, recorder=recorder, extra=extra)
     finally:
         run.close()
     if spec.audit.get("report", True):
@@ -271,10 +271,11 @@ def plan_audit(path: str | Path, *, cache_dir: str | None = None, echo: Callable
     """``--dry-run``: each step's calls priced on its targets' planning views; nothing is loaded or sent
     (local models are loaded only to count tokens)."""
     from blackbox_audit.adapters import is_api_spec, planning_view
-    from blackbox_audit.cache import open_cache
+    from blackbox_audit.engine.cache import open_cache
     from blackbox_audit.methods import METHODS
-    from blackbox_audit.methods.base import AuditInputs, ScoredSet
+    from blackbox_audit.methods.base import AuditInputs
     from blackbox_audit.planning import price_plan
+    from blackbox_audit.results import ScoredSet
 
     spec = load_spec(path)
     run = AuditRun(spec, spec.out, progress=False)

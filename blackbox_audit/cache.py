@@ -1,74 +1,42 @@
 """Disk cache of per-token logprobs, so a re-run (or a second score) costs nothing.
 
-Location: the ``path`` argument (CLI ``--cache-dir``), else ``$BLACKBOX_AUDIT_CACHE``,
-else ``~/.cache/blackbox-audit``. The directory is created user-only (0o700) because cached
-answers can reveal what was audited; API keys are never part of a key or an entry.
+The cache folder and opening it live below the adapters, in ``blackbox_audit.engine.cache``
+(``open_cache``, ``default_cache_dir``); this module wraps a target and sits above them. API keys
+are never part of a key or an entry.
 
 ``CachedTarget`` keys each record by a content hash of (target fingerprint, the exact token
-ids of the text [and prefix], request options). Entries are JSON envelopes holding the
-schema version, the key's inputs and a SHA-256 checksum of the payload; an entry whose
-checksum or key inputs do not match, or that cannot be read, is logged, recomputed and
-overwritten — never trusted. Records read from the cache keep their original per-position
-``strategy`` (so reports still say how a value was obtained) and carry ``meta["from_cache"]``.
+ids of the text [and prefix], request options). Entries are stored in the checksummed
+envelope of ``blackbox_audit.engine.envelope`` (records written in its earlier per-token
+format are still read and checked); an entry whose checksum or key does not match, or that
+cannot be read, is logged, recomputed and overwritten — never trusted. Records read from the
+cache keep their original per-position ``strategy`` (so reports still say how a value was
+obtained) and carry ``meta["from_cache"]``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import diskcache
 
 from blackbox_audit.adapters.base import Target
-from blackbox_audit.engine.cache import CacheDamaged, classify_error, open_diskcache
-from blackbox_audit.errors import UserError
+from blackbox_audit.engine.cache import CacheDamaged, classify_error
+from blackbox_audit.engine.envelope import UntrustedEntry, canonical_json, decode_value, encode_value
 from blackbox_audit.types import TokenLogprobs
 
 log = logging.getLogger(__name__)
 
+#: part of every key's inputs: bump to make every cached record a miss
 SCHEMA_VERSION = 1
-ENV_VAR = "BLACKBOX_AUDIT_CACHE"
-
-
-def default_cache_dir() -> Path:
-    env = os.environ.get(ENV_VAR)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "blackbox-audit"
-
-
-def open_cache(path: str | os.PathLike[str] | None = None) -> diskcache.Cache:
-    """Open (creating user-only) the disk cache at ``path``, ``$BLACKBOX_AUDIT_CACHE`` or the default.
-
-    A damaged ``cache.db`` is one line naming it and how to recover (``CacheDamaged``); a disk
-    with no room to open it is a ``CacheFull`` -- both before any work starts.
-    """
-    directory = Path(path).expanduser() if path is not None else default_cache_dir()
-    if directory.exists() and not directory.is_dir():
-        raise UserError(f"cache path {directory} exists and is not a directory", "pass --cache-dir DIR or --no-cache")
-    try:
-        return open_diskcache(directory)
-    except OSError as exc:
-        raise UserError(
-            f"cannot open the cache at {directory}: {exc.strerror}", "pass --cache-dir DIR or --no-cache"
-        ) from None
-
-
-def _canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
-
-
-def _checksum(payload: Any) -> str:
-    return hashlib.sha256(_canonical(payload).encode()).hexdigest()
 
 
 def entry_key(key_inputs: dict[str, Any]) -> str:
     """The cache key: a content hash of everything that determines the answer."""
-    return "tlp:" + hashlib.sha256(_canonical(key_inputs).encode()).hexdigest()
+    return "tlp:" + hashlib.sha256(canonical_json(key_inputs).encode()).hexdigest()
 
 
 class CachedTarget(Target):
@@ -291,17 +259,10 @@ class CachedTarget(Target):
         if raw is None:
             return None
         try:
-            env = json.loads(raw)
-            if not isinstance(env, dict) or env.get("schema") != SCHEMA_VERSION:
-                self._bad(key, "unknown schema version")
-                return None
-            if env.get("key") != key_inputs:
-                self._bad(key, "key inputs do not match the request (foreign entry)")
-                return None
-            if env.get("checksum") != _checksum(env.get("payload")):
-                self._bad(key, "payload checksum mismatch (corrupt entry)")
-                return None
-            return TokenLogprobs.from_json(env["payload"])
+            return TokenLogprobs.from_json(decode_value(key, raw, inputs=key_inputs))
+        except UntrustedEntry as exc:
+            self._bad(key, str(exc))
+            return None
         except Exception as exc:
             self._bad(key, f"unreadable ({type(exc).__name__}: {exc})")
             return None
@@ -315,10 +276,9 @@ class CachedTarget(Target):
         from the cached answers; the request engine stops the run if an *answer* cannot be kept)."""
         if self._writes_off:
             return
-        payload = record.to_json()
-        env = {"schema": SCHEMA_VERSION, "key": key_inputs, "payload": payload, "checksum": _checksum(payload)}
+        key = entry_key(key_inputs)
         try:
-            self.cache.set(entry_key(key_inputs), _canonical(env))
+            self.cache.set(key, encode_value(key, record.to_json()))
         except Exception as exc:
             kind = classify_error(exc)
             if kind == "damaged":

@@ -68,7 +68,7 @@ def clean_interrupts() -> Iterator[None]:
 
 def resume_line(command: str, argv: Sequence[str], exc: BaseException) -> str:
     """The one line printed on interruption: what happened, what was kept, how to resume."""
-    from blackbox_audit.reports import redact_argv
+    from blackbox_audit.results import redact_argv
 
     again = shlex.join(["blackbox-audit", *redact_argv(list(argv))])
     return (

@@ -1,5 +1,8 @@
 """Membership-inference metrics (SPEC §7): AUC-ROC and TPR at a fixed low FPR.
 
+``membership_metrics`` evaluates one score; ``evaluation_metrics`` every score column of a
+result against its labels (what a result's ``metrics.json`` holds per column).
+
 Scores are oriented higher = more member-like and labels are 1 = member, so no sign is
 flipped here. TPR at x% FPR is the largest TPR among ROC points whose FPR <= x, with no
 interpolation between points (SPEC §7), read off sklearn's ``roc_curve``. NaN scores are
@@ -8,7 +11,8 @@ refused; infinite scores keep their rank (see ``_finite_ranks``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
@@ -72,3 +76,27 @@ def membership_metrics(scores: Sequence[float] | np.ndarray, labels: Sequence[in
         "tpr_at_5pct_fpr": tpr_at_fpr(s, y, 0.05),
         "n": len(y),
     }
+
+
+def evaluation_metrics(
+    scores: Mapping[str, np.ndarray], labels: Sequence[int] | None
+) -> dict[str, dict[str, Any]] | None:
+    """Per score column ``membership_metrics``; None unless labels hold both classes.
+
+    NaN scores (undefined for that text) are left out of that column's metrics and counted as
+    ``n_nan_dropped``, never hidden; a column that is NaN everywhere gets no entry.
+    """
+    if labels is None or not 0 < sum(labels) < len(labels):
+        return None
+    y = np.asarray(labels)
+    out: dict[str, dict[str, Any]] = {}
+    for name, values in scores.items():
+        values = np.asarray(values, dtype=np.float64)
+        keep = ~np.isnan(values)
+        if not 0 < int(y[keep].sum()) < int(keep.sum()):
+            continue
+        m: dict[str, Any] = dict(membership_metrics(values[keep], y[keep]))
+        if not keep.all():
+            m["n_nan_dropped"] = int((~keep).sum())
+        out[name] = m
+    return out

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from blackbox_audit.methods.base import MethodResult
+from blackbox_audit.results import MethodResult, read_result, read_run, result_folders, write_text
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;color:#1d2329;background:#f6f7f9}
@@ -80,40 +80,6 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def _figure(svg: str, caption: str, kind: str) -> str:
     cap = f'<figcaption class="muted">{_e(caption)}</figcaption>'
     return f'<figure class="plot {kind}" data-kind="{kind}">{svg}{cap}</figure>'
-
-
-# --------------------------------------------------------------------------- collecting
-def result_folders(folder: Path) -> list[Path]:
-    """``folder`` itself when it holds a method's result, else its sub-folders that do (sorted
-    in the order a top-level run.json lists them, then by name)."""
-    if _is_result(folder):
-        return [folder]
-    found = [p for p in sorted(folder.iterdir()) if p.is_dir() and _is_result(p)]
-    order = [s.get("folder") for s in (_top(folder) or {}).get("steps", [])]
-    order += (_top(folder) or {}).get("results", [])
-    rank = {name: i for i, name in enumerate(dict.fromkeys(n for n in order if n))}
-    return sorted(found, key=lambda p: (rank.get(p.name, len(rank)), p.name))
-
-
-def _is_result(folder: Path) -> bool:
-    run = folder / "run.json"
-    if not run.is_file():
-        return False
-    try:
-        return "method" in json.loads(run.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-
-
-def _top(folder: Path) -> dict[str, Any] | None:
-    """The run.json of an audit or demo folder (provenance of the whole run, not a method result)."""
-    path = folder / "run.json"
-    if not path.is_file() or _is_result(folder):
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 # --------------------------------------------------------------------------- sections
@@ -544,7 +510,6 @@ def _run_section(top: Mapping[str, Any]) -> str:
 def render_report(folder: str | Path) -> str:
     """The report page for ``folder`` (a method's result folder, or an audit/demo folder)."""
     from blackbox_audit.errors import UserError
-    from blackbox_audit.results import read_result
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -554,7 +519,7 @@ def render_report(folder: str | Path) -> str:
         raise UserError(
             f"{folder} holds no method results", "pass the --out folder of score, compare, audit, demo, ..."
         )
-    top = _top(folder)
+    top = read_run(folder)
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     parts = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
@@ -573,7 +538,5 @@ def render_report(folder: str | Path) -> str:
 
 def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
     """Write ``report.html`` (default: into ``folder``); returns its path."""
-    from blackbox_audit.reports import write_text
-
     path = Path(out) if out is not None else Path(folder) / "report.html"
     return write_text(path, render_report(folder))

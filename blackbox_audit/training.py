@@ -1,14 +1,51 @@
-"""Seeding, one optimiser step and layer slicing as every trainer in the project takes them (canary, LoRA
-fine-tunes, DI's generator).
+"""The one training loop of the project's trainers (the canary, FSD's LoRA fine-tunes, DI's generator),
+with what it is made of: seeding, right padding, one clipped optimiser step, layer slicing.
 
-Kept in one place so the canary, FSD's LoRA and DI's generator cannot drift apart in how they clip
-gradients or advance the schedule."""
+Kept in one place so the trainers cannot drift apart in how they batch, shuffle, clip gradients,
+advance the schedule or average the loss. Their results are cached by content and compared byte for
+byte, so anything here that changes the numbers must bump the trainers' format versions
+(``CANARY_FORMAT``, ``LORA_FORMAT``, the DI artefacts' keys)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
+
+#: label of a position that is not trained on (padding, a prompt): transformers' ignore index
+IGNORE = -100
+
+
+def steps_per_epoch(n: int, batch_size: int) -> int:
+    """Optimiser steps in one epoch over ``n`` examples (the last batch may be partial)."""
+    return (n + batch_size - 1) // batch_size
+
+
+def pad_right(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
+    """``(ids, mask)`` long tensors of ``rows`` padded on the right with ``pad_id``.
+
+    Right padding with an attention mask: a real token never attends to a pad, so the padded
+    batch computes exactly what each row alone would.
+    """
+    import torch
+
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
+        mask[i, : len(r)] = 1
+    return ids, mask
+
+
+def causal_labels(ids: Any, mask: Any) -> Any:
+    """Next-token labels of a right-padded batch: the ids themselves, padding ignored."""
+    return ids.masked_fill(mask == 0, IGNORE)
+
+
+def predicted_tokens(labels: Any) -> int:
+    """Positions a causal LM's loss averages over (labels are shifted by one inside the model)."""
+    return int((labels[:, 1:] != IGNORE).sum())
 
 
 def clipped_step(loss: Any, optimizer: Any, scheduler: Any, params: Iterable[Any], max_norm: float = 1.0) -> float:
@@ -55,3 +92,47 @@ def only_layers(model: Any, layers: Sequence[Any], *, final_norm: bool = True) -
         yield
     finally:
         inner.layers, inner.norm = saved_layers, saved_norm
+
+
+def train_epochs(
+    batch_loss: Callable[[list[int]], tuple[Any, int]],
+    n: int,
+    *,
+    epochs: int,
+    batch_size: int,
+    rng: Any,
+    optimizer: Any,
+    scheduler: Any,
+    params: Sequence[Any],
+    desc: str,
+    progress: bool = True,
+    on_epoch: Callable[[int], None] | None = None,
+) -> list[float]:
+    """The epoch loop every trainer runs; returns the token-weighted mean train loss per epoch.
+
+    Each epoch visits the ``n`` examples in the order of one ``rng.permutation(n)`` (a numpy
+    ``Generator``), in batches of ``batch_size`` (the last one partial). ``batch_loss(indices)``
+    pads and runs one batch and returns its mean loss (a tensor) and the number of positions it
+    averages over; each batch is one ``clipped_step``. ``on_epoch(epoch)`` (1-based) runs after
+    each epoch's loss is recorded.
+    """
+    from tqdm.auto import tqdm
+
+    losses: list[float] = []
+    bar = tqdm(total=steps_per_epoch(n, batch_size) * epochs, desc=desc, unit="step", disable=not progress)
+    try:
+        for epoch in range(epochs):
+            order = rng.permutation(n)
+            tok_loss, tok_count = 0.0, 0
+            for start in range(0, n, batch_size):
+                loss, n_tok = batch_loss([int(i) for i in order[start : start + batch_size]])
+                tok_loss += clipped_step(loss, optimizer, scheduler, params) * n_tok
+                tok_count += n_tok
+                bar.update(1)
+            losses.append(tok_loss / max(1, tok_count))
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            if on_epoch is not None:
+                on_epoch(epoch + 1)
+    finally:
+        bar.close()
+    return losses

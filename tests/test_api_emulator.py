@@ -67,7 +67,7 @@ def test_forced_token_profile(tiny_target, load):
         t = load(emu)
         s = t.sem
         assert (s.forced_token, s.echo, s.echo_offset, s.bias_reflecting, s.top_n) == (True, True, 1, False, 5)
-        assert emu.stats()["requests"] <= 24  # the probe (engine.estimate.PROBE_REQUESTS)
+        assert emu.stats()["requests"] <= 24  # the probe (planning.estimate.PROBE_REQUESTS)
         emu.reset()
         recs = t.token_logprobs(TEXTS, progress=False)
         check_records(emu, tiny_target, t, recs)
@@ -167,7 +167,8 @@ def test_noise_is_detected(tiny_target, load):
 
 
 def test_cached_target_reuses_answers(tiny_target, load, tmp_path):
-    from blackbox_audit.cache import CachedTarget, open_cache
+    from blackbox_audit.cache import CachedTarget
+    from blackbox_audit.engine.cache import open_cache
 
     with run_emulator(tiny_target, "bias-reflecting") as emu:
         cache = open_cache(tmp_path / "c")
@@ -224,7 +225,7 @@ def test_proxy_prior_saves_requests_and_stays_correct(tiny_target, load):
 
 
 def test_openai_adapter_against_emulator_key_from_env(tiny_target, tiny_lm_dir, monkeypatch, tmp_path):
-    from blackbox_audit.cache import open_cache
+    from blackbox_audit.engine.cache import open_cache
 
     monkeypatch.setenv("MY_KEY", "sk-emulator-secret-42")
     with run_emulator(tiny_target, "openai-chat") as emu:

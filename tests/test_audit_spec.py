@@ -15,7 +15,8 @@ import pytest
 from blackbox_audit.auditspec import load_spec
 from blackbox_audit.cli import main
 from blackbox_audit.errors import UserError
-from blackbox_audit.methods.base import METHODS, Method, MethodConfig, Needs, Verdict, register_method
+from blackbox_audit.methods.base import METHODS, Method, MethodConfig, Needs, register_method
+from blackbox_audit.results import Verdict
 
 DATA = [
     "The committee met on Tuesday to discuss the new budget.",

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from blackbox_audit.adapters.base import Capabilities, Target
-from blackbox_audit.cache import CachedTarget, entry_key, open_cache
+from blackbox_audit.cache import CachedTarget, entry_key
+from blackbox_audit.engine.cache import open_cache
 from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.types import FullDistribution, Status, Strategy, TokenLogprobs
 
@@ -163,7 +164,7 @@ def test_corrupt_or_foreign_entry_is_detected_recomputed_and_overwritten(cache, 
     key = _key_for("victim text")
     env = json.loads(cache.get(key))
     if damage == "checksum":
-        env["payload"]["logprobs"][0] = 0.0  # a flipped value, checksum left as it was
+        env["data"]["logprobs"][0] = 0.0  # a flipped value, checksum left as it was
         cache.set(key, json.dumps(env))
     elif damage == "foreign":
         other = CountingTarget(fp="other-model")  # a valid entry written for another request
@@ -174,7 +175,7 @@ def test_corrupt_or_foreign_entry_is_detected_recomputed_and_overwritten(cache, 
     elif damage == "pickled-object":
         cache.set(key, {"not": "an envelope"})
     else:
-        env["schema"] = 999
+        env["v"] = 999
         cache.set(key, json.dumps(env))
 
     inner2 = CountingTarget()
@@ -229,3 +230,52 @@ def test_wrapper_forwards_target_extras(cache) -> None:
     assert t.usage() == {"requests": 3}
     assert t.fingerprint() == "fake-v1" and t.describe()["name"] == "fake"
     assert t.tokenize("ab") == [97, 98] and t.decode([97]) == "a"
+
+
+#: A per-token record for "ab" (fingerprint fake-v1) as the version before the merged envelope
+#: stored it: {"schema","key","payload","checksum"}. Its logprob (-0.25) is not what CountingTarget
+#: computes (-2.0), so a hit shows the value came from this entry.
+OLD_RECORD = (
+    '{"checksum":"284a99102ef771ee9f6054fc688e04fd1a5bf4fe950eb481083136741f6f75c8",'
+    '"key":{"fingerprint":"fake-v1","kind":"token_logprobs","options":{"full_distribution":false},'
+    '"schema":1,"token_ids":[97,98]},'
+    '"payload":{"context_ids":[97],"error_bound":[0.0],"logprobs":[-0.25],"status":["exact"],'
+    '"strategy":["whitebox"],"text":"ab","token_ids":[98],"tokens":["b"]},"schema":1}'
+)
+
+
+def test_record_in_the_previous_envelope_format_is_read(cache) -> None:
+    cache.set(_key_for("ab"), OLD_RECORD)
+    inner = CountingTarget()
+    t = CachedTarget(inner, cache)
+    (out,) = t.token_logprobs(["ab"])
+    assert inner.calls == [] and t.stats["hits"] == 1 and t.stats["corrupt"] == 0
+    assert out.logprobs.tolist() == [-0.25] and out.token_ids.tolist() == [98] and out.meta["from_cache"]
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        ('"logprobs":[-0.25]', '"logprobs":[-0.5]'),  # payload changed, checksum kept
+        ('"fingerprint":"fake-v1"', '"fingerprint":"fake-v2"'),  # key inputs of another request
+        ('"schema":1}', '"schema":2}'),  # unknown schema
+    ],
+)
+def test_tampered_record_in_the_previous_format_is_recomputed(cache, caplog, tamper) -> None:
+    bad = OLD_RECORD.replace(*tamper)
+    assert bad != OLD_RECORD
+    cache.set(_key_for("ab"), bad)
+    inner = CountingTarget()
+    t = CachedTarget(inner, cache)
+    with caplog.at_level(logging.WARNING, logger="blackbox_audit.cache"):
+        (out,) = t.token_logprobs(["ab"])
+    assert len(inner.calls) == 1 and t.stats["corrupt"] == 1 and t.stats["hits"] == 0
+    assert out.logprobs.tolist() == [-2.0] and "recomputing" in caplog.text
+    assert json.loads(cache.get(_key_for("ab")))["v"] == 1  # overwritten in the current envelope
+
+
+def test_records_and_answers_share_one_envelope(cache) -> None:
+    """A record is stored as the engine stores an answer: {"v","k","sha256","data"}."""
+    CachedTarget(CountingTarget(), cache).token_logprobs(["ab"])
+    env = json.loads(cache.get(_key_for("ab")))
+    assert set(env) == {"v", "k", "sha256", "data"} and env["k"] == _key_for("ab")

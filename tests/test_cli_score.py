@@ -12,7 +12,7 @@ import pytest
 import blackbox_audit.adapters as adapters
 from blackbox_audit.cli import main
 from blackbox_audit.fixtures import data_path
-from blackbox_audit.reports import RunRecorder, redact_argv, write_jsonl
+from blackbox_audit.results import RunRecorder, redact_argv, write_jsonl
 
 SCORES = "loss,zlib,min_k,min_k_pp"
 METRIC_KEYS = {"auc", "tpr_at_1pct_fpr", "tpr_at_5pct_fpr", "n"}
@@ -195,7 +195,7 @@ def test_reference_score_with_same_model_is_zero(tiny_lm_dir, labelled_data, tmp
 
 
 def test_redaction_keeps_strategy_counters_but_drops_credentials():
-    from blackbox_audit.reports import redact
+    from blackbox_audit.results import redact
 
     record = {
         "usage": {"positions_by_strategy": {"forced_token": 3, "top_n": 5}, "prompt_tokens": 10},

@@ -32,14 +32,9 @@ from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.fixtures.records import hand_record
 from blackbox_audit.methods import AuditInputs, get_method
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig, interleave
-from blackbox_audit.methods.contamination_stats import (
-    _theta_rows,
-    detectable_rate,
-    member_share_ci,
-    pac_style_rate,
-    rank_test,
-)
+from blackbox_audit.methods.contamination_stats import _theta_rows, member_share_ci, pac_style_rate, rank_test
 from blackbox_audit.methods.ptdi import subtraction_theta, to_paper_scores
+from blackbox_audit.planning.power import detectable_rate
 from blackbox_audit.results import read_result, write_result
 from blackbox_audit.scores.output import compute_output_scores, output_specs
 
@@ -197,7 +192,8 @@ def test_output_scores_read_the_conditional_record_and_refuse_other_scores() -> 
 def test_conditional_pairs_batch_like_one_call_per_pair_and_share_the_cache(tiny_target, tmp_path: Path) -> None:
     """A local model batches pairs with different prefixes; the records equal one call per pair, and
     the cache serves both calls from one entry per pair."""
-    from blackbox_audit.cache import CachedTarget, open_cache
+    from blackbox_audit.cache import CachedTarget
+    from blackbox_audit.engine.cache import open_cache
 
     pairs = [(f"Question: how many {w}?\nAnswer:", f" {n} {w} in all.") for n, w in ((3, "cats"), (12, "dogs"))]
     pairs += [("Q:", " one"), ("A much longer question about the harbour and its boats?\nAnswer:", " None.")]

@@ -53,7 +53,8 @@ def small_options(generator: str, **kw) -> CalibratedOptions:
 
 @pytest.fixture()
 def target(tiny_target, tmp_path):
-    from blackbox_audit.cache import CachedTarget, open_cache
+    from blackbox_audit.cache import CachedTarget
+    from blackbox_audit.engine.cache import open_cache
 
     cache = open_cache(tmp_path / "cache")
     yield CachedTarget(tiny_target, cache)

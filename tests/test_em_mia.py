@@ -13,6 +13,7 @@ from sklearn.metrics import roc_auc_score
 from blackbox_audit.cli import main
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods import em_mia as em
+from blackbox_audit.planning import LadderShape, call_cost
 from blackbox_audit.scores.compute import FetchCall
 
 
@@ -195,12 +196,10 @@ def test_rand_prefix_excludes_the_scored_text_without_self_pairs() -> None:
 def test_cost_counting_by_hand() -> None:
     tok = lambda s: s.split()  # noqa: E731 - one token per word
     calls = [FetchCall("plain", ("a b c d",)), FetchCall("conditional", ("x y z",), prefix="p q")]
-    cost = em.call_cost(calls, tok)
+    cost = call_cost(calls, tok)
     # plain: 3 positions, contexts 1+2+3; conditional: 3 positions, contexts 2+0, 2+1, 2+2
     assert (cost.scorings, cost.positions, cost.context_tokens, cost.echo_prompt_tokens) == (2, 6, 15, 9)
     echo = SimpleNamespace(echo=True, echo_offset=0)
-    from blackbox_audit.engine import LadderShape
-
     est = cost.estimate(LadderShape.from_semantics(echo), probe=False)
     assert est.requests == (2, 2) and est.prompt_tokens == (9, 9)
     forced = LadderShape.from_semantics(SimpleNamespace(echo=False, forced_token=True, bias_reflecting=False))

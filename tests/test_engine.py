@@ -15,10 +15,12 @@ import respx
 from blackbox_audit.engine import (
     Budget,
     BudgetExceeded,
+    EngineOptions,
     PricingTable,
     ProviderError,
     RequestEngine,
     RetriesExhausted,
+    Spending,
     estimate_body_tokens,
     open_request_cache,
     request_key,
@@ -105,7 +107,7 @@ def test_concurrency_is_bounded():
         return ok()
 
     respx.post(f"{BASE}/completions").mock(side_effect=slow)
-    e = engine(cache={}, max_concurrency=3)
+    e = engine(cache={}, spending=Spending(EngineOptions(concurrency=3)))
 
     async def go():
         await asyncio.gather(*[e.post_json("/completions", body(i)) for i in range(20)])
@@ -117,7 +119,7 @@ def test_concurrency_is_bounded():
 @respx.mock
 def test_engine_survives_one_event_loop_per_batch():
     respx.post(f"{BASE}/completions").mock(return_value=ok())
-    e = engine(cache={}, rpm=6000)
+    e = engine(cache={}, spending=Spending(EngineOptions(rpm=6000)))
     for i in range(3):  # adapters may call asyncio.run once per batch
         run(e.post_json("/completions", body(i)))
     assert e.stats.requests_sent == 3
@@ -157,7 +159,7 @@ def test_5xx_timeouts_connection_errors_and_garbled_json_are_retried():
     assert out["choices"][0]["text"] == "x"
     assert route.call_count == 6 and e.stats.retries == 5
     assert e.stats.errors == {"503": 1, "timeout": 1, "connection": 1, "bad_json": 1, "malformed": 1}
-    from blackbox_audit.engine.cache import decode_value
+    from blackbox_audit.engine.envelope import decode_value
 
     assert [decode_value(k, v) for k, v in cache.items()] == [out]  # only the good answer was stored
 
@@ -203,7 +205,7 @@ def test_500_validation_error_is_not_retried():
 @respx.mock
 def test_retries_exhausted_is_a_clear_error():
     route = respx.post(f"{BASE}/completions").mock(return_value=httpx.Response(500, text="boom"))
-    e = engine(cache={}, max_retries=3)
+    e = engine(cache={}, spending=Spending(EngineOptions(max_retries=3)))
     with pytest.raises(RetriesExhausted, match="after 4 attempts.*boom"):
         run(e.post_json("/completions", body()))
     assert route.call_count == 4
@@ -214,7 +216,7 @@ def test_retries_exhausted_is_a_clear_error():
 def test_max_requests_is_exact_under_concurrency_and_resumable():
     route = respx.post(f"{BASE}/completions").mock(return_value=ok())
     cache: dict = {}
-    e = engine(cache=cache, budget=Budget(max_requests=17), max_concurrency=8)
+    e = engine(cache=cache, spending=Spending(budget=Budget(max_requests=17)))
 
     async def go(eng):
         return await asyncio.gather(
@@ -226,7 +228,7 @@ def test_max_requests_is_exact_under_concurrency_and_resumable():
     assert sum(isinstance(r, BudgetExceeded) for r in res) == 23
     assert "max-requests" in e.ledger()["stopped"]
     # resume with a larger cap: only the 23 missing requests are sent
-    e2 = engine(cache=cache, budget=Budget(max_requests=100), max_concurrency=8)
+    e2 = engine(cache=cache, spending=Spending(budget=Budget(max_requests=100)))
     res2 = run(go(e2))
     assert not any(isinstance(r, Exception) for r in res2)
     assert route.call_count == 40 and e2.stats.cache_hits == 17
@@ -237,7 +239,7 @@ def test_budget_usd_reserves_before_sending():
     # gpt-3.5-turbo-instruct: $1.5 / 1M prompt, $2 / 1M completion. Each request reserves
     # 4 prompt tokens + 1 completion = $8e-6 and is billed 3 + 1 = $6.5e-6.
     route = respx.post(f"{BASE}/completions").mock(return_value=ok(3, 1))
-    e = engine(cache={}, budget=Budget(max_usd=8e-6 * 10), pricing=PricingTable.load(), max_concurrency=16)
+    e = engine(cache={}, spending=Spending.start(EngineOptions(budget_usd=8e-6 * 10, concurrency=16)))
 
     async def go():
         return await asyncio.gather(*[e.post_json("/completions", body(i)) for i in range(30)], return_exceptions=True)
@@ -252,12 +254,12 @@ def test_budget_usd_reserves_before_sending():
 
 @respx.mock
 def test_engines_sharing_one_budget_each_report_their_own_spend():
-    # an audit gives its targets one Budget: the cap is global, but each engine's ledger
-    # (stats.cost_usd, shown per target) must hold only what that engine spent
+    # a run gives its targets one Spending (one Budget): the cap is global, but each engine's
+    # ledger (stats.cost_usd, shown per target) must hold only what that engine spent
     respx.post(f"{BASE}/completions").mock(return_value=ok(3, 1))  # billed $6.5e-6 each
-    shared = Budget(max_usd=1.0)
-    first = engine(cache={}, budget=shared, pricing=PricingTable.load())
-    second = engine(cache={}, budget=shared, pricing=PricingTable.load())
+    shared = Spending.start(EngineOptions(budget_usd=1.0))
+    first = engine(cache={}, spending=shared)
+    second = engine(cache={}, spending=shared)
 
     async def go(e, ids):
         return await asyncio.gather(*[e.post_json("/completions", body(i)) for i in ids])
@@ -266,11 +268,12 @@ def test_engines_sharing_one_budget_each_report_their_own_spend():
     run(go(second, range(100, 105)))
     assert first.stats.cost_usd == pytest.approx(3 * 6.5e-6)
     assert second.stats.cost_usd == pytest.approx(5 * 6.5e-6)
-    assert shared.spent_usd == pytest.approx(8 * 6.5e-6)
+    assert shared.budget.spent_usd == pytest.approx(8 * 6.5e-6)
+    assert first.ledger()["budget"] == second.ledger()["budget"] == shared.budget.to_json()
 
 
 def test_budget_refuses_unpriced_models():
-    e = engine(cache={}, budget=Budget(max_usd=1.0), pricing=PricingTable.load())
+    e = engine(cache={}, spending=Spending.start(EngineOptions(budget_usd=1.0)))
     with pytest.raises(UserError, match="no price known for model 'mystery-model'.*--pricing"):
         run(e.post_json("/completions", body(model="mystery-model")))
 
@@ -312,7 +315,7 @@ def test_cached_prompt_tokens_are_priced_separately():
             },
         )
     )
-    e = engine(cache={}, pricing=PricingTable.load())
+    e = engine(cache={}, spending=Spending(pricing=PricingTable.load()))
     run(e.post_json("/chat/completions", {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}))
     assert e.stats.cost_usd == pytest.approx((400 * 0.15 + 600 * 0.075) / 1e6)
     assert e.stats.cached_prompt_tokens == 600
@@ -353,7 +356,7 @@ def test_api_key_never_written_and_redacted_from_errors(tmp_path, caplog):
 
     respx.post(f"{BASE}/completions").mock(side_effect=answer)
     cache = open_request_cache(tmp_path / "cache")
-    e = engine(cache=cache, api_key=KEY, pricing=PricingTable.load())
+    e = engine(cache=cache, api_key=KEY, spending=Spending(pricing=PricingTable.load()))
     run(e.post_json("/completions", body()))
     with pytest.raises(ProviderError) as ei:
         run(e.post_json("/completions", {**body(), "prompt": "bad"}))
@@ -389,7 +392,7 @@ def test_cache_files_are_user_only(tmp_path):
 def test_dry_run_estimate_ranges_follow_the_ladder():
     from types import SimpleNamespace
 
-    from blackbox_audit.engine import LadderShape, estimate_scoring
+    from blackbox_audit.planning import LadderShape, estimate_scoring
 
     counts = [4, 6]  # 3 + 5 = 8 scored positions; contexts 1+2+3 + 1+..+5 = 21 tokens
     price = PricingTable.load().get("gpt-3.5-turbo-instruct")

@@ -25,7 +25,15 @@ from typing import Any
 
 import pytest
 
-from blackbox_audit.engine import Budget, BudgetExceeded, ProviderError, RequestEngine, open_request_cache
+from blackbox_audit.engine import (
+    Budget,
+    BudgetExceeded,
+    EngineOptions,
+    ProviderError,
+    RequestEngine,
+    Spending,
+    open_request_cache,
+)
 from blackbox_audit.engine.cache import request_key
 
 PROFILE = "forced-token"  # llama.cpp-like: reported logprob of the emitted token is unbiased
@@ -50,12 +58,14 @@ def n_requests(texts_ids: list[list[int]]) -> int:
     return len(contexts) + len(forced)
 
 
-def make_engine(base_url: str, cache: Any, **kw: Any) -> RequestEngine:
+def make_engine(
+    base_url: str, cache: Any, *, concurrency: int = 8, budget: Budget | None = None, **kw: Any
+) -> RequestEngine:
     kw.setdefault("timeout_s", 10.0)
     kw.setdefault("backoff_base_s", 0.01)
     kw.setdefault("backoff_max_s", 0.2)
-    kw.setdefault("max_retries", 10)
-    return RequestEngine(base_url, cache=cache, api_key="sk-emu-KEY-8c1d0b", free=True, **kw)
+    spending = Spending(EngineOptions(concurrency=concurrency, max_retries=10), budget or Budget())
+    return RequestEngine(base_url, cache=cache, api_key="sk-emu-KEY-8c1d0b", free=True, spending=spending, **kw)
 
 
 # --- server-side duplicate counting --------------------------------------------------------
@@ -120,7 +130,7 @@ def test_30pct_faults_give_results_identical_to_a_clean_run(emulator, texts_ids)
     with emulator(
         fault_rate=0.3, faults="429,500,502,503,timeout,garbled,truncated", retry_after_s=0.05, timeout_s=3.0, seed=7
     ) as emu:
-        eng = make_engine(emu.base_url, {}, max_concurrency=16, timeout_s=2.0)
+        eng = make_engine(emu.base_url, {}, concurrency=16, timeout_s=2.0)
         faulty = asyncio.run(mini_ladder(eng, emu.model, texts_ids))
         stats = emu.stats()
     assert faulty == clean
@@ -137,7 +147,7 @@ def test_budget_cap_is_exact_and_resumable(emulator, texts_ids):
     cache: dict = {}
     with emulator() as emu:
         counter = BodyCounter(emu)
-        eng = make_engine(emu.base_url, cache, budget=Budget(max_requests=333), max_concurrency=16)
+        eng = make_engine(emu.base_url, cache, budget=Budget(max_requests=333), concurrency=16)
         with pytest.raises(BudgetExceeded, match="max-requests 333"):
             asyncio.run(mini_ladder(eng, emu.model, texts_ids))
         assert emu.stats()["requests"] == 333 and eng.stats.requests_sent == 333
@@ -230,7 +240,7 @@ def _client_main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     texts_ids = json.loads(Path(a.ids).read_text())
     cache = open_request_cache(a.cache)
-    eng = make_engine(a.base_url, cache, max_concurrency=8, timeout_s=30)
+    eng = make_engine(a.base_url, cache, concurrency=8, timeout_s=30)
     res = asyncio.run(mini_ladder(eng, a.model, texts_ids))
     Path(a.out).write_text(json.dumps(res))
     cache.close()

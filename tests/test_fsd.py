@@ -12,7 +12,7 @@ import pytest
 from blackbox_audit.cli import main
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.fsd import FSD, FSDConfig, fsd_deviation
-from blackbox_audit.reports import write_jsonl
+from blackbox_audit.results import write_jsonl
 
 # ------------------------------------------------------------------------------ sign and config
 

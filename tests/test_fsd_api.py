@@ -27,13 +27,14 @@ import numpy as np
 import pytest
 
 from blackbox_audit.adapters import load_target
-from blackbox_audit.cache import CachedTarget, open_cache
+from blackbox_audit.cache import CachedTarget
 from blackbox_audit.cli import main
 from blackbox_audit.data import Dataset, Sample
+from blackbox_audit.engine.cache import open_cache
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.fsd import FSD, FSDConfig
-from blackbox_audit.reports import write_jsonl
+from blackbox_audit.results import write_jsonl
 from blackbox_audit.scores.builtin import lowest_mean
 from blackbox_audit.sim.emulator import chat_prompt_ids, run_emulator
 

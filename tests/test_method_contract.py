@@ -13,11 +13,11 @@ import pytest
 from blackbox_audit.adapters.base import Capabilities, Target
 from blackbox_audit.data import Dataset, Sample
 from blackbox_audit.errors import CapabilityError, UserError
-from blackbox_audit.methods import METHODS, AuditInputs, MethodResult, Verdict, get_method
+from blackbox_audit.methods import METHODS, AuditInputs, get_method
 from blackbox_audit.methods.em_mia import EMMIA, EMMIAConfig
 from blackbox_audit.methods.ptdi import PTDI, PTDIConfig
 from blackbox_audit.methods.scoring import ScoreConfig, ScoreMethod
-from blackbox_audit.results import read_result, write_result
+from blackbox_audit.results import MethodResult, Verdict, read_result, write_result
 
 TEXTS = [
     "The committee met on Tuesday to discuss the new budget.",

@@ -1,4 +1,4 @@
-"""membership_metrics against hand-computed ROC examples (SPEC §7: no interpolation)."""
+"""membership_metrics against hand-computed ROC examples (SPEC §7: no interpolation); evaluation_metrics per column."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from blackbox_audit.errors import UserError
-from blackbox_audit.metrics import membership_metrics
+from blackbox_audit.metrics import evaluation_metrics, membership_metrics
 
 
 def test_small_hand_example() -> None:
@@ -90,3 +90,25 @@ def test_bad_input_is_a_clear_error(scores, labels, match) -> None:
     with pytest.raises(UserError, match=match) as err:
         membership_metrics(scores, labels)
     assert err.value.fix
+
+
+def test_evaluation_metrics_drops_and_counts_nan_rows_per_column() -> None:
+    labels = [1, 1, 0, 1, 0, 0]
+    full = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4])
+    holed = full.copy()
+    holed[[1, 4]] = np.nan  # one member and one non-member undefined
+    out = evaluation_metrics({"full": full, "holed": holed, "none": np.full(6, np.nan)}, labels)
+    assert out is not None and set(out) == {"full", "holed"}  # an all-NaN column gets no entry
+    assert out["full"] == membership_metrics(full, labels)  # no NaN: exactly membership_metrics, no count
+    keep = ~np.isnan(holed)
+    want = membership_metrics(holed[keep], np.asarray(labels)[keep])
+    assert out["holed"] == {**want, "n_nan_dropped": 2}
+
+
+def test_evaluation_metrics_needs_both_classes() -> None:
+    scores = {"s": np.array([0.1, 0.2, 0.3])}
+    assert evaluation_metrics(scores, None) is None
+    assert evaluation_metrics(scores, [1, 1, 1]) is None
+    assert evaluation_metrics(scores, [0, 0, 0]) is None
+    # both classes overall, but the defined rows of a column hold one class: that column is left out
+    assert evaluation_metrics({"s": np.array([0.1, np.nan, 0.3])}, [1, 0, 1]) == {}

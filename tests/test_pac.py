@@ -12,7 +12,8 @@ import pytest
 
 from blackbox_audit.adapters.base import Capabilities, Target
 from blackbox_audit.augment import n_swaps, random_swap, random_swaps, split_words
-from blackbox_audit.cache import CachedTarget, open_cache
+from blackbox_audit.cache import CachedTarget
+from blackbox_audit.engine.cache import open_cache
 from blackbox_audit.errors import UserError
 from blackbox_audit.fixtures.records import hand_record as record
 from blackbox_audit.scores import compute_scores, plan_requests

@@ -197,7 +197,7 @@ def test_cli_precision_auto_records_its_choice_and_certified_bounds(tiny_target,
     import json
 
     from blackbox_audit.cli import main
-    from blackbox_audit.reports import write_jsonl
+    from blackbox_audit.results import write_jsonl
     from blackbox_audit.sim.emulator import run_emulator
 
     data = tmp_path / "d.jsonl"

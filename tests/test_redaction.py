@@ -1,4 +1,4 @@
-"""Unit tests of ``blackbox_audit.redaction`` (key hygiene) and ``blackbox_audit.options``."""
+"""Unit tests of ``blackbox_audit.redaction`` (key hygiene) and ``blackbox_audit.cli.options``' parse-time types."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
+from blackbox_audit.cli.options import nonnegative_float, nonnegative_int, positive_float, positive_int
 from blackbox_audit.errors import UserError
-from blackbox_audit.options import nonnegative_float, nonnegative_int, positive_float, positive_int
 from blackbox_audit.redaction import (
     RedactingFilter,
     clean_api_key,

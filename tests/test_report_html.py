@@ -13,10 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from blackbox_audit.methods.base import MethodResult, Verdict
 from blackbox_audit.report_html import render_report, write_report
-from blackbox_audit.reports import RunRecorder, git_revision
-from blackbox_audit.results import write_result
+from blackbox_audit.results import MethodResult, RunRecorder, Verdict, git_revision, write_result
 
 RNG = np.random.default_rng(0)
 N = 60

@@ -10,7 +10,7 @@ import pytest
 
 from blackbox_audit.cli import main
 from blackbox_audit.errors import CapabilityError, UserError
-from blackbox_audit.reports import write_jsonl
+from blackbox_audit.results import write_jsonl
 from blackbox_audit.scores import Samples, compute_scores, plan_requests
 from blackbox_audit.scores.samia import rouge1_recall, split_prefix, words
 from blackbox_audit.sim.emulator import run_emulator

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from blackbox_audit.cli.common import add_canary_arguments, options_from_args
+from blackbox_audit.cli.options import add_canary_arguments, options_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -17,17 +17,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from blackbox_audit.cli.common import (
+from blackbox_audit.cli.common import load_data, open_target, prepare_out_dir, workspace_from_args
+from blackbox_audit.cli.options import (
     add_api_arguments,
     add_bounded_argument,
     add_chat_arguments,
     add_data_arguments,
+    add_engine_arguments,
     add_execution_arguments,
-    load_cached_target,
-    load_data,
-    prepare_out_dir,
 )
-from blackbox_audit.engine.cli import add_engine_arguments, engine_kwargs_from_args
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.compare import DEFAULT_SCORES, SIDES, Compare, CompareConfig
 
@@ -74,9 +72,7 @@ def side_args(args: argparse.Namespace, side: str, **chat: Any) -> argparse.Name
 
 def run(args: argparse.Namespace) -> int:
     from blackbox_audit.adapters import is_api_spec
-    from blackbox_audit.cache import open_cache
-    from blackbox_audit.reports import RunRecorder
-    from blackbox_audit.results import print_result, write_result
+    from blackbox_audit.results import RunRecorder, print_result, write_result
 
     names = tuple(dict.fromkeys(s.strip() for s in args.scores.split(",") if s.strip()))
     method = Compare(
@@ -90,8 +86,7 @@ def run(args: argparse.Namespace) -> int:
     recorder = RunRecorder("compare", args)
     dataset = load_data(args)
     out = prepare_out_dir(args.out)
-    cache = None if args.no_cache else open_cache(args.cache_dir)
-    engine_options = engine_kwargs_from_args(args)  # one budget shared by both sides
+    workspace = workspace_from_args(args)  # one cache and one budget shared by both sides
     targets: dict[str, Any] = {}
     try:
         for side in sorted(SIDES, key=lambda s: not is_api_spec(specs[s])):  # API sides first
@@ -100,9 +95,7 @@ def run(args: argparse.Namespace) -> int:
             cond = getattr(other, "cond", None)  # an API target's Conditioning
             if getattr(args, f"{side}_chat", None) and cond is not None and cond.api == "chat":
                 chat = {"system": cond.system, "user_template": cond.user_template}
-            targets[side] = load_cached_target(
-                specs[side], side_args(args, side, **chat), cache, engine_options=engine_options
-            )
+            targets[side] = open_target(workspace, specs[side], side_args(args, side, **chat))
         result = method.run(AuditInputs(data=dataset, targets=targets))
         extra = {
             "targets": {s: t.describe() for s, t in targets.items()},
@@ -112,16 +105,13 @@ def run(args: argparse.Namespace) -> int:
         print_result(result, paths)
         return 0
     finally:
-        for t in targets.values():
-            t.close()
-        if cache is not None:
-            cache.close()
+        workspace.close()
 
 
 def _dry_run(args: argparse.Namespace, specs: dict[str, str], plan: Any) -> int:
     """Price the plan on each side's planning view (nothing is sent, no target is loaded)."""
     from blackbox_audit.adapters import planning_view
-    from blackbox_audit.cache import open_cache
+    from blackbox_audit.engine.cache import open_cache
     from blackbox_audit.planning import price_plan
 
     cache = None if args.no_cache else open_cache(args.cache_dir)

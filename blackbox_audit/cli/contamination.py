@@ -15,27 +15,25 @@ import argparse
 
 from blackbox_audit.cli.common import (
     Session,
+    open_target,
+    planning_view_of_args,
+    prepare_out_dir,
+    workspace_from_args,
+)
+from blackbox_audit.cli.options import (
     add_bounded_argument,
     add_common_arguments,
-    load_cached_target,
-    planning_view_of_args,
+    add_engine_arguments,
+    engine_options_from_args,
+    fraction,
     positive_int,
-    prepare_out_dir,
 )
-from blackbox_audit.engine.cli import add_engine_arguments
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA
-from blackbox_audit.reports import RunRecorder
+from blackbox_audit.results import RunRecorder
 
 SYNTHETIC = "synthetic"
-
-
-def _fraction(value: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got '{value}'") from None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -73,9 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "mmlu whole, files output)",
     )
     m.add_argument("--score", default="loss", help="membership score, fixed before the run (default loss)")
-    m.add_argument("--alpha", type=_fraction, default=0.05, help="test level and FDR of the list (default 0.05)")
-    m.add_argument("--confidence", type=_fraction, default=0.95, help="rate CI level (default 0.95)")
-    m.add_argument("--lam", type=_fraction, default=DEFAULT_LAMBDA, help=f"PTDI region size (default {DEFAULT_LAMBDA})")
+    m.add_argument("--alpha", type=fraction, default=0.05, help="test level and FDR of the list (default 0.05)")
+    m.add_argument("--confidence", type=fraction, default=0.95, help="rate CI level (default 0.95)")
+    m.add_argument("--lam", type=fraction, default=DEFAULT_LAMBDA, help=f"PTDI region size (default {DEFAULT_LAMBDA})")
     m.add_argument("--bootstrap", type=positive_int, default=2000, help="bootstrap resamples for the CI (2000)")
     m.add_argument("--items", type=positive_int, help="score at most N random items per side (default all)")
     m.add_argument("--seed", type=int, default=0, help="item order and bootstrap seed (default 0)")
@@ -116,21 +114,19 @@ def run(args: argparse.Namespace) -> int:
         sets["heldout"] = load_benchmark(args.heldout, fmt=bench.fmt, **fields)
     inputs = AuditInputs(data=bench, sets=sets)
     if args.dry_run:  # before the target is loaded: loading an API target probes it
-        print(method.budget_plan(inputs, planning_view_of_args(args), args.budget_usd).format())
+        budget_usd = engine_options_from_args(args).budget_usd
+        print(method.budget_plan(inputs, planning_view_of_args(args), budget_usd).format())
         return 0
     method.sides(inputs)  # a bad held-out set fails before the target is loaded (or probed)
     recorder = RunRecorder("contamination", args)
     out_dir = prepare_out_dir(args.out)
-    from blackbox_audit.cache import open_cache
-
-    cache = None if args.no_cache else open_cache(args.cache_dir)
+    workspace = workspace_from_args(args)
     try:
-        target = load_cached_target(args.target, args, cache)
+        target = open_target(workspace, args.target, args)
     except BaseException:
-        if cache is not None:
-            cache.close()
+        workspace.close()
         raise
-    session = Session(dataset=bench, target=target, recorder=recorder, out_dir=out_dir, cache=cache)
+    session = Session(dataset=bench, target=target, recorder=recorder, out_dir=out_dir, workspace=workspace)
     try:
         return session.finish(method.run(session.inputs(sets=sets)))
     finally:

@@ -36,10 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blackbox_audit.cli.common import add_canary_arguments, options_from_args, prepare_out_dir
+from blackbox_audit.cli.common import prepare_out_dir
+from blackbox_audit.cli.options import add_canary_arguments, options_from_args
 from blackbox_audit.data import Dataset, Sample
 from blackbox_audit.errors import UserError
-from blackbox_audit.methods.base import AuditInputs, Method, MethodResult, ScoredSet
+from blackbox_audit.methods.base import AuditInputs, Method
+from blackbox_audit.results import MethodResult, ScoredSet
+from blackbox_audit.workspace import Workspace
 
 #: Table rows: method, auc, tpr@5%, note.
 Row = dict[str, Any]
@@ -53,7 +56,7 @@ class DemoRun:
     out_dir: Path
     canary: Any = None
     target: Any = None  # CachedTarget over the canary model
-    cache: Any = None
+    workspace: Workspace | None = None  # the cache (no engine options: the emulator is free and uncapped)
     data: Dataset | None = None
     results: dict[str, MethodResult] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
@@ -140,12 +143,10 @@ def applicable_scores(
 
 
 def _step_scores(run: DemoRun) -> None:
-    from blackbox_audit.adapters import load_target
-    from blackbox_audit.cache import CachedTarget, open_cache
     from blackbox_audit.methods.scoring import ScoreConfig, ScoreMethod
 
-    run.cache = None if run.args.no_cache else open_cache(run.args.cache_dir)
-    run.target = CachedTarget(load_target(run.canary.target_spec), run.cache)
+    run.workspace = Workspace.open(cache_dir=run.args.cache_dir, no_cache=run.args.no_cache)
+    run.target = run.workspace.open_target(run.canary.target_spec)
     params = canary_score_params(run.canary)
     names = [s for s in run.args.scores.split(",") if s] if run.args.scores else None
     skipped: dict[str, str] = {}
@@ -255,8 +256,6 @@ def _step_api(run: DemoRun) -> None:
     A fixed port (``--api-port``) keeps the API target's identity, so a rerun is answered from
     the cache; when the port is taken, any free port is used and the rerun pays again.
     """
-    from blackbox_audit.adapters import load_target
-    from blackbox_audit.cache import CachedTarget
     from blackbox_audit.sim.emulator import start_emulator
 
     if run.args.api_sample == 0:
@@ -272,8 +271,9 @@ def _step_api(run: DemoRun) -> None:
         )
     emu = run.emulator
     print(f"      emulator ({emu.profile.name}) serving the canary at {emu.base_url}", file=sys.stderr)
-    api = load_target(emu.target_spec, tokenizer=str(run.canary.model_dir), cache=run.cache)
-    run.api = CachedTarget(api, run.cache)
+    assert run.workspace is not None
+    run.api = run.workspace.open_target(emu.target_spec, tokenizer=str(run.canary.model_dir))
+    api = run.api.inner
     print("      probe evidence (what the endpoint was seen to do):", file=sys.stderr)
     for line in api.probe_evidence:
         print(f"        {line}", file=sys.stderr)
@@ -299,7 +299,6 @@ def _step_compare(run: DemoRun) -> None:
     """Recovered logprobs and the same scores through the API, compared with the white-box model
     under the same chat conditioning (``compare``)."""
     from blackbox_audit.adapters.chat_templates import ChatConditioning
-    from blackbox_audit.cache import CachedTarget
     from blackbox_audit.methods.compare import Compare, CompareConfig
     from blackbox_audit.results import write_result
 
@@ -312,7 +311,8 @@ def _step_compare(run: DemoRun) -> None:
         f"      a small sample: {len(sample)} texts ({members} members), through the recovery ladder",
         file=sys.stderr,
     )
-    chat = CachedTarget(run.target.inner.with_chat(ChatConditioning("chatml")), run.cache)
+    assert run.workspace is not None
+    chat = run.workspace.cached(run.target.inner.with_chat(ChatConditioning("chatml")))
     method = Compare(CompareConfig(scores=API_SCORES, price_as=run.args.price_as))
     inputs = AuditInputs(data=sample, targets={"a": chat, "b": run.api})
     result = method.run(inputs)
@@ -328,7 +328,7 @@ def _step_compare(run: DemoRun) -> None:
 def side_by_side_rows(score: MethodResult, cmp: MethodResult) -> list[Row]:
     """Per score: AUC white-box (all texts, and the API sample), white-box with chat
     conditioning and API on the sample, and Spearman between the last two."""
-    from blackbox_audit.results import evaluation_metrics
+    from blackbox_audit.metrics import evaluation_metrics
 
     pos = {sid: i for i, sid in enumerate(score.ids)}
     rows_idx = [pos[sid] for sid in cmp.ids]
@@ -457,7 +457,7 @@ def print_side_by_side(run: DemoRun) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from blackbox_audit.reports import RunRecorder
+    from blackbox_audit.results import RunRecorder, write_outputs
 
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha {args.alpha} is not a level in (0, 1)", "use e.g. --alpha 0.1")
@@ -481,15 +481,14 @@ def run_demo(args: argparse.Namespace) -> int:
                 run.notes.append(f"{title} skipped: {exc.name} is not available")
             print(f"      done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
         run.extra.update(table=run.rows, notes=run.notes, results=list(run.results))
-        recorder.finish(run.out_dir, target=run.target, extra=run.extra)
+        write_outputs(run.out_dir, recorder=recorder, target=run.target, extra=run.extra)
     finally:
-        for t in (run.api, run.target):
-            if t is not None:
-                t.close()
-        if run.emulator is not None:
-            run.emulator.close()
-        if run.cache is not None:
-            run.cache.close()
+        try:
+            if run.workspace is not None:
+                run.workspace.close()  # the canary model and the API target, then the cache
+        finally:
+            if run.emulator is not None:
+                run.emulator.close()
     from blackbox_audit.report_html import write_report
 
     report = write_report(run.out_dir)

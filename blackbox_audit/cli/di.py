@@ -15,30 +15,19 @@ import argparse
 from types import SimpleNamespace
 
 from blackbox_audit.adapters import target_kind
-from blackbox_audit.cli.common import (
+from blackbox_audit.cli.common import dry_run, load_data, open_session
+from blackbox_audit.cli.options import (
     add_bounded_argument,
     add_common_arguments,
-    dry_run,
-    load_data,
-    open_session,
+    add_engine_arguments,
+    fraction,
     positive_int,
 )
 from blackbox_audit.data import load_dataset
-from blackbox_audit.engine.cli import add_engine_arguments
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.di import CalibratedDI, CalibratedDIConfig, PlainDI, PlainDIConfig
 
 _C = CalibratedDIConfig
-
-
-def _fraction(value: str) -> float:
-    try:
-        v = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got '{value}'") from None
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {v}")
-    return v
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,13 +50,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="comma-separated score specs used as MIA features (default: loss, zlib, lowercase and min_k at "
         "k = 0.05..0.6; + reference with --reference)",
     )
-    g.add_argument("--alpha", type=_fraction, default=0.05, help="significance level of the verdict (default 0.05)")
+    g.add_argument("--alpha", type=fraction, default=0.05, help="significance level of the verdict (default 0.05)")
     g.add_argument("--seed", type=int, default=0, help="seed of every split, the generator and classifiers (0)")
     g.add_argument("--reference", help="reference model: adds the 'reference' feature (same syntax as --target)")
     add_bounded_argument(g)
     g.add_argument(
         "--train-fraction",
-        type=_fraction,
+        type=fraction,
         default=PlainDIConfig.train_fraction,
         help=f"plain DI: share that fits the aggregator (default {PlainDIConfig.train_fraction})",
     )
@@ -117,13 +106,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     c.add_argument(
         "--gen-train-fraction",
-        type=_fraction,
+        type=fraction,
         default=_C.gen_train_fraction,
         help=f"share of the sequences that fine-tune the generator ({_C.gen_train_fraction})",
     )
     c.add_argument(
         "--test-fraction",
-        type=_fraction,
+        type=fraction,
         default=_C.test_fraction,
         help=f"share of the pairs tested per seed ({_C.test_fraction})",
     )

@@ -17,8 +17,8 @@ import argparse
 import sys
 from typing import Any
 
-from blackbox_audit.cli.common import add_common_arguments, open_session, positive_int
-from blackbox_audit.engine.cli import add_engine_arguments
+from blackbox_audit.cli.common import open_session
+from blackbox_audit.cli.options import add_common_arguments, add_engine_arguments, positive_int
 from blackbox_audit.methods.em_mia import DEFAULT_TOPK, EMMIA, POOL_CAP, UPDATES, EMMIAConfig, pool_indices
 from blackbox_audit.planning import price_plan, view_of_target
 

@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import argparse
 
-from blackbox_audit.cli.common import (
+from blackbox_audit.cli.common import dry_run, load_data, open_session
+from blackbox_audit.cli.options import (
     add_bounded_argument,
     add_common_arguments,
-    dry_run,
-    load_data,
-    open_session,
+    add_engine_arguments,
+    positive_float,
     positive_int,
 )
 from blackbox_audit.data import Dataset, load_dataset
-from blackbox_audit.engine.cli import add_engine_arguments
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.fsd import FSD, LOSS_FAMILY, FSDConfig
-from blackbox_audit.options import positive_float
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from blackbox_audit.cli.common import add_common_arguments, dry_run, load_data, open_session
-from blackbox_audit.engine.cli import add_engine_arguments
-from blackbox_audit.methods.base import CostPlan
-from blackbox_audit.reports import write_jsonl
+from blackbox_audit.cli.common import dry_run, load_data, open_session
+from blackbox_audit.cli.options import add_common_arguments, add_engine_arguments
+from blackbox_audit.planning import CostPlan
+from blackbox_audit.results import write_outputs
 from blackbox_audit.scores import FetchCall
 
 
@@ -44,10 +44,13 @@ def run(args: argparse.Namespace) -> int:
             row.update({k: d[k] for k in ("token_ids", "tokens", "logprobs", "status", "error_bound", "strategy")})
             row["context_ids"] = d["context_ids"]
             rows.append(row)
-        path = write_jsonl(session.out_dir / "logprobs.jsonl", rows)
         status = Counter(s.value for rec in records for s in rec.status)
-        run_json = session.recorder.finish(
-            session.out_dir, target=session.target, extra={"n_samples": len(ds), "status_counts": dict(status)}
+        path, run_json = write_outputs(
+            session.out_dir,
+            {"logprobs.jsonl": rows},
+            recorder=session.recorder,
+            target=session.target,
+            extra={"n_samples": len(ds), "status_counts": dict(status)},
         )
     finally:
         session.close()

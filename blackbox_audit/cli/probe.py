@@ -11,7 +11,8 @@ import argparse
 import json
 from typing import Any
 
-from blackbox_audit.engine.cli import add_engine_arguments, engine_kwargs_from_args
+from blackbox_audit.cli.common import workspace_from_args
+from blackbox_audit.cli.options import add_engine_arguments
 
 
 def register(subparsers: Any) -> None:
@@ -33,25 +34,16 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from blackbox_audit.adapters import load_target
     from blackbox_audit.adapters.probe import ladder_summary
-    from blackbox_audit.cache import open_cache
     from blackbox_audit.errors import UserError
     from blackbox_audit.redaction import redact_text
 
     if not args.target.startswith(("openai:", "compat:")):
         raise UserError(f"probe needs an API target, got '{args.target}'", "use openai:MODEL or compat:BASE_URL#MODEL")
-    cache = None if args.no_cache else open_cache(args.cache_dir)
     given = {"tokenizer": args.tokenizer, "api_key_env": args.api_key_env, "api": args.api}
     opts = {k: v for k, v in given.items() if v}
-    opts["engine_options"] = engine_kwargs_from_args(args)
-    try:
-        target = load_target(args.target, cache=cache, **opts)
-    except BaseException:
-        if cache is not None:
-            cache.close()
-        raise
-    try:
+    with workspace_from_args(args) as workspace:
+        target = workspace.load_target(args.target, **opts)  # the raw target: its probe report is the point
         report = {
             "target": redact_text(args.target),
             "api": target.cond.api,
@@ -74,8 +66,4 @@ def run(args: argparse.Namespace) -> int:
             print(f"ladder:    {report['ladder']}")
             u = report["usage"]
             print(f"requests:  {u.get('requests_sent', 0)} sent, {u.get('cache_hits', 0)} from cache")
-    finally:
-        target.close()
-        if cache is not None:
-            cache.close()
     return 0

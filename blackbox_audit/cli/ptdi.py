@@ -13,19 +13,11 @@ from __future__ import annotations
 import argparse
 
 from blackbox_audit.cli.common import prepare_out_dir
+from blackbox_audit.cli.options import fraction
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, METHODS, PTDI, PTDIConfig
-from blackbox_audit.reports import RunRecorder
-from blackbox_audit.results import print_result, write_result
-from blackbox_audit.scorefiles import read_scored, require_label
-
-
-def _level(value: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got '{value}'") from None
+from blackbox_audit.results import RunRecorder, print_result, read_scored, require_label, write_result
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--test", required=True, help="scores.jsonl of the texts to audit")
     p.add_argument("--calibration", required=True, help="scores.jsonl of known non-members (same model and score)")
     p.add_argument("--score", required=True, help="score field to use, e.g. min_k or loss (higher = member)")
-    p.add_argument("--alpha", type=_level, required=True, help="target false discovery rate, e.g. 0.1")
+    p.add_argument("--alpha", type=fraction, required=True, help="target false discovery rate, e.g. 0.1")
     p.add_argument(
         "--method",
         choices=METHODS,
@@ -48,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--members", help="scores.jsonl of known members (for --method moment)")
     p.add_argument(
         "--lam",
-        type=_level,
+        type=fraction,
         default=DEFAULT_LAMBDA,
         help=f"subtraction region size (default {DEFAULT_LAMBDA})",
     )

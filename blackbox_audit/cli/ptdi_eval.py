@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from blackbox_audit.cli.common import positive_int, prepare_out_dir
+from blackbox_audit.cli.common import prepare_out_dir
+from blackbox_audit.cli.options import positive_int
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, METHODS
 from blackbox_audit.methods.ptdi_eval import evaluate_scores, evaluate_simulation, format_markdown, format_table
-from blackbox_audit.reports import RunRecorder, write_json
-from blackbox_audit.scorefiles import read_scored, require_label
+from blackbox_audit.results import RunRecorder, read_scored, require_label, write_outputs
 
 
 def _floats(value: str) -> list[float]:
@@ -146,7 +146,6 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         print(format_markdown(results))
     if out_dir is not None:
-        write_json(out_dir / "ptdi_eval.json", results)
-        recorder.finish(out_dir, extra={"n_settings": len(results)})
+        write_outputs(out_dir, {"ptdi_eval.json": results}, recorder=recorder, extra={"n_settings": len(results)})
         print(f"-> {out_dir}/ptdi_eval.json, run.json")
     return 0

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import argparse
 
-from blackbox_audit.cli.common import add_bounded_argument, add_common_arguments, dry_run, load_data, open_session
-from blackbox_audit.engine.cli import add_engine_arguments
+from blackbox_audit.cli.common import dry_run, load_data, open_session
+from blackbox_audit.cli.options import (
+    add_bounded_argument,
+    add_common_arguments,
+    add_engine_arguments,
+    positive_float,
+)
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.scoring import DEFAULT_SCORES, ScoreConfig, ScoreMethod
-from blackbox_audit.options import positive_float
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

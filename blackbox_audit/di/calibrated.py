@@ -699,7 +699,7 @@ def calibrated_di(
     if store is None:
         from pathlib import Path
 
-        from blackbox_audit.cache import default_cache_dir
+        from blackbox_audit.engine.cache import default_cache_dir
 
         store = ArtifactStore((Path(cache_dir) if cache_dir else default_cache_dir()) / "di")
     try:

@@ -39,14 +39,22 @@ from typing import Any
 import numpy as np
 
 from blackbox_audit.errors import UserError
-from blackbox_audit.training import clipped_step, only_layers, seeded_torch
+from blackbox_audit.training import (
+    IGNORE,
+    causal_labels,
+    only_layers,
+    pad_right,
+    predicted_tokens,
+    seeded_torch,
+    steps_per_epoch,
+    train_epochs,
+)
 
 from .artifacts import ArtifactStore, content_key, texts_digest
 from .segment import Pair
 
 log = logging.getLogger(__name__)
 
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "tokenizer.model")
 _LLAMA_LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -90,7 +98,7 @@ def _cannot_load(spec: str, why: str) -> UserError:
 
 def resolve_folder(spec: str) -> Path:
     """The local transformers folder behind a generator spec (GGUF files are converted once)."""
-    from blackbox_audit.adapters.hf import converted_gguf_dir, smollm2_gguf_path
+    from blackbox_audit.adapters.hf_weights import converted_gguf_dir, smollm2_gguf_path
 
     scheme, _, rest = spec.partition(":")
     if spec == "smollm2":
@@ -152,11 +160,11 @@ class LocalGenerator:
     def fingerprint(self) -> str:
         """Hash of the weight and tokenizer files' contents (no model load needed)."""
         if self._fingerprint is None:
-            from blackbox_audit.adapters.hf import file_sha256
+            from blackbox_audit.adapters.hf_weights import WEIGHT_SUFFIXES, file_sha256
 
             h = hashlib.sha256(b"di-generator-1")
             for p in sorted(self.folder.iterdir()):
-                if p.is_file() and (p.suffix in _WEIGHT_SUFFIXES or p.name in _TOKENIZER_FILES):
+                if p.is_file() and (p.suffix in WEIGHT_SUFFIXES or p.name in _TOKENIZER_FILES):
                     h.update(p.name.encode())
                     h.update(file_sha256(p).encode())
             self._fingerprint = h.hexdigest()
@@ -232,7 +240,6 @@ class LocalGenerator:
     def _train(self, train_ids: Sequence[Sequence[int]], cfg: GeneratorConfig, seed: int) -> tuple[Any, list[float]]:
         import torch
         from peft import LoraConfig, get_peft_model
-        from tqdm.auto import tqdm
 
         model = self.model
         cut = self._split_point(cfg)
@@ -250,10 +257,8 @@ class LocalGenerator:
         else:
             lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM")
         seqs = [list(t) for t in train_ids if len(t) >= 2]
-        rng = np.random.default_rng([seed, 404])
-        steps = (len(seqs) + cfg.batch_size - 1) // cfg.batch_size * cfg.epochs
+        steps = steps_per_epoch(len(seqs), cfg.batch_size) * cfg.epochs
         warmup = int(np.ceil(cfg.warmup_ratio * steps))
-        losses: list[float] = []
         with seeded_torch(seed):
             peft_model = get_peft_model(model, lora)
             params = [p for p in peft_model.parameters() if p.requires_grad]
@@ -263,33 +268,21 @@ class LocalGenerator:
                 lambda s: (s + 1) / max(1, warmup) if s < warmup else max(0.0, (steps - s) / max(1, steps - warmup)),
             )
             hidden = self._lower_hidden(seqs, cut, cfg.batch_size) if cut else None
-            bar = tqdm(total=steps, desc="fine-tune generator (LoRA)", unit="step", disable=not self.progress)
             peft_model.train()
-            for _ in range(cfg.epochs):
-                order = rng.permutation(len(seqs))
-                tot, count = 0.0, 0
-                for start in range(0, len(order), cfg.batch_size):
-                    idx = [int(i) for i in order[start : start + cfg.batch_size]]
-                    loss, n_tok = self._step_loss(peft_model, seqs, idx, hidden, cut)
-                    tot += clipped_step(loss, opt, sched, params) * n_tok
-                    count += n_tok
-                    bar.update(1)
-                losses.append(tot / max(1, count))
-                bar.set_postfix(loss=f"{losses[-1]:.3f}")
-            bar.close()
+            losses = train_epochs(
+                lambda idx: self._step_loss(peft_model, seqs, idx, hidden, cut),
+                len(seqs),
+                epochs=cfg.epochs,
+                batch_size=cfg.batch_size,
+                rng=np.random.default_rng([seed, 404]),
+                optimizer=opt,
+                scheduler=sched,
+                params=params,
+                desc="fine-tune generator (LoRA)",
+                progress=self.progress,
+            )
             peft_model.eval()
         return peft_model, losses
-
-    def _pad_right(self, rows: Sequence[Sequence[int]]):
-        import torch
-
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-            mask[i, : len(r)] = 1
-        return ids, mask
 
     def _lower_hidden(self, seqs: list[list[int]], cut: int, batch_size: int) -> list[Any]:
         """Output of the frozen layers ``[0, cut)`` for every sequence (computed once)."""
@@ -303,7 +296,7 @@ class LocalGenerator:
         with torch.inference_mode(), only_layers(self.model, list(inner.layers)[:cut], final_norm=False):
             for start in range(0, len(order), batch_size):
                 idx = order[start : start + batch_size]
-                ids, mask = self._pad_right([seqs[i] for i in idx])
+                ids, mask = pad_right([seqs[i] for i in idx], self.pad_id)
                 h = inner(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
                 for r, i in enumerate(idx):
                     out[i] = h[r, : len(seqs[i])].clone()
@@ -315,9 +308,9 @@ class LocalGenerator:
         """Mean next-token cross-entropy of one batch (and its number of predicted tokens)."""
         import torch
 
-        ids, mask = self._pad_right([seqs[i] for i in idx])
-        labels = ids.masked_fill(mask == 0, -100)
-        n_tok = int((labels[:, 1:] != -100).sum())
+        ids, mask = pad_right([seqs[i] for i in idx], self.pad_id)
+        labels = causal_labels(ids, mask)
+        n_tok = predicted_tokens(labels)
         if hidden is None:
             out = peft_model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False)
             return out.loss, n_tok
@@ -330,7 +323,7 @@ class LocalGenerator:
             top = inner(inputs_embeds=h, attention_mask=mask, use_cache=False).last_hidden_state
         logits = self.model.lm_head(top)[:, :-1].float()
         loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100
+            logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=IGNORE
         )
         return loss, n_tok
 

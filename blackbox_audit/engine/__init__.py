@@ -21,14 +21,17 @@ Contract (API adapters rely on it):
   concurrent runs never buy the same answer twice (``cache.py``).
 - ``engine.stats`` counts requests sent, cache hits, billed tokens and cost;
   ``engine.ledger()`` is the dict that run.json records.
-- CLI wiring: ``add_engine_arguments(parser)`` and ``engine_from_args(args, base_url, ...)``.
+- Settings are typed (``options.py``): ``EngineOptions`` (caps, rate limits, concurrency,
+  retries, prices) and ``Spending`` (one ``Budget`` and price table that several engines share:
+  ``RequestEngine(base_url, spending=...)``). The engine never sees argparse: the CLI's flags
+  are parsed in ``blackbox_audit.cli.options`` and reach it as ``EngineOptions`` through the
+  run's ``blackbox_audit.workspace.Workspace``.
 """
 
 from .budget import Budget, BudgetExceeded
 from .cache import CacheDamaged, CacheFull, open_request_cache, read_checked, request_key
-from .cli import add_engine_arguments, engine_from_args, engine_kwargs_from_args
 from .core import EngineStats, ProviderError, RequestEngine, RetriesExhausted, UnknownModel, estimate_body_tokens
-from .estimate import Estimate, LadderShape, estimate_generation, estimate_scoring
+from .options import EngineOptions, Spending
 from .pricing import ModelPrice, PricingTable
 
 __all__ = [
@@ -47,11 +50,6 @@ __all__ = [
     "open_request_cache",
     "request_key",
     "estimate_body_tokens",
-    "add_engine_arguments",
-    "engine_from_args",
-    "engine_kwargs_from_args",
-    "estimate_scoring",
-    "estimate_generation",
-    "Estimate",
-    "LadderShape",
+    "EngineOptions",
+    "Spending",
 ]

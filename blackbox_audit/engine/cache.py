@@ -1,15 +1,20 @@
-"""Content-addressed, write-ahead, checksummed request cache shared safely between runs.
+"""Content-addressed, write-ahead, checksummed request cache shared safely between runs, and
+where the disk cache lives (``default_cache_dir``, ``open_cache``).
+
+Location: the ``path`` argument (CLI ``--cache-dir``), else ``$BLACKBOX_AUDIT_CACHE``, else
+``~/.cache/blackbox-audit``; created user-only (0o700) because cached answers can reveal what
+was audited. It lives here, below the adapters, because everything that keeps files in the
+cache folder (LoRA adapters, canaries, converted GGUFs, DI artefacts) needs it.
 
 Keys are the sha256 of the canonical JSON of (url, body) — never headers, so credentials
 cannot enter a key, and the same request from any method, run or process maps to the same
 entry. ``AnswerStore`` wraps the diskcache (or a plain dict, in tests) and adds:
 
-- **Checksums.** Every value is stored as JSON text ``{"v", "k", "sha256", "data"}``: the
-  key it belongs to and the SHA-256 of the canonical JSON of the answer. A value whose
-  checksum or key does not match, or that cannot be decoded, is reported (a warning naming
-  the key), deleted and fetched again — never used. Values are text, so reading one never
-  unpickles anything. Values written before checksums existed (plain dicts) are re-stored
-  with one on first read.
+- **Checksums.** Every value is stored in the checksummed envelope of ``engine.envelope``
+  (shared with ``CachedTarget``'s per-token records). A value whose checksum or key does not
+  match, or that cannot be decoded, is reported (a warning naming the key), deleted and
+  fetched again — never used. Values written before checksums existed (plain dicts) are
+  re-stored in the envelope on first read.
 - **Damaged database.** A ``cache.db`` that SQLite cannot read (garbage, truncated) raises
   ``CacheDamaged``: one line naming the file and how to recover (move it aside).
 - **Full disk.** A failed write (``SQLITE_FULL``, an I/O error, ``ENOSPC``/``EFBIG``) puts the
@@ -41,9 +46,11 @@ import diskcache
 
 from blackbox_audit.errors import UserError
 
+from .envelope import decode_value, encode_value
+
 log = logging.getLogger(__name__)
 
-ENVELOPE_VERSION = 1
+ENV_VAR = "BLACKBOX_AUDIT_CACHE"
 DEFAULT_RESCUE_BYTES = 1 << 20  # room for several hundred chat answers when the disk is full
 MIN_RESCUE_BYTES = 64 << 10  # below this much free room, a run does not start
 _HOST = socket.gethostname().replace("-", "_") or "host"
@@ -96,6 +103,29 @@ def open_diskcache(path: str | os.PathLike[str]) -> diskcache.Cache:
         os.umask(old)
     restrict_permissions(path)
     return cache
+
+
+def default_cache_dir() -> Path:
+    """``$BLACKBOX_AUDIT_CACHE`` or ``~/.cache/blackbox-audit``."""
+    env = os.environ.get(ENV_VAR)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "blackbox-audit"
+
+
+def open_cache(path: str | os.PathLike[str] | None = None) -> diskcache.Cache:
+    """Open (creating user-only) the disk cache at ``path``, ``$BLACKBOX_AUDIT_CACHE`` or the default.
+
+    A damaged ``cache.db`` is one line naming it and how to recover (``CacheDamaged``); a disk
+    with no room to open it is a ``CacheFull`` -- both before any work starts.
+    """
+    directory = Path(path).expanduser() if path is not None else default_cache_dir()
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"cache path {directory} exists and is not a directory", "pass --cache-dir DIR or --no-cache")
+    try:
+        return open_diskcache(directory)
+    except OSError as exc:
+        raise UserError(
+            f"cannot open the cache at {directory}: {exc.strerror}", "pass --cache-dir DIR or --no-cache"
+        ) from None
 
 
 def open_request_cache(path: str | os.PathLike[str]) -> diskcache.Cache:
@@ -170,28 +200,7 @@ class CacheFull(UserError):
         return super().one_line()
 
 
-# --------------------------------------------------------------------------- envelope
-def encode_value(key: str, data: Any) -> str:
-    payload = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    digest = hashlib.sha256(payload.encode()).hexdigest()
-    return f'{{"v":{ENVELOPE_VERSION},"k":{json.dumps(key)},"sha256":"{digest}","data":{payload}}}'
-
-
-def decode_value(key: str, raw: Any) -> Any:
-    """The stored object; raises ``ValueError`` saying why an entry cannot be trusted."""
-    if not isinstance(raw, str):
-        raise ValueError(f"not a checksummed entry ({type(raw).__name__})")
-    env = json.loads(raw)
-    if not isinstance(env, dict) or env.get("v") != ENVELOPE_VERSION:
-        raise ValueError("unknown envelope version")
-    if env.get("k") != key:
-        raise ValueError("stored under another key (foreign entry)")
-    payload = json.dumps(env.get("data"), sort_keys=True, separators=(",", ":"))
-    if hashlib.sha256(payload.encode()).hexdigest() != env.get("sha256"):
-        raise ValueError("checksum mismatch (damaged entry)")
-    return env["data"]
-
-
+# --------------------------------------------------------------------------- reading one value
 def read_checked(cache: Any, key: str) -> Any:
     """A checksummed value from any cache mapping, or None (missing or damaged: then removed)."""
     return AnswerStore(cache, rescue_bytes=0).get(key)

@@ -45,10 +45,11 @@ from blackbox_audit.redaction import (
     split_url_credentials,
 )
 
-from .budget import Budget, BudgetExceeded
+from .budget import BudgetExceeded
 from .cache import DEFAULT_RESCUE_BYTES, AnswerStore, CacheFull, request_key, restrict_permissions
 from .limits import RateLimiter
-from .pricing import ModelPrice, PricingTable
+from .options import Spending
+from .pricing import ModelPrice
 from .responses import ModelList, ProtocolError, Usage, validate_answer
 
 log = logging.getLogger(__name__)
@@ -249,15 +250,10 @@ class RequestEngine:
         *,
         api_key: str | None = None,
         cache: Any | None = None,  # a diskcache.Cache-like mapping (get/set), or a dict
-        max_concurrency: int = 8,
+        spending: Spending | None = None,  # caps, limits, prices; shared by a run's engines (options.py)
         timeout_s: float = 60.0,
         headers: dict[str, str] | None = None,
-        budget: Budget | None = None,
-        pricing: PricingTable | None = None,
         free: bool = False,
-        rpm: float | None = None,
-        tpm: float | None = None,
-        max_retries: int = 6,
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 60.0,
         default_max_tokens: int = 16,
@@ -266,6 +262,9 @@ class RequestEngine:
         rescue_bytes: int = DEFAULT_RESCUE_BYTES,
         auth_header: str = "Authorization",
     ) -> None:
+        spending = spending if spending is not None else Spending()
+        opts = spending.options
+        max_concurrency, max_retries, rpm, tpm = opts.concurrency, opts.max_retries, opts.rpm, opts.tpm
         if max_concurrency < 1:
             raise UserError(f"--concurrency {max_concurrency} is below 1", "give at least 1")
         if max_retries < 0:
@@ -284,8 +283,9 @@ class RequestEngine:
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
         self._headers = dict(headers or {})
-        self.budget = budget or Budget()
-        self.pricing = pricing
+        self.spending = spending
+        self.budget = spending.budget
+        self.pricing = spending.pricing
         self.free = free  # a local server: every token costs 0
         self.rpm = RateLimiter(rpm) if rpm else None
         self.tpm = RateLimiter(tpm) if tpm else None

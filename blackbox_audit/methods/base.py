@@ -12,11 +12,13 @@ reports handle all of them with one piece of code:
   (``calibration``, ``members``, ``heldout``, ...). ``check`` refuses missing ones before any
   request is sent;
 - a **cost plan** (``plan``) for ``--dry-run``: the batched target calls it would make
-  (``FetchCall``) plus any other billed item, priced later by the target's planning view;
-- one **result** type (``MethodResult``): per-text membership scores (higher = member), other
-  per-text fields, metrics when labels exist, a verdict where the method has one, extra
-  outputs under documented names, provenance and warnings. ``blackbox_audit.results`` writes
-  every result to the same files.
+  (``FetchCall``) plus any other billed item (``blackbox_audit.planning.CostPlan``), priced
+  later by the target's planning view;
+- one **result** type (``MethodResult``, defined with ``Verdict`` and ``ScoredSet`` in
+  ``blackbox_audit.results``): per-text membership scores (higher = member), other per-text
+  fields, metrics when labels exist, a verdict where the method has one, extra outputs under
+  documented names, provenance and warnings. ``blackbox_audit.results`` writes every result to
+  the same files.
 
 Labels are for evaluation only: a method must return the same scores, fields and verdict when
 the data carries no labels (tests check this for each method).
@@ -26,17 +28,16 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import math
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import numpy as np
-
 from blackbox_audit.data import Dataset
 from blackbox_audit.errors import CapabilityError, UserError
+from blackbox_audit.planning import CostPlan
+from blackbox_audit.results import MethodResult, ScoredSet
 
 # --------------------------------------------------------------------------- config
 
@@ -154,25 +155,6 @@ def check_positive(value: int, name: str) -> int:
 # --------------------------------------------------------------------------- inputs and needs
 
 
-@dataclass(frozen=True)
-class ScoredSet:
-    """Precomputed per-text scores (a ``scores.jsonl`` read back): ids, score columns, labels."""
-
-    ids: list[str]
-    scores: Mapping[str, np.ndarray]
-    labels: list[int] | None = None
-    path: str = ""
-
-    def column(self, name: str) -> np.ndarray:
-        if name not in self.scores:
-            have = ", ".join(self.scores) or "none"
-            raise UserError(
-                f"{self.path or 'the scored set'} has no score '{name}' (scores there: {have})",
-                "pick one of those scores, or re-run 'score' with that score",
-            )
-        return self.scores[name]
-
-
 @dataclass
 class AuditInputs:
     """What a method runs on.
@@ -250,148 +232,6 @@ def target_has(target: Any, capability: str) -> bool:
     if hasattr(caps, capability):
         return bool(getattr(caps, capability))
     return bool(getattr(caps, "extra", {}).get(capability, False))
-
-
-# --------------------------------------------------------------------------- cost plan
-
-
-@dataclass(frozen=True)
-class CostItem:
-    """A billed item that is not a scoring call (fine-tuning tokens, sampled completions)."""
-
-    what: str
-    usd: tuple[float, float] | None = None
-    requests: tuple[int, int] = (0, 0)
-    tokens: tuple[int, int] = (0, 0)
-
-
-@dataclass(frozen=True)
-class FineTunePlan:
-    """A fine-tuning job a method would buy (FSD), priced by the target's planning view.
-
-    ``texts`` are trained on for ``epochs`` (each text plus ``overhead_tokens`` of chat
-    template: training tokens x epochs x the view's ``training`` price); ``calls`` are then
-    scored on the fine-tuned model, at its ``fine_tuned`` price and with its own probe.
-    """
-
-    texts: tuple[str, ...]
-    epochs: int
-    calls: list[Any] = field(default_factory=list)
-    overhead_tokens: int = 0
-
-
-@dataclass
-class CostPlan:
-    """What a run would send, before anything is sent (``--dry-run``).
-
-    ``calls`` are the batched scoring calls on the target (``scores.FetchCall``); a planning
-    view of the target prices them (``blackbox_audit.planning``). ``items`` are other billed
-    items; ``fine_tune`` a fine-tuning job and the calls on its result; ``notes`` say what the
-    estimate leaves out. ``tolerance``: the per-token error bound
-    the method will ask the target for (``Target.set_tolerance``, ``--precision auto``; None:
-    full precision), so the estimate prices the bisection tolerance the run will use; ``precision``:
-    the ``scores.precision.PrecisionPlan`` behind it, whose default delta depends on the endpoint
-    (``PrecisionPlan.for_endpoint``), so the estimate can price the probed endpoint's own.
-    """
-
-    calls: list[Any] = field(default_factory=list)
-    items: list[CostItem] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    tolerance: float | None = None
-    precision: Any = None
-    fine_tune: FineTunePlan | None = None
-
-
-# --------------------------------------------------------------------------- result
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A method's label-free conclusion, when it has one.
-
-    ``decision`` is a short word (``"member"``, ``"inconclusive"``, ``"selected"``, ...) that the
-    method documents; ``statement`` says it in one sentence. ``p_value``/``alpha`` for tests,
-    ``estimate`` for estimated quantities (e.g. a member share with its interval).
-    """
-
-    decision: str
-    statement: str
-    alpha: float | None = None
-    p_value: float | None = None
-    estimate: dict[str, Any] = field(default_factory=dict)
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: _json_float(v) for k, v in dataclasses.asdict(self).items()}
-
-
-def _json_float(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
-@dataclass
-class MethodResult:
-    """Everything a method produced; ``blackbox_audit.results.write_result`` lays it out as files.
-
-    - ``ids``/``labels``: the rows of the per-text table (empty for purely dataset-level output);
-    - ``scores``: membership score columns, one value per row, oriented higher = member;
-    - ``fields``: other per-text values (``n_tokens``, ``p_value``, ``selected``, ...), not scores;
-    - ``metrics``: evaluation against labels (only when labels exist): per score column the
-      ``membership_metrics`` dict, plus method-specific entries (``per_iteration``, ``fdp``...);
-    - ``verdict``: the label-free conclusion, if the method has one;
-    - ``extras``: the method's own outputs, file name -> rows (``.jsonl``) or object (``.json``);
-      names are documented in the method's ``outputs``;
-    - ``provenance``: what a third party needs to re-run or price it (seeds, pool, cost, premise
-      statistics, data paths); goes into ``run.json``;
-    - ``summary``: lines printed for a person after the metrics table;
-    - ``warnings``: printed and recorded.
-    """
-
-    method: str
-    config: dict[str, Any]
-    ids: list[str] = field(default_factory=list)
-    labels: list[int] | None = None
-    scores: dict[str, np.ndarray] = field(default_factory=dict)
-    fields: dict[str, Sequence[Any]] = field(default_factory=dict)
-    metrics: dict[str, Any] = field(default_factory=dict)
-    verdict: Verdict | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
-    provenance: dict[str, Any] = field(default_factory=dict)
-    summary: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        n = len(self.ids)
-        for name, col in [*self.scores.items(), *self.fields.items()]:
-            if len(col) != n:
-                raise ValueError(f"column {name!r} has {len(col)} values for {n} rows")
-        if self.labels is not None and len(self.labels) != n:
-            raise ValueError(f"{len(self.labels)} labels for {n} rows")
-
-    def rows(self) -> list[dict[str, Any]]:
-        """The per-text table: id, label (when known), fields, then score columns (NaN/inf -> None)."""
-        out = []
-        for i, sid in enumerate(self.ids):
-            row: dict[str, Any] = {"id": sid}
-            if self.labels is not None:
-                row["label"] = self.labels[i]
-            for name, col in self.fields.items():
-                row[name] = _json_value(col[i])
-            for name, col in self.scores.items():
-                v = float(col[i])
-                row[name] = v if math.isfinite(v) else None
-            out.append(row)
-        return out
-
-
-def _json_value(v: Any) -> Any:
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 # --------------------------------------------------------------------------- method

@@ -47,14 +47,13 @@ import numpy as np
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import (
     AuditInputs,
-    CostPlan,
     Method,
     MethodConfig,
-    MethodResult,
     Needs,
-    Verdict,
     register_method,
 )
+from blackbox_audit.planning import CostPlan
+from blackbox_audit.results import MethodResult, Verdict
 
 SIDES = ("a", "b")
 DEFAULT_SCORES = ("loss", "zlib", "min_k")
@@ -228,7 +227,7 @@ class Compare(Method):
         return CostPlan(calls=list(calls), notes=["both sides make these calls; each is priced on its own"])
 
     def run(self, inputs: AuditInputs) -> MethodResult:
-        from blackbox_audit.results import evaluation_metrics
+        from blackbox_audit.metrics import evaluation_metrics
         from blackbox_audit.scores import compute_scores
 
         self.check(inputs)

@@ -34,7 +34,8 @@ scoring cleanly. The verdict is computed on the items bought, and the result say
 budget bought. Every answer already received is cached, so re-running with a larger budget
 resumes. ``budget_plan`` is the dry-run: it prices each item through the target's planning
 view without sending anything, shows how cost grows with text length, how many items the
-budget buys, and the power statement at that size.
+budget buys, and the power statement at that size (the arithmetic is
+``blackbox_audit.planning.contamination``).
 """
 
 from __future__ import annotations
@@ -52,25 +53,19 @@ from blackbox_audit.data import Dataset
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import (
     AuditInputs,
-    CostItem,
-    CostPlan,
     Method,
     MethodConfig,
-    MethodResult,
     Needs,
-    Verdict,
     check_fraction_open,
     check_positive,
     register_method,
 )
-from blackbox_audit.methods.contamination_stats import (
-    format_power,
-    member_share_ci,
-    pac_style_rate,
-    power_statement,
-    rank_test,
-)
+from blackbox_audit.methods.contamination_stats import member_share_ci, pac_style_rate, rank_test
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, check_level, fdp_and_power, select
+from blackbox_audit.planning import CostItem, CostPlan, PlanningView, price_plan
+from blackbox_audit.planning.contamination import ContaminationPlan, item_cost, probe_usd
+from blackbox_audit.planning.power import format_power, power_statement
+from blackbox_audit.results import MethodResult, Verdict
 
 #: fewest items per side the statistics are computed on (below it the verdict is "inconclusive")
 MIN_ITEMS = 5
@@ -261,10 +256,8 @@ class Contamination(Method):
             items.append(CostItem("DI generator fine-tune and generation (local model, no API cost)", usd=(0.0, 0.0)))
         return CostPlan(calls=self._calls(bench, part) + self._calls(held, part), items=items, notes=notes)
 
-    def budget_plan(self, inputs: AuditInputs, view: Any, budget_usd: float | None) -> ContaminationPlan:
-        """The dry-run: price every item on ``view`` (nothing sent); see ``ContaminationPlan``."""
-        from blackbox_audit.planning import call_cost, price_plan
-
+    def budget_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> ContaminationPlan:
+        """The dry-run: price every item on ``view`` (nothing sent); see ``planning.contamination``."""
         bench = as_benchmark(inputs.data, "benchmark") if inputs.data is not None else None
         if bench is None:
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
@@ -275,31 +268,11 @@ class Contamination(Method):
             b, h = self.sides(inputs)
         else:
             b = h = self._sample(bench, 0)
-        rows: list[ItemCost] = []
+        rows = []
         for side, i in interleave(len(b), len(h)):
             src = b if side == 0 else h
-            cc = call_cost(self._calls(src, part, [i]), view.tokenize)
-            est = cc.estimate(view.shape, price=view.price, prompt_overhead=view.prompt_overhead, probe=False)
-            n_prompt = len(view.tokenize(src.prompts[i])) if part == "output" and src.prompts[i] else 0
-            rows.append(
-                ItemCost(
-                    side=side,
-                    tokens=n_prompt + cc.positions + (0 if part == "output" else 1),
-                    prompt_tokens=n_prompt,
-                    positions=cc.positions,
-                    requests=est.requests if view.api else (0, 0),
-                    billed_prompt=est.prompt_tokens if view.api else (0, 0),
-                    usd=est.cost_usd if view.api else (0.0, 0.0),
-                )
-            )
-        probe = (0.0, 0.0)
-        if view.api and not view.probed and total.estimate is not None and total.estimate.cost_usd is not None:
-            items_usd = [r.usd for r in rows]
-            if all(u is not None for u in items_usd):
-                probe = (
-                    max(0.0, total.estimate.cost_usd[0] - sum(u[0] for u in items_usd)),
-                    max(0.0, total.estimate.cost_usd[1] - sum(u[1] for u in items_usd)),
-                )
+            prompt = src.prompts[i] if part == "output" else None
+            rows.append(item_cost(side, self._calls(src, part, [i]), view, prompt=prompt))
         return ContaminationPlan(
             benchmark=bench.name,
             part=part,
@@ -309,7 +282,7 @@ class Contamination(Method):
             view=view,
             total=total,
             items=rows,
-            probe_usd=probe,
+            probe_usd=probe_usd(view, total, rows),
             budget_usd=budget_usd,
         )
 
@@ -368,7 +341,7 @@ class Contamination(Method):
         return sides[0], sides[1], stopped
 
     def run(self, inputs: AuditInputs) -> MethodResult:
-        from blackbox_audit.results import evaluation_metrics
+        from blackbox_audit.metrics import evaluation_metrics
 
         self.check(inputs)
         cfg = self.config
@@ -552,142 +525,3 @@ def _side_rows(side: SideScores, score: str) -> list[dict[str, Any]]:
         {"id": sid, "n_tokens": nt, "n_bounded": nb, score: v if math.isfinite(v) else None}
         for sid, nt, nb, v in zip(side.ids, side.n_tokens, side.n_bounded, side.score, strict=True)
     ]
-
-
-# ---------------------------------------------------------------------- dry-run report
-@dataclass(frozen=True)
-class ItemCost:
-    """What one item costs on the planned target (ranges: every token in the top-n .. every miss)."""
-
-    side: int  # 0 benchmark, 1 held-out
-    tokens: int  # prompt + output tokens (whole item)
-    prompt_tokens: int  # the conditioning prompt (output part), else 0
-    positions: int  # scored positions
-    requests: tuple[int, int]
-    billed_prompt: tuple[int, int]
-    usd: tuple[float, float] | None
-
-
-@dataclass
-class ContaminationPlan:
-    """The contamination dry-run: totals, cost by text length, what the budget buys, power."""
-
-    benchmark: str
-    part: str
-    score: str
-    heldout: str
-    alpha: float
-    view: Any
-    total: Any  # planning.PlanEstimate of every item
-    items: list[ItemCost]
-    probe_usd: tuple[float, float]
-    budget_usd: float | None
-
-    def affordable(self) -> dict[str, Any] | None:
-        """Items bought in scoring order if every item costs its high (low) end; None without a budget."""
-        if self.budget_usd is None or not self.view.api or any(r.usd is None for r in self.items):
-            return None
-
-        def count(end: int) -> tuple[int, int]:
-            spent = self.probe_usd[end]
-            n = [0, 0]
-            for r in self.items:
-                spent += r.usd[end]  # type: ignore[index]
-                if spent > self.budget_usd + 1e-12:
-                    break
-                n[r.side] += 1
-            return n[0], n[1]
-
-        return {"worst_case": count(1), "best_case": count(0)}
-
-    def length_table(self, buckets: int = 4) -> list[dict[str, Any]]:
-        """Benchmark items grouped by token length (quantiles): how the per-item cost grows."""
-        rows = sorted((r for r in self.items if r.side == 0), key=lambda r: r.tokens)
-        out = []
-        for k in range(buckets):
-            part = rows[k * len(rows) // buckets : (k + 1) * len(rows) // buckets]
-            if not part:
-                continue
-            usd = (
-                None
-                if any(r.usd is None for r in part)
-                else tuple(float(np.mean([r.usd[e] for r in part])) for e in (0, 1))
-            )
-            out.append(
-                {
-                    "items": len(part),
-                    "tokens": (part[0].tokens, part[-1].tokens),
-                    "positions": float(np.mean([r.positions for r in part])),
-                    "requests": tuple(float(np.mean([r.requests[e] for r in part])) for e in (0, 1)),
-                    "billed_prompt_tokens": tuple(float(np.mean([r.billed_prompt[e] for r in part])) for e in (0, 1)),
-                    "usd": usd,
-                }
-            )
-        return out
-
-    def to_json(self) -> dict[str, Any]:
-        n_b = sum(1 for r in self.items if r.side == 0)
-        return {
-            "benchmark": self.benchmark,
-            "part": self.part,
-            "score": self.score,
-            "items": {"benchmark": n_b, "heldout": len(self.items) - n_b},
-            "total": self.total.to_json(),
-            "by_length": self.length_table(),
-            "budget_usd": self.budget_usd,
-            "affordable": self.affordable(),
-        }
-
-    def format(self) -> str:
-        from blackbox_audit.adapters.recovery import LadderConfig
-
-        v = self.view
-        n_b = sum(1 for r in self.items if r.side == 0)
-        n_h = len(self.items) - n_b
-        lines = [
-            f"contamination check of {self.benchmark} on {v.name}: {n_b} benchmark + {n_h} held-out "
-            f"({self.heldout}) items, part '{self.part}', score {self.score}",
-        ]
-        if v.api:
-            rung = v.shape_source if not v.probed else f"{getattr(v.shape, 'label', '?')} ({v.shape_source})"
-            lines.append(
-                f"recovery rung: {rung}; precision: exact on echo / top-n / forced-token rungs, within "
-                f"{LadderConfig().eps:g} nats per position on bisection (eps)"
-            )
-        lines.append(self.total.format())
-        if v.api:
-            lines.append(
-                "cost grows with text length: each scored position resends its context (one request per "
-                "position), so an answer of L tokens after a P-token question bills about L*P + L^2/2 prompt "
-                "tokens; echo / prompt-logprob endpoints bill P + L once"
-            )
-            lines.append("  benchmark items by length (tokens) -> per item: requests, billed prompt tokens, USD")
-            for row in self.length_table():
-                usd = "unpriced" if row["usd"] is None else f"${row['usd'][0]:.5f} – ${row['usd'][1]:.5f}"
-                lines.append(
-                    f"  {row['tokens'][0]:>4}–{row['tokens'][1]:<4} tokens ({row['items']} items): "
-                    f"{row['requests'][0]:,.0f} – {row['requests'][1]:,.0f} requests, "
-                    f"{row['billed_prompt_tokens'][0]:,.0f} – {row['billed_prompt_tokens'][1]:,.0f} prompt tokens, "
-                    f"{usd}"
-                )
-        aff = self.affordable()
-        if aff is not None:
-            (wb, wh), (bb, bh) = aff["worst_case"], aff["best_case"]
-            lines.append(
-                f"budget ${self.budget_usd:g} buys {wb} benchmark + {wh} held-out items if every token misses the "
-                f"top-n, up to {bb} + {bh} if every token is a top-n hit (the run stops cleanly at the cap)"
-            )
-            sizes = [(wb, wh), (bb, bh)] if (wb, wh) != (bb, bh) else [(wb, wh)]
-        else:
-            if self.budget_usd is None and v.api:
-                lines.append("no --budget-usd: nothing caps the spend (pass --budget-usd to cap it)")
-            sizes = [(n_b, n_h)]
-        for nb, nh in sizes:
-            if nb and nh:
-                lines.append(format_power(power_statement(nb, nh, self.alpha)))
-        if self.heldout == "synthetic":
-            lines.append(
-                "  (power of the rank test against known non-members of the same size; a synthetic held-out side "
-                "cannot run yet: the run needs --heldout FILE with known non-members)"
-            )
-        return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""The statistics behind a contamination verdict: a set test, a rate with a CI, power.
+"""The statistics behind a contamination verdict: a set test, a rate with a CI.
 
 Everything here compares the benchmark's scores with the scores of *known non-members of the
 same distribution* (the held-out side). Scores are oriented higher = member, as everywhere.
@@ -20,25 +20,19 @@ same distribution* (the held-out side). Scores are oriented higher = member, as 
   as positives and the held-out as negatives. The share has no error bar and no false-discovery
   control. It is shown only beside the calibrated numbers, together with the share of *known
   non-members* that the same threshold marks, which is what it reads on clean data.
-- ``detectable_rate``: the power statement, the smallest member share the rank test finds
-  with the given power at level ``alpha``, for an assumed member-vs-non-member AUC ``A``. It
-  uses the U statistic's normal approximation:
-  ``pi_min = (z_{1-alpha} + z_power) sqrt((n + m + 1) / (12 n m)) / (A - 0.5)``.
+
+The power statement (how small a rate the rank test detects with so many items) is sample-size
+planning, shared with the dry-run: ``blackbox_audit.planning.power``.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from blackbox_audit.methods.ptdi import lerp, quantile_position, subtraction_theta, to_paper_scores
-
-#: member-vs-non-member AUCs the power statement is stated for (weak to strong memorisation)
-POWER_AUCS = (0.6, 0.7, 0.8, 0.9)
-POWER = 0.8
 
 
 @dataclass(frozen=True)
@@ -153,40 +147,3 @@ def pac_style_rate(benchmark: np.ndarray, heldout: np.ndarray) -> dict[str, Any]
             "contamination rate"
         ),
     }
-
-
-def _z(p: float) -> float:
-    from scipy.stats import norm
-
-    return float(norm.ppf(p))
-
-
-def detectable_rate(n: int, m: int, alpha: float, auc: float, power: float = POWER) -> float:
-    """Smallest member share the rank test detects with ``power`` (module doc); inf if none."""
-    if n < 1 or m < 1 or auc <= 0.5:
-        return math.inf
-    se = math.sqrt((n + m + 1) / (12.0 * n * m))
-    return (_z(1 - alpha) + _z(power)) * se / (auc - 0.5)
-
-
-def power_statement(n: int, m: int, alpha: float, aucs: tuple[float, ...] = POWER_AUCS) -> dict[str, Any]:
-    """``detectable_rate`` for each assumed AUC, as a JSON-able table (values > 1: not detectable)."""
-    return {
-        "n_benchmark": n,
-        "n_heldout": m,
-        "alpha": alpha,
-        "power": POWER,
-        "smallest_detectable_rate": {f"{a:g}": detectable_rate(n, m, alpha, a) for a in aucs},
-        "assumption": "member scores beat non-member scores with probability AUC (the score's membership AUC)",
-    }
-
-
-def format_power(stmt: dict[str, Any]) -> str:
-    """One line: the smallest detectable rate per assumed AUC."""
-    cells = []
-    for auc, rate in stmt["smallest_detectable_rate"].items():
-        cells.append(f"AUC {auc}: {'none' if not rate <= 1 else f'{rate:.0%}'}")
-    return (
-        f"smallest contamination rate detectable with {stmt['power']:.0%} power at alpha {stmt['alpha']:g} "
-        f"({stmt['n_benchmark']} benchmark + {stmt['n_heldout']} held-out items): " + ", ".join(cells)
-    )

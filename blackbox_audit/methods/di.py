@@ -26,16 +26,15 @@ import numpy as np
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import (
     AuditInputs,
-    CostPlan,
     Method,
     MethodConfig,
-    MethodResult,
     Needs,
-    Verdict,
     check_fraction_open,
     check_positive,
     register_method,
 )
+from blackbox_audit.planning import CostPlan
+from blackbox_audit.results import MethodResult, Verdict
 
 
 def _feature_names(features: tuple[str, ...], reference: Any) -> list[str]:
@@ -361,7 +360,7 @@ class CalibratedDI(Method):
         if inputs.no_cache:
             store = ArtifactStore(None)
         else:
-            from blackbox_audit.cache import default_cache_dir
+            from blackbox_audit.engine.cache import default_cache_dir
 
             store = ArtifactStore(Path(inputs.cache_dir or default_cache_dir()) / "di")
         try:

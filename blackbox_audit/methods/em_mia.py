@@ -69,16 +69,15 @@ from scipy.stats import rankdata
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import (
     AuditInputs,
-    CostPlan,
     Method,
     MethodConfig,
-    MethodResult,
     Needs,
     check_positive,
     register_method,
 )
 from blackbox_audit.methods.sample_size import require
-from blackbox_audit.planning import CallCost, call_cost  # noqa: F401 - re-exported for callers of em_mia
+from blackbox_audit.planning import CostPlan
+from blackbox_audit.results import MethodResult
 from blackbox_audit.scores.builtin import mean_logprob, mean_ratio
 from blackbox_audit.scores.compute import FetchCall
 from blackbox_audit.scores.recall import DEFAULT_SHOTS, build_prefix, check_sep, conditional_ll
@@ -681,7 +680,7 @@ class EMMIA(Method):
             )
 
     def run(self, inputs: AuditInputs) -> MethodResult:
-        from blackbox_audit.results import evaluation_metrics
+        from blackbox_audit.metrics import evaluation_metrics
 
         self.check(inputs)
         cfg = self.config

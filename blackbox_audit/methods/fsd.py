@@ -47,15 +47,14 @@ import numpy as np
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import (
     AuditInputs,
-    CostPlan,
-    FineTunePlan,
     Method,
     MethodConfig,
-    MethodResult,
     Needs,
     check_positive,
     register_method,
 )
+from blackbox_audit.planning import CostPlan, FineTunePlan
+from blackbox_audit.results import MethodResult
 
 #: the scores FSD deviates (SPEC §6: loss-based scores); min_k_pp needs a white-box target
 LOSS_FAMILY = ("loss", "zlib", "lowercase", "min_k", "min_k_pp")

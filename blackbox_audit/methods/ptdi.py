@@ -40,16 +40,14 @@ import numpy as np
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import (
     AuditInputs,
-    CostPlan,
     Method,
     MethodConfig,
-    MethodResult,
     Needs,
-    ScoredSet,
-    Verdict,
     register_method,
 )
 from blackbox_audit.methods.sample_size import warn_if_too_few
+from blackbox_audit.planning import CostPlan
+from blackbox_audit.results import MethodResult, ScoredSet, Verdict
 
 SelectionMethod = Literal["subtraction", "moment", "vanilla"]
 METHODS: tuple[str, ...] = ("subtraction", "moment", "vanilla")
@@ -490,7 +488,7 @@ class PTDI(Method):
         return out
 
     def run(self, inputs: AuditInputs) -> MethodResult:
-        from blackbox_audit.results import evaluation_metrics
+        from blackbox_audit.metrics import evaluation_metrics
 
         self.check(inputs)
         cfg = self.config

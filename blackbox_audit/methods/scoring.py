@@ -19,13 +19,13 @@ import numpy as np
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import (
     AuditInputs,
-    CostPlan,
     Method,
     MethodConfig,
-    MethodResult,
     Needs,
     register_method,
 )
+from blackbox_audit.planning import CostPlan
+from blackbox_audit.results import MethodResult
 
 DEFAULT_SCORES = ("loss", "zlib", "min_k")
 
@@ -70,7 +70,7 @@ def labelled_metrics(
     warning goes to ``result.warnings``); None without both labels. One place for every method
     that reports membership scores (``score``, ``fsd``), so they judge the blind baseline alike."""
     from blackbox_audit.blind import blind_summary, blind_warning
-    from blackbox_audit.results import evaluation_metrics
+    from blackbox_audit.metrics import evaluation_metrics
 
     metrics = evaluation_metrics(scores, labels)
     if metrics is not None and blind:

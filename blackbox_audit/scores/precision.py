@@ -57,7 +57,7 @@ those would be refined all the way.
 
 ``plan_precision`` turns the requested scores into the largest per-token bound they tolerate
 (``PrecisionPlan.per_token``); an API target turns that into its bisection tolerance
-(``adapters.recovery.eps_for_tolerance``), and the dry-run prices that tolerance.
+(``planning.ladder.eps_for_tolerance``), and the dry-run prices that tolerance.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """``--dry-run``: requests, tokens and cost of scoring texts through an API, before sending any.
 
 The estimate is computed from the tokenized inputs and the recovery ladder's requests per
-position (SPEC §1, ``adapters/recovery.py``), and stated as a range because the number of
-extra requests depends on answers not yet seen:
+position (SPEC §1, ``adapters/recovery.py``; its counting is ``planning.ladder``), and stated
+as a range because the number of extra requests depends on answers not yet seen:
 
 - echo and prompt-logprobs (vLLM) endpoints: 1 request per text (prompt = the text); a shifted echo (llama.cpp) only
   gives top-n lists, so its misses cost extra requests as below;
@@ -11,7 +11,7 @@ extra requests depends on answers not yet seen:
 - the *high* end adds, per position, what a top-n miss costs: 1 request (bias-reflecting or
   forced-token endpoints) or a full bisection from the top-n floor to the bias cap,
   ``ceil(log2(cap / eps)) + 1`` requests (argmax-only), times ``votes`` on non-deterministic
-  endpoints; ``eps`` is the ladder's bisection tolerance (``LadderShape.with_eps``: a coarser
+  endpoints; ``eps`` is the ladder's bisection tolerance (``ladder.LadderShape.with_eps``: a coarser
   ``--precision auto`` tolerance is priced as such);
 - plus the probe's requests, once per endpoint.
 Chat endpoints add the chat template's tokens to every prompt (``prompt_overhead``). Answers
@@ -20,87 +20,23 @@ already in the cache cost nothing, so a resumed run costs less than estimated.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .pricing import ModelPrice
+from blackbox_audit.engine.pricing import ModelPrice
+
+from .ladder import UNKNOWN, LadderShape
 
 PROBE_REQUESTS = 24  # upper bound of adapters/probe.py's requests per endpoint
 PROBE_REQUESTS_MIN = 10  # the fewest it sends (a chat endpoint whose first checks settle everything)
 
 
 @dataclass(frozen=True)
-class LadderShape:
-    """What the estimate needs to know about an endpoint (mirrors ``recovery.Semantics``)."""
-
-    echo: bool = False
-    miss_extra_hi: float = 1.0  # extra requests for a token missing the top-n, worst case
-    label: str = "forced-token / bias-reflecting"
-    bisect_cap: float | None = None  # argmax bisection up to this bias (None: no bisection)
-    votes: int = 1  # flip-test repeats (non-deterministic endpoints)
-    eps: float = 0.01  # bisection tolerance the high end is priced at
-    jitter: float = 0.0  # the probe's order jitter (nats): part of every error bound
-    # bisection with fractional biases (``scores.precision.fractional_bisection``); None: not probed
-    fractional_bias: bool | None = None
-
-    @staticmethod
-    def bisection_requests(cap: float, eps: float) -> float:
-        """Worst case of one bisection from the top-n floor to the cap: ``ceil(log2(cap/eps)) + 1``."""
-        return float(math.ceil(math.log2(cap / eps)) + 1)
-
-    def with_eps(self, eps: float) -> LadderShape:
-        """The same endpoint priced at another bisection tolerance (no change without bisection)."""
-        if self.bisect_cap is None:
-            return self
-        extra = self.bisection_requests(self.bisect_cap, eps) * self.votes
-        return dataclasses.replace(self, eps=eps, miss_extra_hi=extra)
-
-    @classmethod
-    def from_semantics(cls, sem: Any, eps: float = 0.01, votes: int = 3) -> LadderShape:
-        """From an ``adapters.recovery.Semantics`` (duck-typed: no adapter import here).
-
-        A shifted echo (llama.cpp, ``echo_offset`` != 0) still costs one request per text, but
-        only gives top-n lists, so missed tokens need the ladder's extra requests.
-        """
-        echo = bool(getattr(sem, "echo", False))
-        if getattr(sem, "prompt_logprobs", False):
-            return cls(echo=True, miss_extra_hi=0, label="prompt logprobs (vLLM)", fractional_bias=False)
-        if echo and not getattr(sem, "echo_offset", 0):
-            return cls(echo=True, miss_extra_hi=0, label="echo", fractional_bias=False)
-        if getattr(sem, "bias_reflecting", False) or getattr(sem, "forced_token", False):
-            extra, label = 1.0, "forced-token" if sem.forced_token else "bias-reflecting"
-        elif getattr(sem, "argmax_moves", False):
-            cap = float(getattr(sem, "bias_cap", 100.0))
-            n_votes = 1 if getattr(sem, "deterministic", True) else votes
-            shape = cls(
-                echo=echo,
-                label=("shifted echo + " if echo else "") + "argmax-only (bisection)",
-                bisect_cap=cap,
-                votes=n_votes,
-                jitter=float(getattr(sem, "jitter", 0.0) or 0.0),
-                fractional_bias=not getattr(sem, "integer_bias", False),
-            )
-            return shape.with_eps(eps)
-        else:
-            extra, label = 0.0, "top-n only (bounded)"
-        jitter = float(getattr(sem, "jitter", 0.0) or 0.0)
-        return cls(
-            echo=echo,
-            miss_extra_hi=extra,
-            label=("shifted echo + " if echo else "") + label,
-            jitter=jitter,
-            fractional_bias=False,
-        )
-
-
-UNKNOWN = LadderShape(label="not probed yet", bisect_cap=100.0).with_eps(0.01)
-
-
-@dataclass(frozen=True)
 class Estimate:
+    """Requests, prompt and completion tokens and USD of a list of calls, each as a (low, high) range."""
+
     label: str
     texts: int
     positions: int

@@ -1,102 +1,25 @@
-"""Cost plans for ``--dry-run``: what a method would send, priced before anything is sent.
+"""Pricing a method's ``CostPlan`` on a target's ``PlanningView`` (``price_plan``): the dry-run's answer.
 
-A method lists its batched scoring calls (``Method.plan`` -> ``CostPlan``); a target's
-**planning view** (``PlanningView``, made by the adapter registry without loading the target
-or sending a request) supplies the tokenizer, the recovery ladder's shape and the price; this
-module turns the two into the engine's ``Estimate`` (requests, prompt tokens, USD, as a range).
-
-Counting rules (``call_cost``): a plain record scores ``u_2..u_L`` and each position's context
-is the text so far; a conditional record scores every token of the text and each position's
-context also holds the prefix. One request per position, or one per record on echo endpoints.
-The estimate's low end assumes every true token is in the top-n, the high end that every
-position pays the ladder's extra requests (``engine.estimate``).
+Scoring calls are counted (``counting.call_cost``) and priced through the recovery ladder's
+shape (``estimate``): the low end assumes every true token is in the top-n, the high end that
+every position pays the ladder's extra requests. ``--precision auto`` prices the bisection
+tolerance the run will use (``ladder.eps_for_tolerance``). Sampling calls (text-only scores such
+as SaMIA) are one request per sample; a fine-tuning job is priced as trained tokens x epochs x the
+training price, then its calls on the fine-tuned model at that model's price.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from blackbox_audit.methods.base import CostPlan
+from blackbox_audit.errors import UserError
 
-
-@dataclass(frozen=True)
-class CallCost:
-    """Token counts of a list of fetch calls (nothing is sent).
-
-    ``scorings``: (prefix?, text) records; ``positions``: token positions to score;
-    ``context_tokens``: the sum over positions of the context sent with it (prefix + text so
-    far), i.e. the prompts of one request per position; ``echo_prompt_tokens``: the prompts of
-    one echo request per record (prefix + text).
-    """
-
-    scorings: int
-    positions: int
-    context_tokens: int
-    echo_prompt_tokens: int
-
-    def estimate(self, shape: Any = None, *, price: Any = None, prompt_overhead: int = 0, probe: bool = True) -> Any:
-        """The engine's ``Estimate`` (requests/tokens/USD as a range) for an endpoint ``shape``
-        (``engine.estimate.estimate_records``: the same rule as every other estimate)."""
-        from blackbox_audit.engine.estimate import UNKNOWN, estimate_records
-
-        return estimate_records(
-            scorings=self.scorings,
-            positions=self.positions,
-            context_tokens=self.context_tokens,
-            echo_prompt_tokens=self.echo_prompt_tokens,
-            shape=shape or UNKNOWN,
-            price=price,
-            prompt_overhead=prompt_overhead,
-            **({} if probe else {"probe_requests": 0}),
-        )
-
-
-def call_cost(calls: Sequence[Any], tokenize: Callable[[str], Sequence[int]]) -> CallCost:
-    """Count scorings, positions and context tokens of ``calls`` (``scores.FetchCall``)."""
-    lengths: dict[str, int] = {}
-
-    def n_tokens(text: str) -> int:
-        if text not in lengths:
-            lengths[text] = len(tokenize(text))
-        return lengths[text]
-
-    scorings = positions = context = echo = 0
-    for call in calls:
-        pre = n_tokens(call.prefix) if call.prefix is not None else 0
-        for text in call.texts:
-            n = n_tokens(text)
-            first = 0 if call.kind == "conditional" else 1  # text tokens already in the context
-            scored = max(n - first, 0)
-            scorings += 1
-            positions += scored
-            context += scored * pre + sum(range(first, first + scored))
-            echo += pre + n
-    return CallCost(scorings=scorings, positions=positions, context_tokens=context, echo_prompt_tokens=echo)
-
-
-@dataclass(frozen=True)
-class PlanningView:
-    """What a dry-run knows about a target without loading it or sending anything.
-
-    ``tokenize``: the target's tokenizer (local); ``shape``: the recovery ladder's shape
-    (``engine.LadderShape``; None for a local model, which sends no requests); ``shape_source``
-    says where it came from (a cached probe, or the unprobed widest range); ``price``: the
-    model's ``ModelPrice`` or None; ``prompt_overhead``: template tokens added to every prompt.
-    """
-
-    name: str
-    model: str
-    tokenize: Callable[[str], Sequence[int]]
-    api: bool
-    shape: Any = None
-    shape_source: str = ""
-    price: Any = None
-    tokenizer_name: str = ""
-    prompt_overhead: int = 0
-    probed: bool = False  # the probe report is cached: its requests will not be sent again
-    logprobs: bool = True  # False: a text-only endpoint (only sampling can be planned)
+from .counting import CallCost, call_cost
+from .estimate import Estimate, estimate_generation
+from .ladder import UNKNOWN, eps_for_tolerance
+from .plan import CostItem, CostPlan, FineTunePlan
+from .views import PlanningView
 
 
 @dataclass
@@ -106,11 +29,11 @@ class PlanEstimate:
 
     view: PlanningView
     scoring: CallCost
-    estimate: Any = None
-    sampling: list[Any] = field(default_factory=list)  # one Estimate per batched sampling call (SaMIA)
-    items: list[Any] = field(default_factory=list)
+    estimate: Estimate | None = None
+    sampling: list[Estimate] = field(default_factory=list)  # one Estimate per batched sampling call (SaMIA)
+    items: list[CostItem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    fine_tuned: Any = None  # Estimate of the calls on the fine-tuned model (FSD), API targets
+    fine_tuned: Estimate | None = None  # Estimate of the calls on the fine-tuned model (FSD), API targets
     fine_tuned_scoring: CallCost | None = None
 
     @property
@@ -178,9 +101,6 @@ def price_plan(plan: CostPlan, view: PlanningView) -> PlanEstimate:
     Scoring calls go through the recovery ladder (one request per position or per text);
     ``samples`` calls (text-only scores such as SaMIA) are one request per sample, no probe.
     """
-    from blackbox_audit.engine import estimate_generation
-    from blackbox_audit.errors import UserError
-
     scoring = [c for c in plan.calls if c.kind != "samples"]
     cost = call_cost(scoring, view.tokenize)
     estimate = None
@@ -193,9 +113,6 @@ def price_plan(plan: CostPlan, view: PlanningView) -> PlanEstimate:
             )
         shape = view.shape
         if plan.tolerance is not None:  # --precision auto: price the tolerance the run will use
-            from blackbox_audit.adapters.recovery import eps_for_tolerance
-            from blackbox_audit.engine.estimate import UNKNOWN
-
             shape = shape or UNKNOWN
             tolerance = plan.tolerance
             if plan.precision is not None:  # the endpoint's default delta; not probed: the finer one
@@ -224,10 +141,8 @@ def price_plan(plan: CostPlan, view: PlanningView) -> PlanEstimate:
     return out
 
 
-def _price_fine_tune(out: PlanEstimate, ft: Any, view: PlanningView) -> None:
+def _price_fine_tune(out: PlanEstimate, ft: FineTunePlan, view: PlanningView) -> None:
     """A fine-tuning job (training tokens x epochs x the training price) and the calls on its result."""
-    from blackbox_audit.methods.base import CostItem
-
     tokens = sum(len(view.tokenize(t)) + ft.overhead_tokens for t in ft.texts) * ft.epochs
     price = view.price if view.api else None
     usd = None
@@ -250,23 +165,3 @@ def _price_fine_tune(out: PlanEstimate, ft: Any, view: PlanningView) -> None:
         out.notes.append("the job's file upload, creation and status checks are not billed")
     else:
         out.fine_tuned_scoring = cost
-
-
-def view_of_target(target: Any, *, pricing: str | None = None) -> PlanningView:
-    """A planning view of a target that is already loaded (and, if an API target, probed)."""
-    from blackbox_audit.engine import LadderShape, PricingTable
-
-    api = getattr(target, "engine", None) is not None  # API targets send through the request engine
-    if not api:
-        return PlanningView(name=target.name, model=target.name, tokenize=target.tokenize, api=False)
-    sem = getattr(target, "sem", None)
-    return PlanningView(
-        name=target.name,
-        model=target.model,
-        tokenize=target.tokenize,
-        api=True,
-        shape=LadderShape.from_semantics(sem) if sem is not None else None,
-        shape_source="from this target's probe",
-        price=PricingTable.load(pricing).get(target.model),
-        probed=True,
-    )

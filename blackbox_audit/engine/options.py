@@ -1,0 +1,67 @@
+"""The engine's settings, typed: what a run may spend and how fast it may send.
+
+``EngineOptions`` holds the values a user sets (the CLI's ``--budget-usd`` ... ``--pricing``
+flags, parsed in ``blackbox_audit.cli.options``, or an audit spec's ``[audit]`` keys); the engine
+never sees where they came from. ``Spending`` is what engines actually share: one ``Budget``
+and one price table. Every API target of a run is opened with the same ``Spending`` (the run's
+``Workspace`` makes it once), so the caps hold across targets, not per target; a
+``RequestEngine`` built without one gets a fresh, uncapped and unpriced ``Spending()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .budget import Budget
+from .pricing import ModelPrice, PricingTable
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Hard caps (``None`` = no cap), client-side rate limits (``None`` = none), requests in
+    flight, retries of retryable failures, and prices: ``pricing`` is a price file over the
+    bundled table, ``prices`` (model, price) pairs over both (an audit spec's ``[prices]``,
+    recorded in the table's sources as ``prices_source``). Immutable and hashable."""
+
+    budget_usd: float | None = None
+    max_requests: int | None = None
+    rpm: float | None = None
+    tpm: float | None = None
+    concurrency: int = 8
+    max_retries: int = 6
+    pricing: str | None = None
+    prices: tuple[tuple[str, ModelPrice], ...] = ()
+    prices_source: str | None = None
+
+    def price_table(self) -> PricingTable:
+        """The bundled table, then ``pricing``, then ``prices`` (a bad file is a ``UserError``)."""
+        table = PricingTable.load(self.pricing)
+        if self.prices:
+            table.prices.update(dict(self.prices))
+            table.sources.append(self.prices_source or "prices")
+        return table
+
+
+@dataclass(frozen=True)
+class Spending:
+    """The engine settings that several engines share: every engine built with one ``Spending``
+    reserves against its ``budget`` and prices with its ``pricing`` (``None``: costs are not
+    counted and a ``budget_usd`` cap is refused). Rate limits and concurrency stay per engine."""
+
+    options: EngineOptions = field(default_factory=EngineOptions)
+    budget: Budget = field(default_factory=Budget)
+    pricing: PricingTable | None = None
+
+    @classmethod
+    def start(cls, options: EngineOptions) -> Spending:
+        """A fresh budget with ``options``' caps and its price table (``UserError`` on a bad cap or file)."""
+        return cls(options, Budget(options.budget_usd, options.max_requests), options.price_table())
+
+    @classmethod
+    def limits(cls, options: EngineOptions) -> Spending:
+        """Only ``options``' concurrency and retries, no caps, no prices: for free side requests (a
+        server's tokenizer) that must fail as fast as the user asked but spend nothing."""
+        return cls(EngineOptions(concurrency=options.concurrency, max_retries=options.max_retries))
+
+
+__all__ = ["EngineOptions", "Spending"]

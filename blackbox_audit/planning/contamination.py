@@ -1,0 +1,189 @@
+"""The contamination check's dry-run: what each item costs, how many items a budget buys, power.
+
+The method (``methods.contamination``) knows its items, their order and which calls score each
+one; this module prices them one by one on a target's planning view (``item_cost``), groups the
+per-item cost by text length, counts the items a ``--budget-usd`` buys in scoring order if every
+item costs its low or its high end (``ContaminationPlan.affordable``), and states the rank test's
+power at those sizes (``power``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .counting import call_cost
+from .ladder import DEFAULT_EPS
+from .power import format_power, power_statement
+from .price import PlanEstimate
+from .views import PlanningView
+
+
+@dataclass(frozen=True)
+class ItemCost:
+    """What one item costs on the planned target (ranges: every token in the top-n .. every miss)."""
+
+    side: int  # 0 benchmark, 1 held-out
+    tokens: int  # prompt + output tokens (whole item)
+    prompt_tokens: int  # the conditioning prompt (output part), else 0
+    positions: int  # scored positions
+    requests: tuple[int, int]
+    billed_prompt: tuple[int, int]
+    usd: tuple[float, float] | None
+
+
+@dataclass
+class ContaminationPlan:
+    """The contamination dry-run: totals, cost by text length, what the budget buys, power."""
+
+    benchmark: str
+    part: str
+    score: str
+    heldout: str
+    alpha: float
+    view: PlanningView
+    total: PlanEstimate  # every item priced together (the probe included, unless cached)
+    items: list[ItemCost]
+    probe_usd: tuple[float, float]
+    budget_usd: float | None
+
+    def affordable(self) -> dict[str, Any] | None:
+        """Items bought in scoring order if every item costs its high (low) end; None without a budget."""
+        if self.budget_usd is None or not self.view.api or any(r.usd is None for r in self.items):
+            return None
+
+        def count(end: int) -> tuple[int, int]:
+            spent = self.probe_usd[end]
+            n = [0, 0]
+            for r in self.items:
+                spent += r.usd[end]  # type: ignore[index]
+                if spent > self.budget_usd + 1e-12:
+                    break
+                n[r.side] += 1
+            return n[0], n[1]
+
+        return {"worst_case": count(1), "best_case": count(0)}
+
+    def length_table(self, buckets: int = 4) -> list[dict[str, Any]]:
+        """Benchmark items grouped by token length (quantiles): how the per-item cost grows."""
+        rows = sorted((r for r in self.items if r.side == 0), key=lambda r: r.tokens)
+        out = []
+        for k in range(buckets):
+            part = rows[k * len(rows) // buckets : (k + 1) * len(rows) // buckets]
+            if not part:
+                continue
+            usd = (
+                None
+                if any(r.usd is None for r in part)
+                else tuple(float(np.mean([r.usd[e] for r in part])) for e in (0, 1))
+            )
+            out.append(
+                {
+                    "items": len(part),
+                    "tokens": (part[0].tokens, part[-1].tokens),
+                    "positions": float(np.mean([r.positions for r in part])),
+                    "requests": tuple(float(np.mean([r.requests[e] for r in part])) for e in (0, 1)),
+                    "billed_prompt_tokens": tuple(float(np.mean([r.billed_prompt[e] for r in part])) for e in (0, 1)),
+                    "usd": usd,
+                }
+            )
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        n_b = sum(1 for r in self.items if r.side == 0)
+        return {
+            "benchmark": self.benchmark,
+            "part": self.part,
+            "score": self.score,
+            "items": {"benchmark": n_b, "heldout": len(self.items) - n_b},
+            "total": self.total.to_json(),
+            "by_length": self.length_table(),
+            "budget_usd": self.budget_usd,
+            "affordable": self.affordable(),
+        }
+
+    def format(self) -> str:
+        v = self.view
+        n_b = sum(1 for r in self.items if r.side == 0)
+        n_h = len(self.items) - n_b
+        lines = [
+            f"contamination check of {self.benchmark} on {v.name}: {n_b} benchmark + {n_h} held-out "
+            f"({self.heldout}) items, part '{self.part}', score {self.score}",
+        ]
+        if v.api:
+            rung = v.shape_source if not v.probed else f"{getattr(v.shape, 'label', '?')} ({v.shape_source})"
+            lines.append(
+                f"recovery rung: {rung}; precision: exact on echo / top-n / forced-token rungs, within "
+                f"{DEFAULT_EPS:g} nats per position on bisection (eps)"
+            )
+        lines.append(self.total.format())
+        if v.api:
+            lines.append(
+                "cost grows with text length: each scored position resends its context (one request per "
+                "position), so an answer of L tokens after a P-token question bills about L*P + L^2/2 prompt "
+                "tokens; echo / prompt-logprob endpoints bill P + L once"
+            )
+            lines.append("  benchmark items by length (tokens) -> per item: requests, billed prompt tokens, USD")
+            for row in self.length_table():
+                usd = "unpriced" if row["usd"] is None else f"${row['usd'][0]:.5f} – ${row['usd'][1]:.5f}"
+                lines.append(
+                    f"  {row['tokens'][0]:>4}–{row['tokens'][1]:<4} tokens ({row['items']} items): "
+                    f"{row['requests'][0]:,.0f} – {row['requests'][1]:,.0f} requests, "
+                    f"{row['billed_prompt_tokens'][0]:,.0f} – {row['billed_prompt_tokens'][1]:,.0f} prompt tokens, "
+                    f"{usd}"
+                )
+        aff = self.affordable()
+        if aff is not None:
+            (wb, wh), (bb, bh) = aff["worst_case"], aff["best_case"]
+            lines.append(
+                f"budget ${self.budget_usd:g} buys {wb} benchmark + {wh} held-out items if every token misses the "
+                f"top-n, up to {bb} + {bh} if every token is a top-n hit (the run stops cleanly at the cap)"
+            )
+            sizes = [(wb, wh), (bb, bh)] if (wb, wh) != (bb, bh) else [(wb, wh)]
+        else:
+            if self.budget_usd is None and v.api:
+                lines.append("no --budget-usd: nothing caps the spend (pass --budget-usd to cap it)")
+            sizes = [(n_b, n_h)]
+        for nb, nh in sizes:
+            if nb and nh:
+                lines.append(format_power(power_statement(nb, nh, self.alpha)))
+        if self.heldout == "synthetic":
+            lines.append(
+                "  (power of the rank test against known non-members of the same size; a synthetic held-out side "
+                "cannot run yet: the run needs --heldout FILE with known non-members)"
+            )
+        return "\n".join(lines)
+
+
+def item_cost(side: int, calls: Sequence[Any], view: PlanningView, *, prompt: str | None) -> ItemCost:
+    """One item's cost on ``view``: its scoring ``calls`` priced without the probe (paid once per
+    check, see ``probe_usd``). ``prompt``: the question it is conditioned on (the ``output`` part;
+    may be empty), None when the whole item is scored (its first token is unscored context)."""
+    cc = call_cost(calls, view.tokenize)
+    est = cc.estimate(view.shape, price=view.price, prompt_overhead=view.prompt_overhead, probe=False)
+    n_prompt = len(view.tokenize(prompt)) if prompt else 0
+    return ItemCost(
+        side=side,
+        tokens=n_prompt + cc.positions + (1 if prompt is None else 0),
+        prompt_tokens=n_prompt,
+        positions=cc.positions,
+        requests=est.requests if view.api else (0, 0),
+        billed_prompt=est.prompt_tokens if view.api else (0, 0),
+        usd=est.cost_usd if view.api else (0.0, 0.0),
+    )
+
+
+def probe_usd(view: PlanningView, total: PlanEstimate, items: Sequence[ItemCost]) -> tuple[float, float]:
+    """What the probe adds to the items' own cost: the total's share beyond the items (0 once the
+    probe is cached, on local models, or when some price is unknown)."""
+    if view.api and not view.probed and total.estimate is not None and total.estimate.cost_usd is not None:
+        items_usd = [r.usd for r in items if r.usd is not None]
+        if len(items_usd) == len(items):
+            return (
+                max(0.0, total.estimate.cost_usd[0] - sum(u[0] for u in items_usd)),
+                max(0.0, total.estimate.cost_usd[1] - sum(u[1] for u in items_usd)),
+            )
+    return (0.0, 0.0)

@@ -1,0 +1,102 @@
+"""A target's planning view: what a dry-run knows about it without sending anything.
+
+Each adapter's ``TargetKind.planner`` knows where its provider keeps the view's parts (a local
+tokenizer table, a probe report cached for that endpoint, the model's price) and hands them to
+``endpoint_view``, the one builder of API views; local models get ``local_view``. A target that
+is already loaded (and probed) gives its own view through ``view_of_target``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from blackbox_audit.engine.pricing import ModelPrice, PricingTable
+
+from .ladder import UNKNOWN, LadderShape
+
+#: where an unprobed endpoint's shape comes from (the widest range; the probe's requests are counted)
+NOT_PROBED = "not probed yet: widest range"
+
+
+@dataclass(frozen=True)
+class PlanningView:
+    """What a dry-run knows about a target without loading it or sending anything.
+
+    ``tokenize``: the target's tokenizer (local); ``shape``: the recovery ladder's shape
+    (``ladder.LadderShape``; None for a local model, which sends no requests); ``shape_source``
+    says where it came from (a cached probe, or the unprobed widest range); ``price``: the
+    model's ``ModelPrice`` or None; ``prompt_overhead``: template tokens added to every prompt.
+    """
+
+    name: str
+    model: str
+    tokenize: Callable[[str], Sequence[int]]
+    api: bool
+    shape: LadderShape | None = None
+    shape_source: str = ""
+    price: ModelPrice | None = None
+    tokenizer_name: str = ""
+    prompt_overhead: int = 0
+    probed: bool = False  # the probe report is cached: its requests will not be sent again
+    logprobs: bool = True  # False: a text-only endpoint (only sampling can be planned)
+
+
+def endpoint_view(
+    name: str,
+    model: str,
+    tokenize: Callable[[str], Sequence[int]],
+    *,
+    price: ModelPrice | None,
+    tokenizer_name: str = "",
+    semantics: Any = None,
+    probed_by: str | None = None,
+    logprobs: bool = True,
+) -> PlanningView:
+    """The planning view of one API endpoint.
+
+    ``probed_by`` names the probe its ``semantics`` (``adapters.recovery.Semantics``, duck-typed)
+    come from ("the cached probe of this target", "this target's probe"): the ladder's shape is
+    then read from them and the probe is not paid again. None: not probed yet, so the widest range
+    is priced and the probe's own requests are counted. A text-only endpoint (``logprobs=False``)
+    has no ladder: only sampling can be planned on it.
+    """
+    if not logprobs:
+        shape, source, probed = None, "", False
+    elif probed_by is None:
+        shape, source, probed = UNKNOWN, NOT_PROBED, False
+    else:
+        shape = None if semantics is None else LadderShape.from_semantics(semantics)
+        source, probed = f"from {probed_by}", True
+    return PlanningView(
+        name=name,
+        model=model,
+        tokenize=tokenize,
+        api=True,
+        shape=shape,
+        shape_source=source,
+        price=price,
+        tokenizer_name=tokenizer_name,
+        probed=probed,
+        logprobs=logprobs,
+    )
+
+
+def local_view(target: Any) -> PlanningView:
+    """A local (white-box) model's view: it sends no requests, so only token positions are counted."""
+    return PlanningView(name=target.name, model=target.name, tokenize=target.tokenize, api=False)
+
+
+def view_of_target(target: Any, *, pricing: str | None = None) -> PlanningView:
+    """A planning view of a target that is already loaded (and, if an API target, probed)."""
+    if getattr(target, "engine", None) is None:  # API targets send through the request engine
+        return local_view(target)
+    return endpoint_view(
+        target.name,
+        target.model,
+        target.tokenize,
+        price=PricingTable.load(pricing).get(target.model),
+        semantics=getattr(target, "sem", None),
+        probed_by="this target's probe",
+    )
