@@ -64,6 +64,9 @@ FSD_PREFIX = "fsd_"
 FT_PREFIX = "ft_"
 #: audited and fine-tuning texts whose first this many words agree count as versions of one passage
 OPENING_WORDS = 12
+#: a fine-tune that lowers the audited texts' mean NLL by less than this (nats/token) barely moved
+#: the model: the paper's defaults lowered it by 0.15-0.20 on SmolLM2, 0.00x on the tiny canary (docs/fsd.md)
+MIN_NLL_DROP = 0.05
 
 
 def fsd_deviation(target_scores: np.ndarray, finetuned_scores: np.ndarray) -> np.ndarray:
@@ -81,6 +84,23 @@ def shared_openings(texts: Sequence[str], finetune_texts: Sequence[str], words: 
     exact = set(finetune_texts)
     openings = {opening(t) for t in finetune_texts if len(t.split()) >= words}
     return sum(1 for t in texts if t not in exact and len(t.split()) >= words and opening(t) in openings)
+
+
+def nll_drop(fsd_loss: np.ndarray) -> float:
+    """How far the fine-tune lowered the audited texts' mean NLL, in nats/token: ``mean(fsd_loss)``
+    is ``mean(NLL(f) - NLL(f'))`` negated, so this is its negation."""
+    return float(-np.mean(fsd_loss))
+
+
+def barely_moved_warning(drop: float, threshold: float = MIN_NLL_DROP) -> str | None:
+    """The warning for a fine-tune that did not move the model (the deviation is then mostly noise)."""
+    if drop >= threshold:
+        return None
+    return (
+        f"the fine-tune lowered the audited texts' mean NLL by only {drop:.3f} nats/token (< {threshold}): it "
+        "barely moved the model, so the fsd_ columns are mostly noise; raise --epochs or --lr (--lr-multiplier for "
+        "provider jobs)"
+    )
 
 
 @dataclass(frozen=True)
@@ -256,6 +276,10 @@ class FSD(Method):
         fields: dict[str, Any] = {"n_tokens": base.n_tokens.tolist(), "n_bounded": base.n_bounded.tolist()}
         fields |= {FT_PREFIX + name: after.scores[name].tolist() for name in after.scores}
         fields["ft_n_bounded"] = after.n_bounded.tolist()
+        drop = nll_drop(scores[FSD_PREFIX + "loss"]) if "loss" in base.scores else None
+        moved = barely_moved_warning(drop) if drop is not None else None
+        if moved is not None:
+            result_warnings.append(moved)
         result = self.new_result(
             inputs,
             scores=scores,
@@ -263,7 +287,13 @@ class FSD(Method):
             provenance={
                 "scores": base.params,
                 "sign": "fsd_<s> = s(target) - s(fine-tuned), s oriented higher = member",
-                "fine_tune": {**tuned.details, "n_finetune_texts": len(ft_data.texts), "overlap_with_data": overlap},
+                "fine_tune": {
+                    **tuned.details,
+                    "n_finetune_texts": len(ft_data.texts),
+                    "overlap_with_data": overlap,
+                    "shared_openings": shared,
+                    "audited_nll_drop": drop,
+                },
                 "fine_tuned_target": described,
                 "bounded": self.config.bounded,
             },
@@ -274,6 +304,8 @@ class FSD(Method):
         how = "reused from the cache" if details.get("reused") else f"{seconds} s" if seconds is not None else ""
         what = details.get("adapter") or details.get("fine_tuned_model") or ""
         result.summary.append(f"fine-tuned on {len(ft_data.texts)} known non-members ({how}): {what}")
+        if drop is not None:
+            result.summary.append(f"the fine-tune lowered the audited texts' mean NLL by {drop:.3f} nats/token")
         if details.get("kind") == "provider":
             result.summary.append(
                 f"provider job {details.get('job')} ({details.get('job_from')}), trained tokens "
