@@ -74,6 +74,17 @@ def test_a_fine_tune_that_barely_moved_the_model_is_warned_about() -> None:
     assert barely_moved_warning(-0.1) is not None  # the fine-tune made the audited texts less likely
 
 
+def test_a_confounded_blind_baseline_gets_fsds_shift_warning() -> None:
+    """Where text alone separates members from non-members, a fine-tune on the non-members' distribution
+    raises fsd_ AUCs without membership (docs/fsd.md's control): fsd says so; otherwise it stays quiet."""
+    from blackbox_audit.methods.fsd import shift_warning
+
+    assert shift_warning(None) is None
+    assert shift_warning({"auc": 0.55, "confounded": False}) is None
+    message = shift_warning({"auc": 0.8, "confounded": True})
+    assert message is not None and "blind AUC 0.800" in message and "docs/fsd.md" in message
+
+
 def test_defaults_are_the_papers() -> None:
     cfg = FSDConfig()
     assert (cfg.epochs, cfg.batch_size, cfg.lr, cfg.schedule, cfg.lora_r, cfg.lora_alpha) == (

@@ -103,6 +103,21 @@ def barely_moved_warning(drop: float, threshold: float = MIN_NLL_DROP) -> str | 
     )
 
 
+def shift_warning(blind: dict[str, Any] | None) -> str | None:
+    """FSD's own warning when members and non-members differ by their text alone (the blind baseline
+    is confounded): the fine-tune on known non-members learns that difference, so ``fsd_`` columns
+    separate the two distributions even on a model that never saw the members (docs/fsd.md: the
+    untouched SmolLM2 control)."""
+    if not blind or not blind.get("confounded"):
+        return None
+    return (
+        f"members and non-members differ by their text alone (blind AUC {blind['auc']:.3f}): a fine-tune on "
+        "non-members of the non-members' distribution raises fsd_ AUCs through that difference, with or without "
+        "membership (on SmolLM2 that never saw the members, docs/fsd.md); compare against known members and "
+        "non-members of one distribution"
+    )
+
+
 @dataclass(frozen=True)
 class FSDConfig(MethodConfig):
     """``scores``: loss-family score specs (empty: every one the target supports); fine-tuning:
@@ -315,4 +330,7 @@ class FSD(Method):
         metrics = labelled_metrics(result, scores, inputs.texts, labels, blind=self.config.blind, seed=self.config.seed)
         if metrics is not None:
             result.metrics = metrics
+            shift = shift_warning(metrics.get("blind"))
+            if shift is not None:
+                result.warnings.append(shift)
         return result
