@@ -190,6 +190,12 @@ def run_fsd(target, data, finetune, config, cache_dir: str, meta: dict[str, Any]
     )
 
 
+def cohens_d(x: np.ndarray, y: np.ndarray) -> float:
+    """Members' mean minus non-members' over the pooled sd: how well a score separates the groups."""
+    m, n = x[y == 1], x[y == 0]
+    return float((m.mean() - n.mean()) / np.sqrt((m.var(ddof=1) + n.var(ddof=1)) / 2))
+
+
 def pooled(values: list[float], ses: list[float]) -> str:
     k = len(values)
     return f"{np.mean(values):.3f} ±{np.sqrt(np.sum(np.square(ses))) / k:.3f}"
@@ -239,7 +245,8 @@ def report(runs: list[Run], n_boot: int) -> None:
                 f"({ftd.get('cpu_time_s')} CPU-s, {'reused' if ftd.get('reused') else 'trained now'}); "
                 f"fsd_loss members {dev[m].mean():+.3f} sd {dev[m].std(ddof=1):.3f}, non-members {dev[n].mean():+.3f} "
                 f"sd {dev[n].std(ddof=1):.3f}; corr(fsd_loss, base NLL) members {corr[0]:+.2f}, non-members "
-                f"{corr[1]:+.2f}"
+                f"{corr[1]:+.2f}; Cohen's d loss {cohens_d(r.base['loss'], r.labels):.2f}, fsd_loss "
+                f"{cohens_d(dev, r.labels):.2f}"
             )
 
 
