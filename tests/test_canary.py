@@ -230,12 +230,13 @@ def test_build_is_deterministic(tmp_path: Path) -> None:
 
 def test_cli_canary_build(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
-    argv = ["canary", "build", "--members=12", "--nonmembers=12", "--calibration=4", "--epochs=1"]
+    argv = ["canary", "build", "--members=12", "--nonmembers=12", "--calibration=4", "--epochs=1", "--lr=1e-3"]
     argv += ["--out", str(out), "--cache-dir", str(tmp_path / "cache")]
     assert main(argv) == 0
     assert "hf:" in capsys.readouterr().out
     c = load_canary(out)
     assert c.card["sizes"]["members"] == 12 and (out / "model" / "config.json").is_file()
+    assert c.card["train"]["lr"] == 1e-3 and c.card["epochs"] == 1  # --lr and --epochs reach card.json
     assert main(argv[:2] + ["--members=100000", "--out", str(tmp_path / "o2"), "--cache-dir", str(tmp_path)]) == 2
     assert "samples" in capsys.readouterr().err
 

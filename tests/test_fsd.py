@@ -46,6 +46,45 @@ def test_bad_config_is_one_clear_error(options, words) -> None:
     assert words in str(err.value)
 
 
+def test_shared_openings_counts_other_versions_of_a_fine_tuned_passage() -> None:
+    """WikiMIA's length splits are truncations of one passage: a 64-word text opening with a fine-tuned
+    32-word text was partly learned by the fine-tune. Exact copies are the other warning; short texts
+    (under 12 words) and texts that differ within the first 12 words do not count."""
+    from blackbox_audit.methods.fsd import shared_openings
+
+    passage = " ".join(f"w{i}" for i in range(40))
+    short = " ".join(passage.split()[:20])
+    other = "x " + " ".join(passage.split()[1:40])
+    ft = [short, "a b c"]
+    assert shared_openings([passage, short, other, "a b c"], ft) == 1  # the longer version only
+    assert shared_openings([passage], [passage + " more"]) == 1
+    assert shared_openings(["a b c"], ["a b c d"]) == 0
+
+
+def test_a_fine_tune_that_barely_moved_the_model_is_warned_about() -> None:
+    """fsd_loss = NLL(f') - NLL(f) per text: its mean, negated, is how far the fine-tune lowered the
+    audited texts' NLL; below MIN_NLL_DROP the deviation is mostly noise (the tiny canary's case)."""
+    from blackbox_audit.methods.fsd import MIN_NLL_DROP, barely_moved_warning, nll_drop
+
+    assert nll_drop(np.array([-0.2, -0.1])) == pytest.approx(0.15)
+    assert barely_moved_warning(0.15) is None
+    assert barely_moved_warning(MIN_NLL_DROP) is None
+    message = barely_moved_warning(0.01)
+    assert message is not None and "0.010 nats/token" in message and "--epochs" in message
+    assert barely_moved_warning(-0.1) is not None  # the fine-tune made the audited texts less likely
+
+
+def test_a_confounded_blind_baseline_gets_fsds_shift_warning() -> None:
+    """Where text alone separates members from non-members, a fine-tune on the non-members' distribution
+    raises fsd_ AUCs without membership (docs/fsd.md's control): fsd says so; otherwise it stays quiet."""
+    from blackbox_audit.methods.fsd import shift_warning
+
+    assert shift_warning(None) is None
+    assert shift_warning({"auc": 0.55, "confounded": False}) is None
+    message = shift_warning({"auc": 0.8, "confounded": True})
+    assert message is not None and "blind AUC 0.800" in message and "docs/fsd.md" in message
+
+
 def test_defaults_are_the_papers() -> None:
     cfg = FSDConfig()
     assert (cfg.epochs, cfg.batch_size, cfg.lr, cfg.schedule, cfg.lora_r, cfg.lora_alpha) == (
@@ -167,6 +206,8 @@ def test_whitebox_fsd_cli_caches_the_adapter_and_lora_target_reloads_it(tiny_lm_
             assert r[f"fsd_{n}"] == pytest.approx(r[n] - r[f"ft_{n}"], abs=1e-12)
     assert any(abs(r["fsd_loss"]) > 1e-3 for r in rows)  # the fine-tune moved the model
     fine = run["fine_tune"]
+    assert fine["audited_nll_drop"] == pytest.approx(-np.mean([r["fsd_loss"] for r in rows]))
+    assert fine["shared_openings"] == 0
     adapter = Path(fine["adapter"])
     assert fine["kind"] == "lora" and not fine["reused"] and adapter.parent == Path(cache) / "adapters"
     assert run["config"]["epochs"] == 3 and run["config"]["lr"] == 1e-3 and fine["wall_time_s"] > 0

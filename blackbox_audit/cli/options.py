@@ -341,6 +341,12 @@ def add_canary_arguments(parser: argparse.ArgumentParser, *, defaults: dict[str,
     )
     g.add_argument("--epochs", type=positive_int, help="training epochs (default: per base, see card.json)")
     g.add_argument(
+        "--lr",
+        type=positive_float,
+        help="training learning rate (default: per base, tiny 2e-3, smollm2 3e-4; a smaller one memorises the "
+        "members more weakly); recorded in card.json",
+    )
+    g.add_argument(
         "--shift-pool",
         type=int,
         default=CanaryOptions.n_shifted,
@@ -367,6 +373,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
     train = default_train_config(args.base)
     if args.epochs:
         train = replace(train, epochs=args.epochs)
+    if getattr(args, "lr", None):
+        train = replace(train, lr=args.lr)
     return CanaryOptions(
         corpus=args.corpus,
         base=args.base,

@@ -29,11 +29,16 @@ defaults -- LoRA (r 16, alpha 32, dropout 0.05), 3 epochs, batch 8, lr 1e-3 with
 fine-tuning API with 3 epochs, batch 8, the provider's learning rate (``lr_multiplier`` scales
 it; the emulator's base rate is 1e-3) and the same seed (``adapters/finetune_api.py``).
 Texts that are in both the audited data and the fine-tuning set are scored after being trained
-on; their deviation is biased towards "member", so such overlaps are reported as a warning.
+on: the fine-tune lifts their likelihood most, so their deviation is biased towards "non-member".
+The same holds, in part, for an audited text that opens like a fine-tuning text (a longer or
+shorter version of it): WikiMIA's length splits are truncations of the same passages, and the
+FSD authors' per-length split put 36% of their audited non-members' passages in the fine-tuning
+set (docs/fsd.md). Both are reported as warnings (``shared_openings``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,11 +63,60 @@ LOSS_FAMILY = ("loss", "zlib", "lowercase", "min_k", "min_k_pp")
 MIN_FINETUNE_TEXTS = 30
 FSD_PREFIX = "fsd_"
 FT_PREFIX = "ft_"
+#: audited and fine-tuning texts whose first this many words agree count as versions of one passage
+OPENING_WORDS = 12
+#: a fine-tune that lowers the audited texts' mean NLL by less than this (nats/token) barely moved
+#: the model: the paper's defaults lowered it by 0.15-0.20 on SmolLM2, 0.00x on the tiny canary (docs/fsd.md)
+MIN_NLL_DROP = 0.05
 
 
 def fsd_deviation(target_scores: np.ndarray, finetuned_scores: np.ndarray) -> np.ndarray:
     """``fsd_s = s(x; f) - s(x; f')`` for member-oriented scores (module docstring: the sign)."""
     return np.asarray(target_scores, dtype=np.float64) - np.asarray(finetuned_scores, dtype=np.float64)
+
+
+def shared_openings(texts: Sequence[str], finetune_texts: Sequence[str], words: int = OPENING_WORDS) -> int:
+    """Audited texts that are not fine-tuning texts but open with the same ``words`` words as one
+    (whitespace-split): a longer or shorter version of a text the fine-tune learned."""
+
+    def opening(text: str) -> str:
+        return " ".join(text.split()[:words])
+
+    exact = set(finetune_texts)
+    openings = {opening(t) for t in finetune_texts if len(t.split()) >= words}
+    return sum(1 for t in texts if t not in exact and len(t.split()) >= words and opening(t) in openings)
+
+
+def nll_drop(fsd_loss: np.ndarray) -> float:
+    """How far the fine-tune lowered the audited texts' mean NLL, in nats/token: ``mean(fsd_loss)``
+    is ``mean(NLL(f) - NLL(f'))`` negated, so this is its negation."""
+    return float(-np.mean(fsd_loss))
+
+
+def barely_moved_warning(drop: float, threshold: float = MIN_NLL_DROP) -> str | None:
+    """The warning for a fine-tune that did not move the model (the deviation is then mostly noise)."""
+    if drop >= threshold:
+        return None
+    return (
+        f"the fine-tune lowered the audited texts' mean NLL by only {drop:.3f} nats/token (< {threshold}): it "
+        "barely moved the model, so the fsd_ columns are mostly noise; raise --epochs or --lr (--lr-multiplier for "
+        "provider jobs)"
+    )
+
+
+def shift_warning(blind: dict[str, Any] | None) -> str | None:
+    """FSD's own warning when members and non-members differ by their text alone (the blind baseline
+    is confounded): the fine-tune on known non-members learns that difference, so ``fsd_`` columns
+    separate the two distributions even on a model that never saw the members (docs/fsd.md: the
+    untouched SmolLM2 control)."""
+    if not blind or not blind.get("confounded"):
+        return None
+    return (
+        f"members and non-members differ by their text alone (blind AUC {blind['auc']:.3f}): a fine-tune on "
+        "non-members of the non-members' distribution raises fsd_ AUCs through that difference, with or without "
+        "membership (on SmolLM2 that never saw the members, docs/fsd.md); compare against known members and "
+        "non-members of one distribution"
+    )
 
 
 @dataclass(frozen=True)
@@ -206,7 +260,14 @@ class FSD(Method):
         if overlap:
             result_warnings.append(
                 f"{overlap} audited text(s) are also in the fine-tuning set: their fsd_ scores are biased towards "
-                "member (they were trained on); use disjoint known non-members"
+                "non-member (the fine-tune learned them); use disjoint known non-members"
+            )
+        shared = shared_openings(inputs.texts, ft_data.texts)
+        if shared:
+            result_warnings.append(
+                f"{shared} audited text(s) open with the same {OPENING_WORDS} words as a fine-tuning text (another "
+                "version of the same passage): the fine-tune learned part of them, so their fsd_ scores are biased "
+                "towards non-member; keep every version of a passage on one side"
             )
 
         def score(target: Any) -> Any:
@@ -233,6 +294,10 @@ class FSD(Method):
         fields: dict[str, Any] = {"n_tokens": base.n_tokens.tolist(), "n_bounded": base.n_bounded.tolist()}
         fields |= {FT_PREFIX + name: after.scores[name].tolist() for name in after.scores}
         fields["ft_n_bounded"] = after.n_bounded.tolist()
+        drop = nll_drop(scores[FSD_PREFIX + "loss"]) if "loss" in base.scores else None
+        moved = barely_moved_warning(drop) if drop is not None else None
+        if moved is not None:
+            result_warnings.append(moved)
         result = self.new_result(
             inputs,
             scores=scores,
@@ -240,7 +305,13 @@ class FSD(Method):
             provenance={
                 "scores": base.params,
                 "sign": "fsd_<s> = s(target) - s(fine-tuned), s oriented higher = member",
-                "fine_tune": {**tuned.details, "n_finetune_texts": len(ft_data.texts), "overlap_with_data": overlap},
+                "fine_tune": {
+                    **tuned.details,
+                    "n_finetune_texts": len(ft_data.texts),
+                    "overlap_with_data": overlap,
+                    "shared_openings": shared,
+                    "audited_nll_drop": drop,
+                },
                 "fine_tuned_target": described,
                 "bounded": self.config.bounded,
             },
@@ -251,6 +322,8 @@ class FSD(Method):
         how = "reused from the cache" if details.get("reused") else f"{seconds} s" if seconds is not None else ""
         what = details.get("adapter") or details.get("fine_tuned_model") or ""
         result.summary.append(f"fine-tuned on {len(ft_data.texts)} known non-members ({how}): {what}")
+        if drop is not None:
+            result.summary.append(f"the fine-tune lowered the audited texts' mean NLL by {drop:.3f} nats/token")
         if details.get("kind") == "provider":
             result.summary.append(
                 f"provider job {details.get('job')} ({details.get('job_from')}), trained tokens "
@@ -260,4 +333,7 @@ class FSD(Method):
         metrics = labelled_metrics(result, scores, inputs.texts, labels, blind=self.config.blind, seed=self.config.seed)
         if metrics is not None:
             result.metrics = metrics
+            shift = shift_warning(metrics.get("blind"))
+            if shift is not None:
+                result.warnings.append(shift)
         return result
