@@ -57,7 +57,7 @@ class AnthropicTarget(Target):
             full_distribution=False,
             conditional=False,
             generation=True,
-            extra={"api": "messages", "logprobs": False},
+            extra={"api": "messages", "logprobs": False, "continuation": "prefill"},
         )
 
     def fingerprint(self) -> str:
