@@ -33,6 +33,7 @@ COMMANDS: list[str] = [
     "ptdi",
     "ptdi_eval",
     "contamination",
+    "decop",
     "di",
     "probe",
     "emulate",
