@@ -28,6 +28,7 @@ from blackbox_audit.cli.options import (
     fraction,
     positive_int,
 )
+from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA
@@ -70,7 +71,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="score the answer given the question (output) or the whole item (default auto: gsm8k output, "
         "mmlu whole, files output)",
     )
-    m.add_argument("--score", default="loss", help="membership score, fixed before the run (default loss)")
+    m.add_argument("--score", default=None, help="membership score, fixed before the run (default loss)")
+    m.add_argument(
+        "--probe",
+        metavar="guided|answer|ts-guessing[:key=value...]",
+        help="score items by generated text instead (targets without logprobs): guided completion with the "
+        "benchmark's name, answer reproduction, or TS-Guessing of a masked wrong MMLU option (README, "
+        "'Models without logprobs'); e.g. --probe answer or --probe guided:max_new_tokens=128",
+    )
     m.add_argument("--alpha", type=fraction, default=0.05, help="test level and FDR of the list (default 0.05)")
     m.add_argument("--confidence", type=fraction, default=0.95, help="rate CI level (default 0.95)")
     m.add_argument("--lam", type=fraction, default=DEFAULT_LAMBDA, help=f"PTDI region size (default {DEFAULT_LAMBDA})")
@@ -86,9 +94,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from blackbox_audit.benchmarks import load_benchmark
 
+    if args.probe and args.score:
+        raise UserError("--score and --probe both choose the item score", "pass one of them")
+    score = f"probe:{args.probe}" if args.probe else (args.score or "loss")
     method = Contamination(
         ContaminationConfig(
-            score=args.score,
+            score=score,
             part=args.part,
             alpha=args.alpha,
             confidence=args.confidence,

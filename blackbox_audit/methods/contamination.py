@@ -23,6 +23,11 @@ FILE``). The rate and the list need these. ``synthetic``: the calibrated dataset
 generator (SPEC §5). Calibrated DI exists (``blackbox_audit.di``, the ``di`` command) but is not
 wired into this check yet; the seam is ``synthetic_heldout``.
 
+**Probes** (``score = "probe:guided|answer|ts-guessing"``, CLI ``--probe``): instead of a logprob
+score, each item's score is how closely the target's *generated* text reproduces part of it
+(``contamination_probes``), so the check runs on targets that return no logprobs; the part
+setting then does not apply.
+
 **Parts.** ``output``: the answer given the question (PAC §5.6's "output" setting; a
 conditional record per item, ``scores.output``). ``whole``: the whole item ``prompt + output``.
 ``auto``: the benchmark format's default (gsm8k: output, mmlu: whole; see ``benchmarks``).
@@ -60,6 +65,7 @@ from blackbox_audit.methods.base import (
     check_positive,
     register_method,
 )
+from blackbox_audit.methods.contamination_probes import is_probe, parse_probe
 from blackbox_audit.methods.contamination_stats import member_share_ci, pac_style_rate, rank_test
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, check_level, fdp_and_power, select
 from blackbox_audit.planning import CostItem, CostPlan, PlanningView, price_plan
@@ -76,7 +82,8 @@ API_CHUNK, LOCAL_CHUNK = 2, 16
 
 @dataclass(frozen=True)
 class ContaminationConfig(MethodConfig):
-    """``score``: the membership score (higher = member), fixed before the run. ``part``: which text
+    """``score``: the membership score (higher = member), fixed before the run, or a probe
+    ``probe:SPEC`` (``contamination_probes``). ``part``: which text
     is scored (module doc). ``alpha``: the level of the dataset-level test and the FDR of the
     flagged list. ``confidence``: the rate CI's level. ``lam``: PTDI's region size (SPEC §4).
     ``items``: score at most this many items per side, drawn at random (seeded); None = all.
@@ -102,7 +109,10 @@ class ContaminationConfig(MethodConfig):
             check_positive(self.items, "items")
         from blackbox_audit.scores import parse_specs
 
-        parse_specs([self.score])  # an unknown score fails here, before any work
+        if is_probe(self.score):
+            parse_probe(self.score)  # a bad probe spec fails here, before any work
+        else:
+            parse_specs([self.score])  # an unknown score fails here, before any work
 
 
 def as_benchmark(data: Dataset, role: str) -> Benchmark:
@@ -182,11 +192,20 @@ class Contamination(Method):
     }
 
     # ------------------------------------------------------------------ inputs
+    @property
+    def probe(self) -> Any:
+        """The probe (``contamination_probes.ProbeSpec``) when ``score`` names one, else None."""
+        return parse_probe(self.config.score) if is_probe(self.config.score) else None
+
     def needs(self) -> Needs:
         sets = ("heldout",) if self.config.heldout == "known" else ()
+        if self.probe is not None:
+            return Needs(sets=sets, capabilities=("generation",))
         return Needs(sets=sets, capabilities=("conditional",) if self.config.part == "output" else ())
 
     def part_for(self, bench: Benchmark) -> str:
+        if self.probe is not None:
+            return "probe"  # a probe builds its own prompt from the item
         part = self.config.part if self.config.part != "auto" else bench.default_part
         if part == "output" and not any(bench.prompts):
             raise UserError(
@@ -236,6 +255,10 @@ class Contamination(Method):
         from blackbox_audit.scores.output import plan_output_calls
 
         idx = range(len(bench)) if indices is None else indices
+        if self.probe is not None:
+            from blackbox_audit.methods.contamination_probes import probe_calls, probe_item
+
+            return probe_calls(self.probe, [probe_item(self.probe, bench, i, self.config.seed) for i in idx])
         if part == "output":
             return plan_output_calls([bench.prompts[i] for i in idx], [bench.outputs[i] for i in idx])
         texts = tuple(bench.texts[i] for i in idx)
@@ -254,7 +277,12 @@ class Contamination(Method):
             bench, held = self._sample(bench, 0), self._sample(bench, 0)
             notes.append("held-out side priced as generated answers of the benchmark's own lengths (DI generator)")
             items.append(CostItem("DI generator fine-tune and generation (local model, no API cost)", usd=(0.0, 0.0)))
-        return CostPlan(calls=self._calls(bench, part) + self._calls(held, part), items=items, notes=notes)
+        calls = self._calls(bench, part) + self._calls(held, part)
+        if self.probe is not None:
+            from blackbox_audit.methods.contamination_probes import merge_calls
+
+            calls = merge_calls(calls)
+        return CostPlan(calls=calls, items=items, notes=notes)
 
     def budget_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> ContaminationPlan:
         """The dry-run: price every item on ``view`` (nothing sent); see ``planning.contamination``."""
@@ -287,6 +315,29 @@ class Contamination(Method):
         )
 
     # ------------------------------------------------------------------ run
+    def _score_items(self, target: Any, src: Benchmark, idx: list[int], part: str) -> Any:
+        """One side's items ``idx`` scored with the configured score or probe (a ``ScoreTable``)."""
+        from blackbox_audit.scores import compute_scores
+        from blackbox_audit.scores.output import compute_output_scores
+
+        if self.probe is not None:
+            from blackbox_audit.methods.contamination_probes import score_probe
+
+            return score_probe(target, self.probe, src, idx, self.config.seed, column=self.config.score)
+        ids = [src.ids[i] for i in idx]
+        if part == "output":
+            return compute_output_scores(
+                target,
+                [src.prompts[i] for i in idx],
+                [src.outputs[i] for i in idx],
+                [self.config.score],
+                bounded=self.config.bounded,
+                progress=False,
+                ids=ids,
+            )
+        texts = [src.texts[i] for i in idx]
+        return compute_scores(target, texts, [self.config.score], bounded=self.config.bounded, progress=False, ids=ids)
+
     def _score_all(
         self, target: Any, bench: Benchmark, held: Benchmark, part: str, progress: bool
     ) -> tuple[SideScores, SideScores, str | None]:
@@ -294,8 +345,6 @@ class Contamination(Method):
         from tqdm.auto import tqdm
 
         from blackbox_audit.engine.budget import BudgetExceeded
-        from blackbox_audit.scores import compute_scores
-        from blackbox_audit.scores.output import compute_output_scores
 
         sides = (SideScores(bench), SideScores(held))
         order = interleave(len(bench), len(held))
@@ -312,23 +361,7 @@ class Contamination(Method):
                         idx = [i for s, i in part_order if s == side]
                         if not idx:
                             continue
-                        src = sides[side].bench
-                        ids = [src.ids[i] for i in idx]
-                        if part == "output":
-                            table = compute_output_scores(
-                                target,
-                                [src.prompts[i] for i in idx],
-                                [src.outputs[i] for i in idx],
-                                [field_name],
-                                bounded=self.config.bounded,
-                                progress=False,
-                                ids=ids,
-                            )
-                        else:
-                            texts = [src.texts[i] for i in idx]
-                            table = compute_scores(
-                                target, texts, [field_name], bounded=self.config.bounded, progress=False, ids=ids
-                            )
+                        table = self._score_items(target, sides[side].bench, idx, part)
                         tables.append((side, idx, table))
                 except BudgetExceeded as exc:
                     stopped = exc.problem
@@ -366,6 +399,12 @@ class Contamination(Method):
                 "budget": bought,
             }
         }
+        if self.probe is not None:
+            from blackbox_audit.adapters.base import continuation_of
+            from blackbox_audit.methods.contamination_probes import describe
+
+            about = {**describe(self.probe), "continuation": continuation_of(inputs.target)}
+            provenance["contamination"]["probe"] = about
         summary: list[str] = []
         warnings: list[str] = []
         if stopped:
@@ -456,6 +495,10 @@ class Contamination(Method):
             f"PAC-style thresholded rate (for comparison only): {pac['rate']:.1%}; WARNING: {pac['warning']}",
             format_power(power),
         ]
+        if self.probe is not None:
+            from blackbox_audit.methods.contamination_probes import probe_summary
+
+            summary.insert(1, probe_summary(self.probe, bv, hv))
         flagged = [
             {
                 "id": b.ids[j],
