@@ -11,8 +11,8 @@ with ``"text"`` instead of ``"id"`` (matched by text). Each text needs at least 
 paraphrases that differ from it.
 
 Generator: a local model spec (``smollm2``, ``hf:PATH``, ``gguf:PATH``), prompted through its own
-chat template with ``INSTRUCTION`` and sampled with seeds 0, 1, ... until K - 1 usable paraphrases
-exist (at most ``MAX_TRIES_PER_PARAPHRASE`` draws each). Generated paraphrases are kept in the
+chat template with ``INSTRUCTION`` and sampled in rounds (seeds 0, 1, ...) until K - 1 usable
+paraphrases exist (at most ``MAX_TRIES_PER_PARAPHRASE`` rounds per paraphrase). Generated paraphrases are kept in the
 cache folder (``<cache>/decop/paraphrases``), keyed by the generator's fingerprint, the settings
 and the text, so a re-run reuses them; they are also written to the result (``paraphrases.jsonl``)
 in the file format above, to inspect or to pass back with ``--paraphrases``.
@@ -35,6 +35,7 @@ INSTRUCTION = (
     "only.\n\nText: {text}"
 )
 MAX_TRIES_PER_PARAPHRASE = 3
+LENGTH_STEP = 32
 GENERATOR_VERSION = "decop-paraphrase-1"
 
 
@@ -98,7 +99,7 @@ class GeneratorSettings:
 
     temperature: float = 0.8
     top_k: int = 50
-    length_factor: float = 1.5  # max new tokens = length_factor x the text's tokens + 16
+    length_factor: float = 1.3  # max new tokens = length_factor x the text's tokens + 16, rounded up
     seed: int = 0
 
 
@@ -119,36 +120,55 @@ def generate_paraphrases(
     progress: bool = False,
 ) -> list[list[str]]:
     """Per text, up to ``need`` usable paraphrases from ``generator`` (fewer when it keeps failing:
-    the caller scores such a text NaN and says so); cached under ``store`` (None: not kept)."""
+    the caller scores such a text NaN and says so); cached under ``store`` (None: not kept).
+
+    Texts still short of paraphrases are asked together, round after round (round ``r`` samples with
+    seed ``settings.seed + r``), grouped by reply length (``max_new_tokens`` rounded up to a multiple
+    of ``LENGTH_STEP``), so a local model decodes them in batches."""
     from tqdm.auto import tqdm
 
     fp = generator.fingerprint()
-    out: list[list[str]] = []
-    for text in tqdm(texts, desc="paraphrasing", unit="text", disable=not progress):
-        path = None if store is None else store / f"{_key(fp, settings, text, need)}.json"
+    paths = [None if store is None else store / f"{_key(fp, settings, t, need)}.json" for t in texts]
+    kept: list[list[str]] = [[] for _ in texts]
+    todo = []
+    for i, path in enumerate(paths):
         if path is not None and path.is_file():
-            out.append(json.loads(path.read_text(encoding="utf-8"))["paraphrases"])
-            continue
-        kept: list[str] = []
-        max_new = int(settings.length_factor * len(generator.tokenize(text))) + 16
-        prompt = INSTRUCTION.format(text=" ".join(text.split()))
-        for attempt in range(need * MAX_TRIES_PER_PARAPHRASE):
-            if len(kept) >= need:
+            kept[i] = json.loads(path.read_text(encoding="utf-8"))["paraphrases"]
+        else:
+            todo.append(i)
+    prompts = {i: INSTRUCTION.format(text=" ".join(texts[i].split())) for i in todo}
+    lengths = {
+        i: -(-(int(settings.length_factor * len(generator.tokenize(texts[i]))) + 16) // LENGTH_STEP) * LENGTH_STEP
+        for i in todo
+    }
+    rounds = need * MAX_TRIES_PER_PARAPHRASE
+    bar = tqdm(total=len(todo) * need, desc="paraphrasing", unit="paraphrase", disable=not progress or not todo)
+    try:
+        for r in range(rounds):
+            pending = [i for i in todo if len(kept[i]) < need]
+            if not pending:
                 break
-            (cand,) = generator.generate(
-                [prompt],
-                max_new_tokens=max_new,
-                temperature=settings.temperature,
-                top_k=settings.top_k or None,
-                seed=settings.seed + attempt,
-            )
-            cand = " ".join(cand.split())
-            if usable(cand, text, kept):
-                kept.append(cand)
+            for max_new in sorted({lengths[i] for i in pending}):
+                group = [i for i in pending if lengths[i] == max_new]
+                outs = generator.generate(
+                    [prompts[i] for i in group],
+                    max_new_tokens=max_new,
+                    temperature=settings.temperature,
+                    top_k=settings.top_k or None,
+                    seed=settings.seed + r,
+                )
+                for i, cand in zip(group, outs, strict=True):
+                    cand = " ".join(cand.split())
+                    if len(kept[i]) < need and usable(cand, texts[i], kept[i]):
+                        kept[i].append(cand)
+                        bar.update(1)
+    finally:
+        bar.close()
+    for i in todo:
+        path = paths[i]
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"paraphrases": kept}), encoding="utf-8")
+            tmp.write_text(json.dumps({"paraphrases": kept[i]}), encoding="utf-8")
             tmp.replace(path)
-        out.append(kept)
-    return out
+    return kept
