@@ -78,6 +78,9 @@ MIN_ITEMS = 5
 #: items per scoring call: API targets score a pair at a time (a budget stop loses at most that;
 #: its answers stay cached), local models batch whole items
 API_CHUNK, LOCAL_CHUNK = 2, 16
+#: items per chunk for a probe: one generation request each, sent concurrently (a budget cap stops
+#: at most this many requests late)
+PROBE_CHUNK = 16
 
 
 @dataclass(frozen=True)
@@ -349,6 +352,8 @@ class Contamination(Method):
         sides = (SideScores(bench), SideScores(held))
         order = interleave(len(bench), len(held))
         chunk = API_CHUNK if getattr(target, "engine", None) is not None else LOCAL_CHUNK
+        if self.probe is not None:  # one request per item (per sample): send a chunk together
+            chunk = max(chunk, PROBE_CHUNK)
         field_name = self.config.score
         stopped: str | None = None
         bar = tqdm(total=len(order), desc=f"contamination ({part})", unit="item", disable=not progress)
