@@ -57,7 +57,13 @@ class AnthropicTarget(Target):
             full_distribution=False,
             conditional=False,
             generation=True,
-            extra={"api": "messages", "logprobs": False, "continuation": "prefill"},
+            logprobs=False,
+            extra={
+                "api": "messages",
+                "logprobs": False,
+                "continuation": "prefill",
+                "no_logprobs": "the Messages API returns text only",
+            },
         )
 
     def fingerprint(self) -> str:
@@ -165,7 +171,8 @@ def load_anthropic(rest: str, *, spending: Spending | None = None, **options: An
             "write anthropic:MODEL (e.g. anthropic:claude-3-5-haiku-latest) or anthropic:BASE_URL#MODEL",
         )
     key_env = options.get("api_key_env") or "ANTHROPIC_API_KEY"
-    api_key = read_api_key(key_env, options.get("api_key"), required=True)  # stripped, checked, never echoed
+    from_flag = bool(options.get("api_key_env"))
+    api_key = read_api_key(key_env, options.get("api_key"), required=True, from_flag=from_flag)  # never echoed
     base_url = url or options.get("base_url") or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
     engine = RequestEngine(
         base_url,

@@ -41,10 +41,11 @@ import numpy as np
 from blackbox_audit.engine import RequestEngine, Spending
 from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.planning.ladder import eps_for_tolerance
+from blackbox_audit.reads import DEFAULT_READ, ReadOptions
 from blackbox_audit.types import Status, Strategy, TokenLogprobs
 
 from .base import Capabilities, Target
-from .probe import probe_cache_key, probe_endpoint, report_from_json
+from .probe import endpoint_key, probe_cache_key, probe_endpoint, report_from_json
 from .recovery import (
     Answer,
     GapModel,
@@ -152,18 +153,29 @@ class ApiTarget(Target):
         self._guess = LpGuess()
         self.capabilities = Capabilities(
             full_distribution=False,
-            conditional=True,
+            conditional=sem is not None,
             generation=True,
+            logprobs=sem is not None,
             extra={
                 "api": cond.api,
                 "semantics": sem.to_json() if sem else None,
                 "logprobs": sem is not None,
                 "fine_tuning": kind in FINE_TUNING_KINDS,
                 "continuation": self.continuation,
+                **({} if sem else {"no_logprobs": self._probe_verdict()}),
             },
         )
         self._options: dict[str, Any] = {}  # build options, for siblings (with_model)
         self._owns_engine = True  # False for a sibling sharing its parent's engine and loop
+        # per recovered text (positions asked, requests beyond 1 per position, top-n misses), stored
+        # under ``_stats_keys`` after each batch so that the next dry-run prices from them
+        self._measured: list[tuple[int, int, int]] = []
+        self._stats_keys: list[str] = []
+
+    def _probe_verdict(self) -> str:
+        """The probe's last observation (what its verdict rests on), not the cache's note."""
+        lines = [e for e in self.probe_evidence if e != "(probe report from the cache)"]
+        return lines[-1] if lines else "the probe found none"
 
     # ---- identity
     def fingerprint(self) -> str:
@@ -225,7 +237,7 @@ class ApiTarget(Target):
     def _require_logprobs(self) -> Semantics:
         if self.sem is None:
             raise CapabilityError(
-                f"target {self.name} gives no usable logprobs ({'; '.join(self.probe_evidence[-1:])})",
+                f"target {self.name} gives no usable logprobs ({self._probe_verdict()})",
                 "audit it with text-only methods (generation still works), or use a model that returns logprobs",
             )
         return self.sem
@@ -308,43 +320,123 @@ class ApiTarget(Target):
             items.append((text, pre, self.table.encode(text)))
         return self._loop.run(self._score(self._with_priors(items), progress))
 
-    async def _score(self, items: list[tuple[Any, ...]], progress: bool) -> list[TokenLogprobs]:
-        from tqdm.auto import tqdm
+    def read_records(
+        self,
+        items: Sequence[tuple[str | None, str]],
+        read: ReadOptions,
+        *,
+        full_distribution: bool = False,
+        progress: bool = True,
+    ) -> list[TokenLogprobs]:
+        """``Target.read_records`` through the API: only the kept positions are requested. With
+        ``read.recover`` False each kept position costs exactly one unbiased request (its top-n read);
+        a true token outside the top-n is recorded BOUNDED at the n-th reported logprob. With
+        ``read.top`` each position keeps the reported top-n list (``TokenLogprobs.top_logprobs``)."""
+        sem = self._require_logprobs()
+        if full_distribution:
+            raise CapabilityError(
+                f"target {self.name} is an API and cannot return the full next-token distribution",
+                "use a white-box target (hf:PATH, gguf:PATH, smollm2) or drop that score",
+            )
+        if read.top > sem.top_n:
+            raise UserError(
+                f"the score asks for the top-{read.top} list, but {self.name} reports only its top {sem.top_n}",
+                f"pass n={sem.top_n} to the score (e.g. loss_cens:n={sem.top_n})",
+            )
+        prepared = []
+        for prefix, text in items:
+            ids = self.table.encode(text)
+            if prefix is None:
+                prepared.append((text, ids[:1], ids[1:]))
+                continue
+            pre = self.table.encode(prefix)
+            if not pre:
+                raise UserError("the prefix is empty", "give a non-empty prefix (APIs need some context)")
+            prepared.append((text, pre, ids))
+        keep = [read.select(len(ids), text) for text, _, ids in prepared]
+        with_priors = self._with_priors(prepared) if read.recover else [(*it, None) for it in prepared]
+        return self._loop.run(self._score(with_priors, progress, read=read, keep=keep))
 
-        bar = tqdm(total=len(items), desc=f"{self.name} logprobs", unit="text", disable=not progress)
+    async def _top_read(self, context: Sequence[int], target: int) -> tuple[PositionResult, Answer]:
+        """One unbiased request at a position: its top-n list, and the true token's value when it is
+        in the list (exact), else the n-th reported logprob as an upper bound."""
+        ans = await self.oracle.query(context, {})
+        if target in ans.top:
+            return PositionResult(ans.top[target], Status.EXACT, Strategy.TOP_N, 0.0, 1), ans
+        vals = [*ans.top.values(), *ans.extra_values]
+        if not vals:
+            return PositionResult(0.0, Status.BOUNDED, Strategy.BOUNDED, float("inf"), 1, ["empty top-n list"]), ans
+        floor = ans.floor if ans.floor is not None else min(vals)
+        return PositionResult(floor, Status.BOUNDED, Strategy.BOUNDED, float("inf"), 1, ["not in the top-n"]), ans
 
-        async def one(text: str, ctx: list[int], ids: list[int], pri: list[float | None] | None) -> TokenLogprobs:
+    async def _score(
+        self,
+        items: list[tuple[Any, ...]],
+        progress: bool,
+        *,
+        read: ReadOptions = DEFAULT_READ,
+        keep: Sequence[Any] | None = None,
+    ) -> list[TokenLogprobs]:
+        from blackbox_audit.progress import progress_bar
+
+        bar = progress_bar(total=len(items), desc=f"{self.name} logprobs", unit="text", disable=not progress)
+        kept = list(keep) if keep is not None else [None] * len(items)
+        width = read.top
+
+        async def one(
+            text: str, ctx: list[int], ids: list[int], pri: list[float | None] | None, rows: Any = None
+        ) -> TokenLogprobs:
             full = ctx + ids
             jobs = [(full[: len(ctx) + j], full[len(ctx) + j]) for j in range(len(ids))]
+            wanted = list(range(len(jobs))) if rows is None else [int(j) for j in rows]
             bases: list[Answer | None] = [None] * len(jobs)
+            tops: list[Answer | None] = [None] * len(jobs)
             sem = self._require_logprobs()
             bad = set(self._non_roundtrip(ctx, ids))
-            if sem.prompt_logprobs and self.cond.api == "completions" and self.cond.id_prompts and jobs:
-                # vLLM: one request returns lp(u_j | u_<j) for every position, keyed by id
-                lps = (await self.oracle.prompt_logprobs(full))[len(ctx) - 1 :]
-                self._echo_requests += 1
-                bases = [
-                    None if lp is None else Answer(None, None, {t: lp}) for lp, (_, t) in zip(lps, jobs, strict=True)
-                ]
-            elif self._echo_worth(sem, len(jobs)):
-                echoed = await self.oracle.echo(full, sem.echo_offset)
-                self._echo_requests += 1
-                bases = echoed[len(ctx) - 1 :]
-                self._echo_hits[0] += sum(b is not None and t in b.top for b, (_, t) in zip(bases, jobs, strict=True))
-                self._echo_hits[1] += len(jobs)
             pri = pri if pri is not None else [None] * len(jobs)
-            ask = [j for j in range(len(jobs)) if j not in bad]
-
-            def recover(j: int) -> Any:
-                return recover_position(
-                    self.oracle, sem, *jobs[j], self.ladder, pri[j], self._gaps, bases[j], self._guess
-                )
-
+            ask = [j for j in wanted if j not in bad]
+            echoed = False  # one request per text carried every position (echo, prompt logprobs)
             # not asked (prefix does not round-trip): only lp <= 0 is known
             res = [
                 PositionResult(0.0, Status.BOUNDED, Strategy.BOUNDED, float("inf"), 0, ["prefix does not round-trip"])
                 for _ in jobs
             ]
+            if width:  # the top-n read first: one unbiased request per kept position
+                reads = await self.engine.gather(self._top_read(*jobs[j]) for j in ask)
+                for j, (r, ans) in zip(ask, reads, strict=True):
+                    res[j], tops[j], bases[j] = r, ans, ans
+                # with recovery, only the misses go on to the ladder, which reuses the read as its base
+                ask = [j for j in ask if read.recover and _missed(tops[j], jobs[j][1])]
+            elif sem.prompt_logprobs and self.cond.api == "completions" and self.cond.id_prompts and jobs:
+                # vLLM: one request returns lp(u_j | u_<j) for every position, keyed by id
+                lps = (await self.oracle.prompt_logprobs(full))[len(ctx) - 1 :]
+                self._echo_requests += 1
+                echoed = True
+                bases = [
+                    None if lp is None else Answer(None, None, {t: lp}) for lp, (_, t) in zip(lps, jobs, strict=True)
+                ]
+            elif self._echo_worth(sem, len(wanted)):
+                rows_echoed = await self.oracle.echo(full, sem.echo_offset)
+                self._echo_requests += 1
+                echoed = True
+                bases = rows_echoed[len(ctx) - 1 :]
+                self._echo_hits[0] += sum(
+                    bases[j] is not None and jobs[j][1] in bases[j].top  # type: ignore[union-attr]
+                    for j in wanted
+                )
+                self._echo_hits[1] += len(wanted)
+
+            def recover(j: int) -> Any:
+                async def run() -> PositionResult:
+                    r = await recover_position(
+                        self.oracle, sem, *jobs[j], self.ladder, pri[j], self._gaps, bases[j], self._guess
+                    )
+                    if tops[j] is not None:  # the top-n read already paid for the position's unbiased request
+                        r.requests += 1
+                    return r
+
+                return run()
+
             # warm-up: while no gap density is learned, bisect one position at a time, so each
             # search starts from what the previous ones found (concurrent uninformed searches
             # measured ~0.6 requests per token more on SmolLM2 chat, 4 texts x 16 tokens)
@@ -355,23 +447,71 @@ class ApiTarget(Target):
             got = await self.engine.gather(recover(j) for j in ask)
             for j, r in zip(ask, got, strict=True):
                 res[j] = r
+            if read.recover:
+                self._measure([res[j] for j in wanted if j not in bad], echoed=echoed)
+            stats = self.engine.stats  # the bar counts texts; requests and dollars ride along
+            bar.set_postfix(
+                req=stats.requests_sent, cached=stats.cache_hits, usd=f"{stats.cost_usd:.4f}", refresh=False
+            )
             bar.update(1)
-            return self._record(text, ctx, ids, res, sorted(bad))
+            top_rows = None
+            if width:
+                top_rows = np.full((len(jobs), width), np.nan)
+                for j, ans in enumerate(tops):
+                    if ans is not None:
+                        vals = sorted([*ans.top.values(), *ans.extra_values], reverse=True)[:width]
+                        top_rows[j, : len(vals)] = vals
+            return self._record(text, ctx, ids, res, sorted(bad), top_rows, None if rows is None else wanted, read)
 
         try:
             sem = self._require_logprobs()
             out: list[TokenLogprobs] = []
-            if items and self._echo_adaptive(sem) and self._echo_hits[1] == 0:
-                out.append(await one(*items[0]))  # learn the echo hit rate on one text first
-                items = items[1:]
-            elif items and self._bisects(sem) and len(items) > 1 and self._gaps.density() is None:
+            todo = [(*it, rows) for it, rows in zip(items, kept, strict=True)]
+            bisecting = read.recover and self._bisects(sem)
+            if todo and not width and self._echo_adaptive(sem) and self._echo_hits[1] == 0:
+                out.append(await one(*todo[0]))  # learn the echo hit rate on one text first
+                todo = todo[1:]
+            elif todo and bisecting and len(todo) > 1 and self._gaps.density() is None:
                 # learn the gap density on one text first: otherwise every position of the
                 # batch starts its search together, before any gap is known (learned brackets)
-                out.append(await one(*items[0]))
-                items = items[1:]
-            return out + list(await self.engine.gather(one(*it) for it in items))
+                out.append(await one(*todo[0]))
+                todo = todo[1:]
+            return out + list(await self.engine.gather(one(*it) for it in todo))
         finally:
             bar.close()
+            self._store_measured()
+
+    def _measure(self, results: list[PositionResult], *, echoed: bool) -> None:
+        """Note one recovered text: positions asked, requests beyond the one each position needs
+        anyway (all of its requests when one echo request per text carried the positions), and
+        how many missed the top-n (any rung but a top-n or echo hit)."""
+        if not results:
+            return
+        requests = sum(r.requests for r in results)
+        extra = requests if echoed else requests - len(results)
+        misses = sum(r.strategy not in (Strategy.TOP_N, Strategy.ECHO) for r in results)
+        self._measured.append((len(results), max(0, extra), misses))
+
+    def _recovery_mode(self) -> str:
+        from blackbox_audit.planning import mode_key
+
+        return mode_key(self.ladder.eps, self.prior is not None)
+
+    def _store_measured(self) -> None:
+        """Add the texts measured since the last call to the endpoint's stored statistics."""
+        if not (self._measured or self.oracle.prompt_excess[1]) or not self._stats_keys:
+            return
+        from blackbox_audit.planning import merge_samples
+
+        new, self._measured = self._measured, []
+        excess, self.oracle.prompt_excess = self.oracle.prompt_excess, [0, 0]
+        for key in self._stats_keys:
+            stored = self.engine.cache_get(key)
+            self.engine.cache_put(key, merge_samples(stored, self._recovery_mode(), new, prompt_excess=excess))
+
+    def recovery_stats(self) -> dict[str, Any] | None:
+        """What runs on this endpoint measured of its recovery (``planning.measured``), or None."""
+        return self.engine.cache_get(self._stats_keys[0]) if self._stats_keys else None
 
     def _bisects(self, sem: Semantics) -> bool:
         """Tokens outside the top-n are found by bisection (no one-request rung, no full echo)."""
@@ -403,28 +543,43 @@ class ApiTarget(Target):
         ]
 
     def _record(
-        self, text: str, ctx: list[int], ids: list[int], res: list[PositionResult], bad: list[int]
+        self,
+        text: str,
+        ctx: list[int],
+        ids: list[int],
+        res: list[PositionResult],
+        bad: list[int],
+        top: np.ndarray | None = None,
+        rows: list[int] | None = None,
+        read: ReadOptions = DEFAULT_READ,
     ) -> TokenLogprobs:
-        for r in res:
+        """The record of ``rows`` (None: every position) of one text from its positions' results."""
+        keep = list(range(len(ids))) if rows is None else rows
+        for j in keep:
+            r = res[j]
             self._positions[r.strategy.value] += 1
             self._strategy_requests[r.strategy.value] += r.requests
         meta: dict[str, Any] = {"conditioning": self.cond.api}
         if bad:
             meta["non_roundtrip_positions"] = bad
-        notes = {j: r.notes for j, r in enumerate(res) if r.notes}
+        notes = {j: res[j].notes for j in keep if res[j].notes}
         if notes:
             meta["notes"] = {str(j): n for j, n in notes.items()}
+        if not read.is_default:
+            meta["read"] = read.to_json()
         return TokenLogprobs(
             text=text,
-            token_ids=np.asarray(ids, dtype=np.int64),
-            tokens=[self.table.token_bytes(t).decode("utf-8", errors="replace") for t in ids],
-            logprobs=np.asarray([r.logprob for r in res], dtype=np.float64),
-            status=[r.status for r in res],
-            error_bound=np.asarray([r.error_bound for r in res], dtype=np.float64),
-            strategy=[r.strategy for r in res],
+            token_ids=np.asarray([ids[j] for j in keep], dtype=np.int64),
+            tokens=[self.table.token_bytes(ids[j]).decode("utf-8", errors="replace") for j in keep],
+            logprobs=np.asarray([res[j].logprob for j in keep], dtype=np.float64),
+            status=[res[j].status for j in keep],
+            error_bound=np.asarray([res[j].error_bound for j in keep], dtype=np.float64),
+            strategy=[res[j].strategy for j in keep],
             context_ids=tuple(int(t) for t in ctx),
-            requests=np.asarray([r.requests for r in res], dtype=np.int64),
+            requests=np.asarray([res[j].requests for j in keep], dtype=np.int64),
             meta=meta,
+            positions=None if rows is None else np.asarray(keep, dtype=np.int64),
+            top_logprobs=None if top is None else top[keep],
         )
 
     # ---- fine-tuning (FSD)
@@ -547,6 +702,11 @@ class ApiTarget(Target):
                 closer()
 
 
+def _missed(ans: Answer | None, target: int) -> bool:
+    """A top-n read that shows a list without the true token (so the ladder can recover it)."""
+    return ans is not None and target not in ans.top and bool(ans.top or ans.extra_values)
+
+
 def status_counts(records: Sequence[TokenLogprobs]) -> dict[str, int]:
     """Positions per status over records (for reports)."""
     c: Counter[str] = Counter()
@@ -635,6 +795,15 @@ def probe_and_build(
             loop.run(engine.aclose())
             loop.close()
         raise
+    # the endpoint's own copy of the verdict (whatever tokenizer table read it, and under the api it
+    # resolved to), for dry-runs that name another table or the resolved api; and where the
+    # target's measured recovery is kept (``planning.measured``)
+    endpoint_keys = list(
+        dict.fromkeys(endpoint_key(engine.base_url, model, a, system, template, sampling) for a in (api, report.api))
+    )
+    if report.semantics is not None:
+        for ekey in endpoint_keys:
+            engine.cache_put("probe-endpoint:" + ekey, report.to_json())
     sem = options.get("semantics") or report.semantics
     cond = Conditioning(
         api=report.api, system=system, user_template=template, id_prompts=report.id_prompts, sampling=sampling
@@ -674,4 +843,5 @@ def probe_and_build(
     )
     target._options = {**{k: v for k, v in options.items() if k != "semantics"}, "prior": prior}
     target._owns_engine = owns_engine
+    target._stats_keys = ["recovery:" + k for k in endpoint_keys]
     return target

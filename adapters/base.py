@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blackbox_audit.errors import CapabilityError
+from blackbox_audit.reads import ReadOptions
 from blackbox_audit.types import TokenLogprobs
 
 
@@ -55,6 +56,9 @@ class Capabilities:
     generation: bool = True
     max_context: int | None = None  # tokens; None = unknown
     extra: dict[str, Any] = field(default_factory=dict)
+    # per-token logprobs of a text at all; False: a text-only target (only sampling scores and methods);
+    # ``extra["no_logprobs"]`` then says why (the probe's evidence, the API's nature)
+    logprobs: bool = True
 
     def require(self, what: str, target_name: str, needed_by: str) -> None:
         if not getattr(self, what, False):
@@ -79,6 +83,26 @@ def continuation_of(target: Any) -> str:
     if extra.get("continuation"):
         return str(extra["continuation"])
     return "user-turn" if getattr(target, "chat", None) is not None else "completion"
+
+
+#: capabilities that read logprobs: a target without ``logprobs`` has none of them
+LOGPROB_CAPABILITIES = frozenset({"logprobs", "conditional", "full_distribution"})
+
+
+def has_capability(caps: Any, name: str) -> bool:
+    """Whether ``caps`` (a ``Capabilities`` or any object with such fields) provides ``name``: a
+    field, else an ``extra`` key. Logprobs are assumed unless a target says otherwise (field or
+    ``extra["logprobs"]``), and without them no logprob capability holds."""
+    extra = getattr(caps, "extra", None) or {}
+    logprobs = getattr(caps, "logprobs", None)
+    logprobs = bool(extra.get("logprobs", True)) if logprobs is None else bool(logprobs)
+    if name == "logprobs":
+        return logprobs
+    if name in LOGPROB_CAPABILITIES and not logprobs:
+        return False
+    if hasattr(caps, name):
+        return bool(getattr(caps, name))
+    return bool(extra.get(name, False))
 
 
 class Target(abc.ABC):
@@ -131,6 +155,37 @@ class Target(abc.ABC):
         with its own prefix (an answer given its question). Adapters that can batch different
         prefixes (a local model, an API's concurrent requests) override this loop."""
         return [self.conditional_logprobs(prefix, [text], progress=False)[0] for prefix, text in pairs]
+
+    def read_records(
+        self,
+        items: Sequence[tuple[str | None, str]],
+        read: ReadOptions,
+        *,
+        full_distribution: bool = False,
+        progress: bool = True,
+    ) -> list[TokenLogprobs]:
+        """One record per ``(prefix, text)`` holding what ``read`` asks for (``blackbox_audit.reads``):
+        a prefix of None is a plain record (``token_logprobs``), else a conditional one.
+
+        This default reads whole records and keeps the sampled positions, which is right for a
+        target that pays nothing per position; targets that can report top-n lists (white-box) or
+        that pay per position (APIs) override it."""
+        if read.top:
+            raise CapabilityError(
+                f"target {self.name} cannot report the top-n list of each position",
+                "use a white-box target or an API target with logprobs, or a score that needs no top-n list",
+            )
+        plain = [text for prefix, text in items if prefix is None]
+        pairs = [(prefix, text) for prefix, text in items if prefix is not None]
+        got_plain = iter(
+            self.token_logprobs(plain, full_distribution=full_distribution, progress=progress) if plain else []
+        )
+        got_pairs = iter(self.conditional_pairs(pairs, progress=progress) if pairs else [])
+        out = []
+        for prefix, text in items:
+            record = next(got_plain) if prefix is None else next(got_pairs)
+            out.append(record.subset(read.select(len(record), text)))
+        return out
 
     def generate(
         self,

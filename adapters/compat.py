@@ -30,7 +30,7 @@ from blackbox_audit.errors import UserError
 from blackbox_audit.redaction import read_api_key, split_url_credentials
 
 from .api_common import ApiTarget, LoopThread, build_api_target
-from .tokenizers import TokenTable, load_token_table
+from .tokenizers import TOKENIZER_FORMS, TokenTable, load_token_table
 
 # Sampling-neutral fields sent with every compat request (module docstring).
 COMPAT_SAMPLING: dict[str, Any] = {"repeat_penalty": 1.0}
@@ -82,7 +82,7 @@ class ServerTable(TokenTable):
         self.close()
         raise UserError(
             f"the server at {self.engine.base_url} has no tokenizer endpoint ({'; '.join(tried)})",
-            "pass a local tokenizer: --tokenizer tiktoken:NAME, an HF folder or a .gguf file",
+            f"pass a local tokenizer: --tokenizer {TOKENIZER_FORMS}",
         )
 
     def close(self) -> None:
@@ -190,7 +190,7 @@ def plan_compat(rest: str, **options: Any) -> Any:
     if not options.get("tokenizer"):
         raise UserError(
             "--dry-run on a compat: target needs a local tokenizer (asking the server's would send requests)",
-            "add --tokenizer tiktoken:NAME, an HF folder or a .gguf matching the served model",
+            f"add --tokenizer matching the served model: {TOKENIZER_FORMS}",
         )
     table = load_token_table(options["tokenizer"])
     price = PricingTable.load(options.get("pricing")).get(model)

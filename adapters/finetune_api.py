@@ -154,7 +154,8 @@ async def run_fine_tuning(
     """Steps 1-3 of the module docstring; returns the fine-tuned model's name."""
     from openai.types import FileObject
     from openai.types.fine_tuning import FineTuningJob
-    from tqdm.auto import tqdm
+
+    from blackbox_audit.progress import progress_bar
 
     t0 = time.perf_counter()
     data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
@@ -199,7 +200,7 @@ async def run_fine_tuning(
     job = FineTuningJob.model_validate(raw)
 
     wait = poll_s
-    bar = tqdm(total=None, desc=f"fine-tuning job {job.id}", unit="check", disable=not progress)
+    bar = progress_bar(total=None, desc=f"fine-tuning job {job.id}", unit="check", disable=not progress)
     try:
         while job.status not in TERMINAL:
             bar.set_postfix(status=job.status, refresh=True)

@@ -33,7 +33,6 @@ import copy
 import hashlib
 import json
 import logging
-import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,12 +40,14 @@ from typing import Any
 import numpy as np
 
 from blackbox_audit.errors import UserError
+from blackbox_audit.reads import ReadOptions
 from blackbox_audit.types import FullDistribution, Status, Strategy, TokenLogprobs
 
 from .base import Capabilities, FineTuned, FineTuneOptions, Target
 from .chat_templates import ChatConditioning, chat_conditioning
 from .hf_chat import ChatScoring
-from .hf_moments import full_moments
+from .hf_decode import Chooser, decode_rows, pick_token, row_generator
+from .hf_moments import full_moments, top_values
 from .hf_weights import (
     converted_gguf_dir,
     file_sha256,
@@ -81,6 +82,14 @@ def _resolve_device(device: str | None) -> str:
     if kind not in ("cpu", "cuda", "mps"):
         raise UserError(f"device '{device}' is not supported here", "use --device cpu, cuda, cuda:N, mps or auto")
     return str(device)
+
+
+def kv_cache_of(out: Any) -> tuple[Any, str]:
+    """A forward pass's KV cache and the keyword that passes it back: transformers 5.2x calls it
+    ``cache`` and warns (FutureWarning) at every use of the older ``past_key_values``."""
+    if "cache" in out:
+        return out["cache"], "cache"
+    return out["past_key_values"], "past_key_values"
 
 
 def _shared_prefix_cache(prefix_cache: Any, batch: int) -> Any:
@@ -143,6 +152,7 @@ class HFTarget(ChatScoring, Target):
         self.name = name
         self.batch_size = int(batch_size)
         self.progress = progress
+        self._said: set[str] = set()  # warnings already logged
         self.padding_side = padding_side
         self.weight_files = [Path(p) for p in weight_files]
         self.source = dict(source or {})
@@ -162,6 +172,7 @@ class HFTarget(ChatScoring, Target):
         )
         self._fingerprint: str | None = None
         self.conditional_path = "auto"  # "auto" (cost model), "kv" or "naive"; see conditional_logprobs
+        self.generate_rows = 32  # rows decoded together by generate (one token of each per forward)
         self._torch = torch
         self.chat: ChatConditioning | None = None
         if chat is not None:
@@ -275,9 +286,9 @@ class HFTarget(ChatScoring, Target):
         return torch.log_softmax(logits.float(), dim=-1), offsets
 
     def _progress(self, total: int, desc: str, progress: bool):
-        from tqdm.auto import tqdm
+        from blackbox_audit.progress import progress_bar
 
-        return tqdm(total=total, desc=desc, unit="tok", disable=not (progress and self.progress), leave=False)
+        return progress_bar(total=total, desc=desc, unit="tok", disable=not (progress and self.progress), leave=False)
 
     def _record(
         self,
@@ -287,6 +298,8 @@ class HFTarget(ChatScoring, Target):
         context: Sequence[int],
         full: FullDistribution | None = None,
         meta: dict[str, Any] | None = None,
+        top: np.ndarray | None = None,
+        positions: np.ndarray | None = None,
     ) -> TokenLogprobs:
         n = len(ids)
         return TokenLogprobs(
@@ -300,6 +313,8 @@ class HFTarget(ChatScoring, Target):
             context_ids=tuple(int(c) for c in context),
             full=full,
             meta=meta or {},
+            top_logprobs=top,
+            positions=positions,
         )
 
     def _score_sequences(
@@ -311,8 +326,10 @@ class HFTarget(ChatScoring, Target):
         progress: bool,
         desc: str,
         side: str | None = None,
-    ) -> list[tuple[np.ndarray, FullDistribution | None]]:
-        """For each seq, lp of seq[start:] given everything before (start >= 1); batched.
+        top: int = 0,
+    ) -> list[tuple[np.ndarray, FullDistribution | None, np.ndarray | None]]:
+        """For each seq, lp of seq[start:] given everything before (start >= 1); batched. With
+        ``top``, also the ``top`` largest logprobs at each of those positions (descending).
 
         The last token is never fed (nothing to predict from it), so each row is len-1 long.
         """
@@ -328,7 +345,7 @@ class HFTarget(ChatScoring, Target):
                     target = torch.tensor(s[start:], device=rows.device)
                     lps = rows.gather(-1, target[:, None])[:, 0].double().cpu().numpy()
                     fd = FullDistribution(*full_moments(rows)) if full_distribution else None
-                    out[i] = (lps, fd)
+                    out[i] = (lps, fd, top_values(rows, top))
                 bar.update(sum(len(inputs[i]) for i in batch))
         return out
 
@@ -345,13 +362,14 @@ class HFTarget(ChatScoring, Target):
             scored = self._chat_scored(items, full_distribution=full_distribution, progress=progress)
             return [
                 self._record(t, ids[1:], lps, ids[:1], fd, meta=self._chat_meta())
-                for t, ids, (lps, fd) in zip(texts, all_ids, scored, strict=True)
+                for t, ids, (lps, fd, _) in zip(texts, all_ids, scored, strict=True)
             ]
         scored = self._score_sequences(
             all_ids, [1] * len(texts), full_distribution=full_distribution, progress=progress, desc="logprobs"
         )
         return [
-            self._record(t, ids[1:], lps, ids[:1], fd) for t, ids, (lps, fd) in zip(texts, all_ids, scored, strict=True)
+            self._record(t, ids[1:], lps, ids[:1], fd)
+            for t, ids, (lps, fd, _) in zip(texts, all_ids, scored, strict=True)
         ]
 
     def _prepare_conditional(self, prefix: str, texts: Sequence[str]) -> tuple[list[int], list[list[int]]]:
@@ -374,8 +392,9 @@ class HFTarget(ChatScoring, Target):
                 f"prefix of {len(p_ids)} tokens + longest text exceed the context window of {self.max_context}; "
                 f"keeping only the last {room} prefix tokens"
             )
-            warnings.warn(msg, stacklevel=3)
-            log.warning(msg)
+            if msg not in self._said:  # once per run, not once per batch (and not also as a Python warning)
+                self._said.add(msg)
+                log.warning(msg)
             p_ids = p_ids[-room:]
         return p_ids, t_ids
 
@@ -416,7 +435,7 @@ class HFTarget(ChatScoring, Target):
         with torch.inference_mode():
             out = self.model(input_ids=torch.tensor([p_ids], device=self.device), use_cache=True, **self._last_logit)
         first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # predicts each text's 1st token
-        prefix_cache = out.past_key_values
+        prefix_cache, cache_kw = kv_cache_of(out)
         results: list[Any] = [first[s[0]].reshape(1).double().cpu().numpy() for s in t_ids]
         # A text's last token predicts nothing, so only s[:-1] is fed (one-token texts need no forward).
         todo = [i for i, s in enumerate(t_ids) if len(s) > 1]
@@ -432,7 +451,7 @@ class HFTarget(ChatScoring, Target):
                 cache = _shared_prefix_cache(prefix_cache, len(batch))
                 with torch.inference_mode():
                     logits = self.model(
-                        input_ids=ids, attention_mask=full_mask, position_ids=pos, past_key_values=cache, use_cache=True
+                        input_ids=ids, attention_mask=full_mask, position_ids=pos, use_cache=True, **{cache_kw: cache}
                     ).logits
                 logp = torch.log_softmax(logits.float(), dim=-1)
                 for row, i in enumerate(batch):
@@ -460,7 +479,8 @@ class HFTarget(ChatScoring, Target):
         )
         meta = {"prefix_tokens": len(p_ids)}
         return [
-            self._record(t, ids, lps, p_ids, meta=meta) for t, ids, (lps, _) in zip(texts, t_ids, scored, strict=True)
+            self._record(t, ids, lps, p_ids, meta=meta)
+            for t, ids, (lps, _, _) in zip(texts, t_ids, scored, strict=True)
         ]
 
     def conditional_pairs(self, pairs: Sequence[tuple[str, str]], *, progress: bool = True) -> list[TokenLogprobs]:
@@ -478,8 +498,51 @@ class HFTarget(ChatScoring, Target):
         )
         return [
             self._record(text, t_ids[0], lps, p_ids, meta={"prefix_tokens": len(p_ids)})
-            for (_, text), (p_ids, t_ids), (lps, _) in zip(pairs, prepared, scored, strict=True)
+            for (_, text), (p_ids, t_ids), (lps, _, _) in zip(pairs, prepared, scored, strict=True)
         ]
+
+    def read_records(
+        self,
+        items: Sequence[tuple[str | None, str]],
+        read: ReadOptions,
+        *,
+        full_distribution: bool = False,
+        progress: bool = True,
+    ) -> list[TokenLogprobs]:
+        """``Target.read_records`` computed exactly: every value is exact, so ``read.recover`` changes
+        nothing; ``read.top`` adds the top-``K`` logprobs of each position's full distribution (what
+        an API's top-n list reports, here exact); sampled positions keep only their rows (under chat
+        conditioning only their contexts are run, one forward per kept position)."""
+        items = list(items)
+        if not items:
+            return []
+        if self.chat is not None:
+            return self._chat_read(items, read, full_distribution=full_distribution, progress=progress)
+        seqs, starts, contexts, scored_ids, metas = [], [], [], [], []
+        for i, (prefix, text) in enumerate(items):
+            if prefix is None:
+                ids = self.tokenize(text)
+                self._check_ids(ids, i, text)
+                seqs.append(ids)
+                starts.append(1)
+                contexts.append(ids[:1])
+                scored_ids.append(ids[1:])
+                metas.append({})
+            else:
+                p_ids, t_ids = self._prepare_conditional(prefix, [text])
+                seqs.append(p_ids + t_ids[0])
+                starts.append(len(p_ids))
+                contexts.append(p_ids)
+                scored_ids.append(t_ids[0])
+                metas.append({"prefix_tokens": len(p_ids)})
+        scored = self._score_sequences(
+            seqs, starts, full_distribution=full_distribution, progress=progress, desc="logprobs", top=read.top
+        )
+        out = []
+        for (_, text), ctx, ids, meta, (lps, fd, top) in zip(items, contexts, scored_ids, metas, scored, strict=True):
+            record = self._record(text, ids, lps, ctx, fd, meta=meta, top=top)
+            out.append(record.subset(read.select(len(record), text)))
+        return out
 
     # ---- ground truth for the provider emulator
     def logprob_matrix(self, ids: Sequence[int]) -> np.ndarray:
@@ -538,8 +601,12 @@ class HFTarget(ChatScoring, Target):
         top_k: int | None = None,
     ) -> list[str]:
         """Continuations (greedy at temperature 0; seeded sampling otherwise, from the top ``top_k``
-        tokens when given), prompts without BOS."""
-        torch = self._torch
+        tokens when given), prompts without BOS, decoded with the KV cache (``adapters/hf_decode.py``).
+
+        Each prompt draws from its own generator seeded by ``seed`` and its ids
+        (``hf_decode.row_generator``): the same seed gives the same sample of a prompt whatever
+        else is in the call. Every prompt of the call is decoded in as few batches as fit
+        (``generate_rows`` rows), identical prompts sharing one prefill."""
         prompts = list(prompts)
         if self.chat is not None:  # the prompt is a user turn; the reply is generated after it
             p_ids = [self.tokenize(self.chat.render(p, self.tokenizer)) for p in prompts]
@@ -547,23 +614,39 @@ class HFTarget(ChatScoring, Target):
             p_ids = [self.tokenize(p) for p in prompts]
         for i, (p, ids) in enumerate(zip(prompts, p_ids, strict=True)):
             self._check_ids(ids, i, p, min_tokens=1)
-        outs: list[str] = [""] * len(prompts)
-        sample = temperature > 0
-        kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": sample, "pad_token_id": self._pad_id}
-        kwargs |= {"temperature": float(temperature), "top_k": int(top_k or 0), "top_p": 1.0} if sample else {}
-        with torch.random.fork_rng(devices=[] if self.device == "cpu" else None):
-            if seed is not None:
-                torch.manual_seed(seed)
-            for batch in self._batches([len(p) for p in p_ids]):
-                ids, mask, _, _ = self._pad([p_ids[i] for i in batch], "left")
-                with torch.inference_mode():
-                    gen = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-                for row, i in enumerate(batch):
-                    new = gen[row, ids.shape[1] :].tolist()
-                    if self.tokenizer.eos_token_id in new:
-                        new = new[: new.index(self.tokenizer.eos_token_id)]
-                    outs[i] = self.decode(new)
-        return outs
+        outs: list[list[int]] = [[] for _ in prompts]
+        if max_new_tokens <= 0 or not prompts:
+            return ["" for _ in prompts]
+        eos = self.tokenizer.eos_token_id
+
+        def chooser(i: int) -> Chooser:
+            rng = row_generator(seed, p_ids[i]) if temperature > 0 else None
+
+            def choose(row: np.ndarray) -> int | None:
+                tok = pick_token(row, temperature=temperature, rng=rng, top_k=top_k)
+                if tok == eos:
+                    return None
+                outs[i].append(tok)
+                return tok if len(outs[i]) < max_new_tokens else None
+
+            return choose
+
+        self.decode_rows(p_ids, [chooser(i) for i in range(len(prompts))])
+        return [self.decode(o) for o in outs]
+
+    def decode_rows(self, prompts: Sequence[Sequence[int]], choosers: Sequence[Chooser]) -> int:
+        """KV-cached decoding of raw id rows, each token chosen by its row's chooser
+        (``hf_decode.decode_rows``; the provider emulator samples through this); returns the
+        number of forward calls."""
+        return decode_rows(
+            self.model,
+            prompts,
+            choosers,
+            pad_id=self._pad_id,
+            device=self.device,
+            max_rows=max(self.batch_size, self.generate_rows),
+            max_context=self.max_context,
+        )
 
 
 # --------------------------------------------------------------------------- factories

@@ -23,7 +23,7 @@ from blackbox_audit.errors import UserError
 from blackbox_audit.types import FullDistribution, TokenLogprobs
 
 from .chat_templates import ChatConditioning
-from .hf_moments import full_moments
+from .hf_moments import full_moments, top_values
 
 
 class ChatScoring:
@@ -70,38 +70,100 @@ class ChatScoring:
         return torch.log_softmax(logits[:, -1].float(), dim=-1)
 
     def _chat_scored(
-        self, items: Sequence[tuple[Sequence[int], Sequence[int]]], *, full_distribution: bool, progress: bool
-    ) -> list[tuple[np.ndarray, FullDistribution | None]]:
+        self,
+        items: Sequence[tuple[Sequence[int], Sequence[int]]],
+        *,
+        full_distribution: bool,
+        progress: bool,
+        top: int = 0,
+        keep: Sequence[np.ndarray | None] | None = None,
+    ) -> list[tuple[np.ndarray, FullDistribution | None, np.ndarray | None]]:
         """For each (context, ids): lp of ``ids[j]`` as the reply's first token to the chat turn
-        holding ``context + ids[:j]`` (one rendered context per position)."""
+        holding ``context + ids[:j]`` (one rendered context per position). ``keep[k]``: only those
+        positions of item ``k`` are run and returned (None: all); ``top``: also the ``top`` largest
+        logprobs of each position's distribution."""
         torch = self._torch
+        chosen = [
+            np.arange(len(ids), dtype=np.int64) if keep is None or keep[k] is None else np.asarray(keep[k])
+            for k, (_, ids) in enumerate(items)
+        ]
         jobs: list[tuple[int, int, list[int]]] = []
         for k, (ctx, ids) in enumerate(items):
             full = [*ctx, *ids]
-            for j in range(len(ids)):
-                cids = self._chat_ids(full[: len(ctx) + j])
+            for r, j in enumerate(chosen[k]):
+                cids = self._chat_ids(full[: len(ctx) + int(j)])
                 if len(cids) > self.max_context:
                     raise UserError(
                         f"a chat-rendered context of {len(cids)} tokens exceeds the model's context window "
                         f"of {self.max_context}",
                         "truncate long samples before scoring with chat conditioning",
                     )
-                jobs.append((k, j, cids))
-        lps = [np.empty(len(ids), dtype=np.float64) for _, ids in items]
-        moments = [np.empty((3, len(ids)), dtype=np.float64) for _, ids in items] if full_distribution else None
+                jobs.append((k, r, cids))
+        lps = [np.empty(len(c), dtype=np.float64) for c in chosen]
+        moments = [np.empty((3, len(c)), dtype=np.float64) for c in chosen] if full_distribution else None
+        tops = [np.full((len(c), top), np.nan) for c in chosen] if top else None
         with self._progress(len(jobs), "chat-conditioned logprobs", progress) as bar:
             for batch in self._batches([len(c) for _, _, c in jobs]):
                 rows = self._last_logprobs([jobs[i][2] for i in batch])
-                tgt = torch.tensor([int(items[jobs[i][0]][1][jobs[i][1]]) for i in batch], device=rows.device)
+                tgt = torch.tensor(
+                    [int(items[jobs[i][0]][1][int(chosen[jobs[i][0]][jobs[i][1]])]) for i in batch], device=rows.device
+                )
                 vals = rows.gather(-1, tgt[:, None])[:, 0].double().cpu().numpy()
                 stats = full_moments(rows) if moments is not None else None
+                best = top_values(rows, top)
                 for r, i in enumerate(batch):
                     k, j, _ = jobs[i]
                     lps[k][j] = vals[r]
                     if moments is not None and stats is not None:
                         moments[k][:, j] = [stats[0][r], stats[1][r], stats[2][r]]
+                    if tops is not None and best is not None:
+                        tops[k][j, : best.shape[1]] = best[r]
                 bar.update(len(batch))
-        return [(lp, None if moments is None else FullDistribution(*moments[k])) for k, lp in enumerate(lps)]
+        return [
+            (lp, None if moments is None else FullDistribution(*moments[k]), None if tops is None else tops[k])
+            for k, lp in enumerate(lps)
+        ]
+
+    def _chat_read(
+        self, items: Sequence[tuple[str | None, str]], read: Any, *, full_distribution: bool, progress: bool
+    ) -> list[TokenLogprobs]:
+        """``read_records`` under chat conditioning: only the kept positions' contexts are run."""
+        prepared = []
+        for i, (prefix, text) in enumerate(items):
+            ids = self.tokenize(text)
+            if prefix is None:
+                self._check_ids(ids, i, text)
+                prepared.append((ids[:1], ids[1:], {}))
+            else:
+                p_ids = self.tokenize(prefix)
+                if not p_ids:
+                    raise UserError("the conditioning prefix is empty (0 tokens)", "pass a non-empty prefix text")
+                self._check_ids(ids, i, text, min_tokens=1)
+                prepared.append((p_ids, ids, {"prefix_tokens": len(p_ids)}))
+        keep = [read.select(len(ids), text) for (_, text), (_, ids, _) in zip(items, prepared, strict=True)]
+        scored = self._chat_scored(
+            [(ctx, ids) for ctx, ids, _ in prepared],
+            full_distribution=full_distribution,
+            progress=progress,
+            top=read.top,
+            keep=keep,
+        )
+        out = []
+        for (_, text), (ctx, ids, meta), kept, (lps, fd, top) in zip(items, prepared, keep, scored, strict=True):
+            rows = np.arange(len(ids)) if kept is None else kept
+            out.append(
+                self._record(
+                    text,
+                    [ids[int(j)] for j in rows],
+                    lps,
+                    ctx,
+                    fd,
+                    meta={**meta, **self._chat_meta()},
+                    top=top,
+                    positions=None if kept is None else np.asarray(kept, dtype=np.int64),
+                )
+            )
+        return out
 
     def _chat_conditional(self, prefix: str, texts: Sequence[str], *, progress: bool) -> list[TokenLogprobs]:
         p_ids = self.tokenize(prefix)
@@ -113,5 +175,6 @@ class ChatScoring:
         scored = self._chat_scored([(p_ids, ids) for ids in t_ids], full_distribution=False, progress=progress)
         meta = {"prefix_tokens": len(p_ids), **self._chat_meta()}
         return [
-            self._record(t, ids, lps, p_ids, meta=meta) for t, ids, (lps, _) in zip(texts, t_ids, scored, strict=True)
+            self._record(t, ids, lps, p_ids, meta=meta)
+            for t, ids, (lps, _, _) in zip(texts, t_ids, scored, strict=True)
         ]

@@ -7,6 +7,8 @@ per position, the mean and standard deviation of ``log p`` under ``p`` and ``sum
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
@@ -37,3 +39,11 @@ def full_moments(logp) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     s = (p * log1m_p(logp)).sum(-1)
     as_np = lambda t: t.double().cpu().numpy()  # noqa: E731
     return as_np(mean), as_np(var.sqrt()), as_np(s)
+
+
+def top_values(rows: Any, top: int) -> np.ndarray | None:
+    """The ``top`` largest logprobs of each row of ``rows`` ([P, V] torch), descending, as float64."""
+    if not top:
+        return None
+    k = min(int(top), rows.shape[-1])
+    return rows.topk(k, dim=-1).values.double().cpu().numpy()

@@ -27,7 +27,7 @@ def load_openai(model: str, *, spending: Spending | None = None, **options: Any)
     if not model:
         raise UserError("no model in target 'openai:'", "write openai:MODEL, e.g. openai:gpt-4o-mini")
     key_env = options.get("api_key_env") or "OPENAI_API_KEY"
-    api_key = read_api_key(key_env, options.get("api_key"), required=True)
+    api_key = read_api_key(key_env, options.get("api_key"), required=True, from_flag=bool(options.get("api_key_env")))
     base_url = options.get("base_url") or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
     table = load_token_table(options.get("tokenizer"), model=model)
     return build_api_target(

@@ -6,7 +6,10 @@ and stored in the target's ``describe()``). All requests go through the cache-fi
 so probing the same target again costs nothing.
 
 Checks, in order: which API answers (completions vs chat); token-id prompts; whether logprobs
-are refused (403); the top-n cap; integer-only bias (a 0.5 bias → 400); bias-reflecting (+3
+are refused (403, or 4xx for every top-n); whether the accepted logprobs can be a model's at all
+(``junk_reason``: a constant such as 0 or -9999 for every token, positive values, a top-n whose
+probabilities sum past 1, a top-1 below log(1/V); junk is a "no usable logprobs" verdict and its
+answer is dropped from the request cache); the top-n cap; integer-only bias (a 0.5 bias → 400); bias-reflecting (+3
 on the 3rd-ranked token: its logprob relative to the top-1 rises by ≈3); forced token and
 argmax movement (the cap on a token outside the top-n: emitted? with a real logprob below
 lp_n?); whether a biased answer still carries the unbiased top-n (then a bisection's first flip
@@ -44,6 +47,7 @@ PROBE_TEXT = (
     "the members agreed to postpone the vote until the following week."
 )
 TOP_N_CANDIDATES = (20, 10, 5, 1)
+UNKNOWN_VOCAB = 2**24  # vocabulary size assumed when the tokenizer does not give one (no model has more)
 
 
 class NoLogprobs(Exception):
@@ -67,8 +71,8 @@ class ProbeReport:
 
 
 # probe-2 could cache verdicts drawn from errors; probe-4 adds cap, jitter, prompt logprobs; probe-5 the
-# unbiased top-n under a bias (``Semantics.top_under_bias``)
-PROBE_VERSION = "probe-5"
+# unbiased top-n under a bias (``Semantics.top_under_bias``); probe-6 refuses junk logprobs (``junk_reason``)
+PROBE_VERSION = "probe-6"
 
 
 def probe_cache_key(
@@ -82,6 +86,18 @@ def probe_cache_key(
     return "probe:" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+def endpoint_key(base_url: str, model: str, api: str, system: str | None, template: str, sampling: Any) -> str:
+    """The part of a probe key that names the endpoint and conditioning but not the local tokenizer
+    table: a ``probe`` run that read the server's tokenizer and a dry-run that must name a local one
+    (``compat:``) still mean the same endpoint. Keys the endpoint's probe report copy
+    (``"probe-endpoint:"``) and its measured recovery (``"recovery:"``)."""
+    import hashlib
+    import json
+
+    parts = [PROBE_VERSION, base_url.rstrip("/"), model, api, system, template, dict(sampling)]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
 def report_from_json(obj: dict[str, Any]) -> ProbeReport:
     sem = obj.get("semantics")
     return ProbeReport(obj["api"], bool(obj["id_prompts"]), None if sem is None else Semantics(**sem), obj["evidence"])
@@ -89,18 +105,40 @@ def report_from_json(obj: dict[str, Any]) -> ProbeReport:
 
 def cached_probe_report(
     cache: Any, base_url: str, model: str, table: TokenTable, api: str, system: str | None, template: str, sampling: Any
-) -> ProbeReport | None:
-    """The probe report stored for this endpoint and conditioning, or None (nothing is sent).
+) -> tuple[ProbeReport | None, str]:
+    """The probe report stored for this endpoint and conditioning, or None (nothing is sent), and
+    where it came from: the probe of this very target, else the probe of the same endpoint under
+    another tokenizer table (``endpoint_key``; e.g. ``probe`` on a ``compat:`` target reads the
+    server's tokenizer, its dry-run a local one). A "no usable logprobs" verdict is a report whose
+    ``semantics`` is None. Keyed like ``build_api_target``'s: the URL without credentials, entries
+    checksummed."""
+    if cache is None:
+        return None, ""
+    from blackbox_audit.engine import read_checked
+    from blackbox_audit.redaction import split_url_credentials
 
-    Keyed like ``build_api_target``'s: the URL without credentials, entries checksummed."""
+    public_url = split_url_credentials(base_url)[0].rstrip("/")
+    hit = read_checked(cache, probe_cache_key(public_url, model, table, api, system, template, sampling))
+    source = "the cached probe of this target"
+    if hit is None or hit.get("semantics") is None:
+        endpoint = endpoint_key(public_url, model, api, system, template, sampling)
+        other = read_checked(cache, "probe-endpoint:" + endpoint)
+        if other is not None and other.get("semantics") is not None:
+            hit, source = other, "the cached probe of this endpoint (probed with another tokenizer table)"
+    return (None, "") if hit is None else (report_from_json(hit), source)
+
+
+def cached_recovery(
+    cache: Any, base_url: str, model: str, api: str, system: str | None, template: str, sampling: Any
+) -> dict[str, Any] | None:
+    """What finished runs measured about this endpoint's recovery (``planning.measured``), or None."""
     if cache is None:
         return None
     from blackbox_audit.engine import read_checked
     from blackbox_audit.redaction import split_url_credentials
 
     public_url = split_url_credentials(base_url)[0].rstrip("/")
-    hit = read_checked(cache, probe_cache_key(public_url, model, table, api, system, template, sampling))
-    return None if hit is None or hit.get("semantics") is None else report_from_json(hit)
+    return read_checked(cache, "recovery:" + endpoint_key(public_url, model, api, system, template, sampling))
 
 
 def cached_planning_view(
@@ -108,17 +146,15 @@ def cached_planning_view(
 ) -> PlanningView:
     """The ``--dry-run`` view of an API endpoint (``planning.endpoint_view``), nothing sent: the ladder's
     shape from the probe report cached for the same endpoint and conditioning (a target probed
-    before), else the widest, unprobed range with the probe's own requests counted."""
-    report = cached_probe_report(
-        options.get("cache"),
-        base_url,
-        model,
-        table,
-        options.get("api") or "auto",
-        options.get("system"),
-        options.get("user_template") or "{prefix}",
-        tuple(sorted(sampling.items())),
-    )
+    before, or ``blackbox-audit probe``), else the widest, unprobed range with the probe's own
+    requests counted; and what earlier runs measured of its recovery, which narrows the range. A
+    cached "no usable logprobs" verdict makes it a text-only view (``logprobs=False``)."""
+    api = options.get("api") or "auto"
+    system = options.get("system")
+    template = options.get("user_template") or "{prefix}"
+    pairs = tuple(sorted(sampling.items()))
+    cache = options.get("cache")
+    report, source = cached_probe_report(cache, base_url, model, table, api, system, template, pairs)
     probed = report is not None and report.semantics is not None
     return endpoint_view(
         name,
@@ -127,7 +163,10 @@ def cached_planning_view(
         price=price,
         tokenizer_name=table.name,
         semantics=report.semantics if probed else None,
-        probed_by="the cached probe of this target" if probed else None,
+        probed_by=source if probed else None,
+        logprobs=report is None or report.semantics is not None,
+        recovery=cached_recovery(cache, base_url, model, api, system, template, pairs) if probed else None,
+        prior=bool(options.get("prior")),
     )
 
 
@@ -206,6 +245,11 @@ async def probe_endpoint(
             ev.append("logprobs refused with HTTP 403 (plain requests answered): only text-only methods can audit it")
             return ProbeReport(api, id_prompts, None, ev)
         if data is not None:
+            junk = junk_reason(reported_logprobs(data, api), table.vocab_size)
+            if junk is not None:  # accepted, but the numbers carry nothing: refused, and not kept
+                engine.forget(path, oracle.body(ctx, {}))
+                ev.append(f"logprobs answered but unusable: {junk}")
+                return ProbeReport(api, id_prompts, None, ev)
             top_n, base = n, oracle.parse(data, {})
             ev.append(f"top-n cap: {n} accepted" + (f" ({TOP_N_CANDIDATES[0]} refused)" if n != 20 else ""))
             break
@@ -318,6 +362,46 @@ async def probe_endpoint(
         top_under_bias=top_under_bias,
     )
     return ProbeReport(api, id_prompts, sem, ev)
+
+
+def reported_logprobs(data: dict[str, Any], api: str) -> tuple[list[float], list[float]]:
+    """(every number reported at the first position, the top-n list's values) of an answer."""
+    choice = (data.get("choices") or [{}])[0]
+    lp = choice.get("logprobs") or {}
+    if api == "chat":
+        first = (lp.get("content") or [{}])[0] or {}
+        tops = [e.get("logprob") for e in first.get("top_logprobs") or []]
+        own = [first.get("logprob")]
+    else:
+        tops = list(((lp.get("top_logprobs") or [None])[0] or {}).values())
+        own = [(lp.get("token_logprobs") or [None])[0]]
+    tops = [float(v) for v in tops if isinstance(v, int | float)]
+    return [float(v) for v in own if isinstance(v, int | float)] + tops, tops
+
+
+def junk_reason(values: tuple[list[float], list[float]], vocab_size: int) -> str | None:
+    """Why reported logprobs cannot be a model's (None: plausible). ``values``: every reported
+    number and the top-n list's (``reported_logprobs``); ``vocab_size`` <= 1: unknown, taken as
+    ``UNKNOWN_VOCAB``. A distribution over V tokens has every
+    logprob <= 0, a top-1 of at least log(1/V), a top-n whose probabilities sum to at most 1, and
+    (with a top-n of several tokens) not one value repeated: a constant 0 or -9999 for every token,
+    as some endpoints return, fails these."""
+    every, tops = values
+    if not every:
+        return None
+    if len(tops) >= 2 and len(set(every)) == 1:
+        return f"every reported logprob is {every[0]:g} (a constant carries no information)"
+    bad = [v for v in every if not math.isfinite(v) or v > 1e-4]
+    if bad:
+        return f"a reported logprob is {bad[0]:g}, not a log-probability (<= 0)"
+    mass = sum(math.exp(v) for v in tops)
+    if mass > 1 + 1e-3:
+        return f"the top-{len(tops)} probabilities sum to {mass:.3g} > 1"
+    vocab = vocab_size if vocab_size > 1 else UNKNOWN_VOCAB  # a server tokenizer may not say its size
+    floor = -math.log(vocab)
+    if tops and max(tops) < floor - 1e-3:
+        return f"the largest reported logprob is {max(tops):g}, below log(1/{vocab}) = {floor:.3g}"
+    return None
 
 
 def _top_change(a: Answer, b: Answer) -> float:

@@ -68,7 +68,11 @@ _API = Capabilities(
     full_distribution=False, conditional=True, generation=True, extra={"white_box": False, "fine_tuning": True}
 )
 _TEXT_ONLY_API = Capabilities(
-    full_distribution=False, conditional=False, generation=True, extra={"white_box": False, "logprobs": False}
+    full_distribution=False,
+    conditional=False,
+    generation=True,
+    logprobs=False,
+    extra={"white_box": False, "logprobs": False},
 )
 
 TARGET_KINDS: dict[str, TargetKind] = {}

@@ -95,7 +95,7 @@ def encoding_for_model(model: str) -> str:
     except KeyError as exc:
         raise UserError(
             f"no known tokenizer for OpenAI model '{model}'",
-            "pass the encoding explicitly (--tokenizer tiktoken:o200k_base)",
+            f"pass the encoding explicitly (--tokenizer tiktoken:o200k_base) or another --tokenizer: {TOKENIZER_FORMS}",
         ) from exc
 
 
@@ -208,7 +208,7 @@ class HFTable(TokenTable):
 
             return cls(AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name), f"gguf:{p.name}")
         if not p.is_dir():
-            raise UserError(f"tokenizer folder '{path}' does not exist", "give an HF tokenizer folder or a .gguf file")
+            raise UserError(f"tokenizer folder '{path}' does not exist", f"give --tokenizer one of: {TOKENIZER_FORMS}")
         from transformers import AutoTokenizer
 
         return cls(AutoTokenizer.from_pretrained(str(p)), f"hf:{p.name}")
@@ -239,6 +239,10 @@ class HFTable(TokenTable):
         return len(self.tok)
 
 
+#: every form ``--tokenizer`` takes, for the messages that ask for one (``load_token_table``)
+TOKENIZER_FORMS = "tiktoken:NAME, an HF tokenizer folder, a .gguf file or smollm2 (the bundled SmolLM2's)"
+
+
 def load_token_table(spec: str | None, *, model: str | None = None) -> TokenTable:
     """``tiktoken:NAME`` | HF folder | ``.gguf`` file | ``smollm2`` | None (OpenAI model name → tiktoken)."""
     if spec:
@@ -252,7 +256,7 @@ def load_token_table(spec: str | None, *, model: str | None = None) -> TokenTabl
             spec = str(smollm2_gguf_path())
         return HFTable.from_path(spec.removeprefix("hf:").removeprefix("gguf:"))
     if model is None:
-        raise UserError("no tokenizer for this target", "pass --tokenizer (tiktoken:NAME, an HF folder or a .gguf)")
+        raise UserError("no tokenizer for this target", f"pass --tokenizer: {TOKENIZER_FORMS}")
     return TiktokenTable(encoding_for_model(model))
 
 

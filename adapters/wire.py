@@ -60,6 +60,9 @@ class ApiOracle:
     def __init__(self, engine: RequestEngine, model: str, table: TokenTable, cond: Conditioning, top_n: int) -> None:
         self.engine, self.model, self.table, self.cond, self.top_n = engine, model, table, cond, top_n
         self.requests = 0
+        # billed prompt tokens beyond the context's own tokens, over ladder requests whose answer
+        # reported its usage: the endpoint's template overhead per request (``planning.measured``)
+        self.prompt_excess = [0, 0]  # [sum of billed - context tokens, requests]
 
     # ---- request bodies
     def body(self, context: Sequence[int], bias: Mapping[int, float], *, top_n: int | None = None, **extra: Any):
@@ -91,6 +94,10 @@ class ApiOracle:
 
     async def query(self, context: Sequence[int], bias: Mapping[int, float]) -> Answer:
         data = await self.post(self.body(context, bias))
+        billed = (data.get("usage") or {}).get("prompt_tokens") if isinstance(data, dict) else None
+        if isinstance(billed, int) and not isinstance(billed, bool):
+            self.prompt_excess[0] += billed - len(context)
+            self.prompt_excess[1] += 1
         return self.parse(data, bias)
 
     # ---- response parsing

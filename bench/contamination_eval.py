@@ -11,7 +11,8 @@
    ``Contamination`` then runs on the fine-tuned model and on unmodified SmolLM2. Scores are
    cached (``CachedTarget``), so only the first split runs the models.
 3. It prints, per model: how often the dataset-level test flags the benchmark, the rate's
-   estimate and how often its CI covers 50% (or includes 0 on the clean model), the flagged
+   estimate and how often its lower confidence bound stays at or below 50% (or at 0 on the clean
+   model; ``bench/contamination_rate_coverage.py`` measures the bound at 0/50/100%), the flagged
    list's FDR (mean FDP over splits, with its standard error) and power, and the PAC-style rate
    beside what it reads on known non-members. Split 0's files and the equivalent CLI command
    are written to ``--out``.
@@ -80,7 +81,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alpha", type=float, default=0.05)
     p.add_argument("--score", default="loss")
     p.add_argument("--part", default="output", choices=("output", "whole"))
-    p.add_argument("--bootstrap", type=int, default=2000)
     p.add_argument("--epochs", type=int, help="canary epochs (default: the canary's smollm2 default)")
     p.add_argument("--cache-dir", help="cache (default $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
     p.add_argument("--out", default="runs/contamination_eval", help="split 0's files and CLI command go here")
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             f"unmodified SmolLM2 (--clean-null redraw): each split draws its benchmark of {2 * n_m} items afresh "
             f"from all {n_m + len(never)}, held-out = the other {len(never) - n_m} (true rate 0%)"
         )
-    cfg = ContaminationConfig(score=a.score, part=a.part, alpha=a.alpha, n_bootstrap=a.bootstrap)
+    cfg = ContaminationConfig(score=a.score, part=a.part, alpha=a.alpha)
     workspace = Workspace.open(cache_dir=a.cache_dir)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -196,10 +196,10 @@ def main(argv: list[str] | None = None) -> int:
                     {
                         "p": v.p_value,
                         "flagged_set": v.decision == "contaminated",
-                        "rate": v.estimate["rate"],
+                        "rate": v.estimate["rate_estimate"],
                         "lo": lo,
                         "hi": hi,
-                        "covers_truth": lo <= 0.5 * truth <= hi,
+                        "covers_truth": lo <= 0.5 * truth <= hi,  # hi = 1: a lower bound
                         "includes_zero": lo <= 0.0,
                         "n_flagged": v.estimate["n_flagged"],
                         "fdp": real_fdp,
@@ -246,7 +246,7 @@ def report(name: str, rows: list[dict], alpha: float, *, truth: bool) -> None:
     n = len(rows)
     fl = sum(r["flagged_set"] for r in rows)
     rate, rate_se = mean_se("rate")
-    width = float(np.mean([r["hi"] - r["lo"] for r in rows]))
+    low = float(np.mean([r["lo"] for r in rows]))
     pac, _ = mean_se("pac_rate")
     pac_h, _ = mean_se("pac_heldout")
     auc = [r["auc_members"] for r in rows if r["auc_members"] is not None]
@@ -260,8 +260,8 @@ def report(name: str, rows: list[dict], alpha: float, *, truth: bool) -> None:
         fdr, fdr_se = mean_se("fdp")
         pw, pw_se = mean_se("power")
         print(
-            f"  rate: mean estimate {rate:.3f} ± {rate_se:.3f} (SE), mean CI width {width:.3f}; "
-            f"CI covers 50%: {cov}/{n}"
+            f"  rate: mean PTDI estimate {rate:.3f} ± {rate_se:.3f} (SE), mean lower bound {low:.3f}; "
+            f"lower bound <= 50%: {cov}/{n}"
         )
         print(
             f"  flagged list: mean {np.mean([r['n_flagged'] for r in rows]):.1f} items; FDR (mean FDP) {fdr:.4f} ± "
@@ -270,7 +270,7 @@ def report(name: str, rows: list[dict], alpha: float, *, truth: bool) -> None:
     else:
         inc = sum(r["includes_zero"] for r in rows)
         any_flag = sum(r["n_flagged"] > 0 for r in rows)
-        print(f"  rate: mean estimate {rate:.3f}, mean CI width {width:.3f}; CI includes 0: {inc}/{n}")
+        print(f"  rate: mean PTDI estimate {rate:.3f}, mean lower bound {low:.3f}; lower bound at 0: {inc}/{n}")
         print(f"  flagged list: non-empty in {any_flag}/{n} splits (every flag here is false: nothing was trained)")
     print(
         f"  PAC-style thresholded rate: {pac:.3f} on the benchmark, {pac_h:.3f} on known non-members (same threshold)"

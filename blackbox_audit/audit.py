@@ -17,7 +17,9 @@ CLI builds it from its flags.
 Local models are loaded once per (spec, device, dtype, batch size) and shared by every target
 and emulator that names them; a ``chat`` option gives a view of the same weights with chat
 conditioning (``HFTarget.with_chat``). Emulators (``emulate = ...``) run for the audit's
-duration on 127.0.0.1.
+duration on 127.0.0.1. Canaries (``[canaries.NAME]``) are built, or reused, in the cache folder
+the first time a target or data set names them (``sim.canary.build_canary``); an emulator over a
+canary reads the canary's own tokenizer unless the spec names one.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blackbox_audit.auditspec import AuditSpec, StepSpec, TargetSpec, load_spec
+from blackbox_audit.auditspec import AuditSpec, DataSpec, StepSpec, TargetSpec, load_spec
 from blackbox_audit.engine.options import EngineOptions
 from blackbox_audit.engine.pricing import ModelPrice
 from blackbox_audit.errors import UserError
@@ -39,7 +41,16 @@ from blackbox_audit.workspace import Workspace
 LOCAL_BASE_OPTIONS = ("device", "batch_size", "dtype", "padding_side")
 CHAT_OPTIONS = ("chat", "system", "user_template")
 #: [audit] keys that are engine options (same names as ``EngineOptions``' fields)
-ENGINE_KEYS = ("budget_usd", "max_requests", "rpm", "tpm", "concurrency", "max_retries", "pricing")
+ENGINE_KEYS = (
+    "budget_usd",
+    "max_requests",
+    "rpm",
+    "tpm",
+    "concurrency",
+    "max_retries",
+    "rate_limit_wait_s",
+    "pricing",
+)
 
 
 def _say(msg: str) -> None:
@@ -70,6 +81,7 @@ class AuditRun:
     emulators: dict[str, Any] = field(default_factory=dict)
     datasets: dict[str, Any] = field(default_factory=dict)
     folders: dict[str, Path] = field(default_factory=dict)
+    canaries: dict[str, Any] = field(default_factory=dict)  # name -> built ``sim.canary.Canary``
 
     # ---- set-up
     def open(self) -> None:
@@ -91,6 +103,38 @@ class AuditRun:
             for emu in self.emulators.values():
                 emu.close()
 
+    # ---- canaries
+    def canary(self, name: str) -> Any:
+        """The built canary ``name`` (built once into the cache folder, then reused from there)."""
+        if name not in self.canaries:
+            from blackbox_audit.sim.canary import build_canary
+
+            _say(f"      canary '{name}': building it, or reusing the cached build")
+            self.canaries[name] = build_canary(
+                self.spec.canaries[name].options, cache_dir=self.spec.audit.get("cache_dir"), progress=self.progress
+            )
+        return self.canaries[name]
+
+    def local_spec(self, t: TargetSpec) -> str:
+        """A local target's spec: as written, or its canary's model folder."""
+        return self.canary(t.canary).target_spec if t.canary is not None else str(t.spec)
+
+    def api_options(self, t: TargetSpec) -> dict[str, Any]:
+        """An emulated target's options; over a canary, its tokenizer is the canary's own by default."""
+        opts = dict(t.options)
+        backend = self.spec.targets.get((t.emulate or {}).get("emulate", ""))
+        if "tokenizer" not in opts and backend is not None and backend.canary is not None:
+            opts["tokenizer"] = str(self.canary(backend.canary).model_dir)
+        return opts
+
+    def data_path(self, d: DataSpec) -> Path:
+        if d.canary is None:
+            return d.path  # type: ignore[return-value]
+        from blackbox_audit.sim.canary import SPLIT_FILES
+
+        built = self.canary(d.canary)
+        return built.dataset_path if d.split == "dataset" else built.path / SPLIT_FILES[d.split]
+
     # ---- data
     def dataset(self, name: str) -> Any:
         if name not in self.datasets:
@@ -98,8 +142,9 @@ class AuditRun:
 
             d = self.spec.data[name]
             o = d.options
+            path = self.data_path(d)
             ds = load_dataset(
-                d.path, text_field=o.get("text_field"), label_field=o.get("label_field", "label"),
+                path, text_field=o.get("text_field"), label_field=o.get("label_field", "label"),
                 id_field=o.get("id_field", "id"),
             )  # fmt: skip
             samples = ds.samples
@@ -110,8 +155,8 @@ class AuditRun:
             if "limit" in o:
                 samples = samples[: o["limit"]]
             if not samples:
-                raise UserError(f"data set '{name}' ({d.path}) is empty after rows/label/limit", "widen the selection")
-            self.datasets[name] = Dataset(samples, path=str(d.path), text_field=ds.text_field)
+                raise UserError(f"data set '{name}' ({path}) is empty after rows/label/limit", "widen the selection")
+            self.datasets[name] = Dataset(samples, path=str(path), text_field=ds.text_field)
         return self.datasets[name]
 
     # ---- targets
@@ -135,9 +180,9 @@ class AuditRun:
         backend_name = e["emulate"]
         if backend_name in self.spec.targets:
             b = self.spec.targets[backend_name]
-            if b.spec is None or is_api_spec(b.spec):
+            if b.canary is None and (b.spec is None or is_api_spec(b.spec)):
                 raise UserError(f"target '{t.name}' emulates '{backend_name}', which is not a local model", "")
-            backend = self.local_base(b.spec, b.options)
+            backend = self.local_base(self.local_spec(b), b.options)
         elif is_api_spec(backend_name):
             raise UserError(f"target '{t.name}' emulates {backend_name}, which is not a local model", "")
         else:
@@ -170,9 +215,9 @@ class AuditRun:
                 emu = self.emulator(t)
                 spec = f"compat:{emu.base_url}#{emu.model}"
             _say(f"      loading {spec} (probe answers come from the cache when known)")
-            self.targets[name] = self.workspace.open_target(str(spec), **t.options)
+            self.targets[name] = self.workspace.open_target(str(spec), **self.api_options(t))
         else:
-            base = self.local_base(str(t.spec), t.options)
+            base = self.local_base(self.local_spec(t), t.options)
             chat = chat_conditioning(*(t.options.get(k) for k in CHAT_OPTIONS))
             self.targets[name] = self.workspace.cached(base.with_chat(chat) if chat is not None else base)
         return self.targets[name]
@@ -252,6 +297,7 @@ def run_audit(path: str | Path, *, out: str | None = None, cache_dir: str | None
             "budget": run.workspace.budget_record(),
             "requests_sent": sent,
             "emulators": {n: e.stats() for n, e in run.emulators.items()},
+            "canaries": {n: {"path": str(c.path), "card": c.card} for n, c in run.canaries.items()},
         }
         write_outputs(out_dir, recorder=recorder, extra=extra)
     finally:
@@ -269,7 +315,8 @@ def run_audit(path: str | Path, *, out: str | None = None, cache_dir: str | None
 
 def plan_audit(path: str | Path, *, cache_dir: str | None = None, echo: Callable[[str], None] = print) -> int:
     """``--dry-run``: each step's calls priced on its targets' planning views; nothing is loaded or sent
-    (local models are loaded only to count tokens)."""
+    (local models are loaded only to count tokens; the spec's canaries are built first, locally, as
+    their texts and tokenizers are what is counted)."""
     from blackbox_audit.adapters import is_api_spec, planning_view
     from blackbox_audit.engine.cache import open_cache
     from blackbox_audit.methods import METHODS
@@ -297,12 +344,12 @@ def plan_audit(path: str | Path, *, cache_dir: str | None = None, echo: Callable
                     model = e.get("model") or "emu-" + e["profile"]
                     target_spec = f"compat:http://127.0.0.1:{e.get('port', 0)}/v1#{model}"
                 else:
-                    target_spec = str(t.spec)
+                    target_spec = run.local_spec(t)
                 if is_api_spec(target_spec):
                     keep = ("tokenizer", "api", "system", "user_template")
                 else:
                     keep = LOCAL_BASE_OPTIONS
-                opts = {k: v for k, v in t.options.items() if k in keep}
+                opts = {k: v for k, v in run.api_options(t).items() if k in keep}
                 views[name] = planning_view(target_spec, cache=cache, pricing=pricing, **opts)
             return views[name]
 

@@ -9,14 +9,21 @@ change here. Every error names the offending key and its line in the file.
 Layout::
 
     [audit]            out, cache_dir, no_cache, budget_usd, max_requests, rpm, tpm, concurrency,
-                       max_retries, pricing (a price file), report (write report.html, default true)
+                       max_retries, rate_limit_wait_s, pricing (a price file), report (write report.html,
+                       default true)
     [prices.MODEL]     prompt, cached_prompt, completion (USD per 1M tokens; override the table)
+    [canaries.NAME]    base, corpus, seed, members, nonmembers, calibration, epochs, min_tokens,
+                       max_tokens: a canary (``sim.canary``, a model whose training data is known
+                       exactly) built once into the cache folder before the steps, then reused
     [targets.NAME]     spec = "smollm2" | "hf:PATH" | "compat:URL#MODEL" | ...   and its options
                        (device, batch_size, dtype, chat, system, user_template, tokenizer, api,
                        api_key_env, ...); or emulate = "TARGET-NAME or local spec", profile, port,
                        model, noise, seed: the provider emulator over a local model, started for
-                       the audit (an offline rehearsal; give a fixed port so a rerun hits the cache)
-    [data.NAME]        path, text_field, label_field, id_field, limit, rows = [start, stop],
+                       the audit (an offline rehearsal; give a fixed port so a rerun hits the cache);
+                       or canary = "NAME": that canary's model (white-box, local options)
+    [data.NAME]        path (or canary = "NAME" with split = "dataset" | "members" | "nonmembers" |
+                       "calibration": the canary's labelled files), text_field, label_field,
+                       id_field, limit, rows = [start, stop],
                        label = 0 | 1 (keep only rows with that label, e.g. calibration non-members)
     [[steps]]          method = "score" | "em_mia" | "ptdi" | "compare" | any registered method
                        name (its folder; default the method's name), target, data, reference,
@@ -49,11 +56,14 @@ AUDIT_KEYS = {
     "tpm": (int, float),
     "concurrency": int,
     "max_retries": int,
+    "rate_limit_wait_s": (int, float),
     "pricing": str,
     "report": bool,
 }
 DATA_KEYS = {
     "path": str,
+    "canary": str,
+    "split": str,
     "text_field": str,
     "label_field": str,
     "id_field": str,
@@ -62,6 +72,19 @@ DATA_KEYS = {
     "label": int,
 }
 PRICE_KEYS = {"prompt": (int, float), "cached_prompt": (int, float), "completion": (int, float)}
+#: [canaries.NAME] keys -> ``CanaryOptions`` fields (README "Audit specs"; ``blackbox-audit canary build``)
+CANARY_KEYS = {
+    "base": str,
+    "corpus": str,
+    "seed": int,
+    "members": int,
+    "nonmembers": int,
+    "calibration": int,
+    "epochs": int,
+    "min_tokens": int,
+    "max_tokens": int,
+}
+CANARY_SPLITS = ("dataset", "members", "nonmembers", "calibration")
 EMULATE_KEYS = {"emulate": str, "profile": str, "port": int, "model": str, "noise": (int, float), "seed": int}
 TARGET_EXTRA = {
     "local": ("dtype", "padding_side"),
@@ -122,16 +145,25 @@ class Lines:
 @dataclass
 class TargetSpec:
     name: str
-    spec: str | None  # None: an emulator (``emulate``), whose compat URL is known once it runs
+    spec: str | None  # None: an emulator (``emulate``) or a canary, known once it runs or is built
     options: dict[str, Any]
     emulate: dict[str, Any] | None = None
+    canary: str | None = None  # a [canaries.NAME] whose model this target is
 
 
 @dataclass
 class DataSpec:
     name: str
-    path: Path
+    path: Path | None  # None: a canary's file, known once it is built
     options: dict[str, Any]
+    canary: str | None = None
+    split: str = "dataset"
+
+
+@dataclass
+class CanarySpec:
+    name: str
+    options: Any  # a resolved ``sim.canary.CanaryOptions``
 
 
 @dataclass
@@ -157,6 +189,7 @@ class AuditSpec:
     targets: dict[str, TargetSpec]
     data: dict[str, DataSpec]
     steps: list[StepSpec]
+    canaries: dict[str, CanarySpec] = field(default_factory=dict)
 
     @property
     def out(self) -> Path:
@@ -212,7 +245,7 @@ class SpecReader:
             raw = tomllib.loads(self.text)
         except tomllib.TOMLDecodeError as exc:
             raise UserError(f"{self.path.name} is not valid TOML: {exc}", "fix the syntax at that line") from None
-        known = ("audit", "prices", "targets", "data", "steps")
+        known = ("audit", "prices", "canaries", "targets", "data", "steps")
         for key in raw:
             if key not in known:
                 raise self.fail((), key, f"unknown section '{key}'", f"use the sections {', '.join(known)}")
@@ -230,8 +263,14 @@ class SpecReader:
             if "prompt" not in entry or "completion" not in entry:
                 raise self.fail(("prices", model), None, f"price of '{model}' needs prompt and completion", "add both")
             prices[model] = {k: float(v) for k, v in entry.items()}
-        targets = {n: self.target(n, v) for n, v in self.table(raw.get("targets", {}), ("targets",), "targets").items()}
-        data = {n: self.dataset(n, v) for n, v in self.table(raw.get("data", {}), ("data",), "data").items()}
+        canaries = {
+            n: self.canary(n, v) for n, v in self.table(raw.get("canaries", {}), ("canaries",), "canaries").items()
+        }
+        targets = {
+            n: self.target(n, v, canaries)
+            for n, v in self.table(raw.get("targets", {}), ("targets",), "targets").items()
+        }
+        data = {n: self.dataset(n, v, canaries) for n, v in self.table(raw.get("data", {}), ("data",), "data").items()}
         steps_raw = raw.get("steps", [])
         if not isinstance(steps_raw, list) or not steps_raw:
             raise self.fail((), "steps", "the spec has no [[steps]]", "add at least one [[steps]] with method = ...")
@@ -243,15 +282,54 @@ class SpecReader:
                 backend = t.emulate["emulate"]
                 if backend in targets and targets[backend].emulate is not None:
                     raise self.fail(("targets", t.name), "emulate", "an emulator cannot serve another emulator", "")
-        return AuditSpec(self.path, self.text, audit, prices, targets, data, steps)
+        return AuditSpec(self.path, self.text, audit, prices, targets, data, steps, canaries)
 
-    def target(self, name: str, value: Any) -> TargetSpec:
+    def canary(self, name: str, value: Any) -> CanarySpec:
+        from dataclasses import replace
+
+        from blackbox_audit.sim.canary import CanaryOptions, default_train_config
+
+        where = ("canaries", name)
+        opts = self.table(value, where, f"canaries.{name}")
+        self.typed(opts, CANARY_KEYS, where, f"[canaries.{name}]")
+        if not _NAME.match(name):
+            raise self.fail(where, None, f"canary name {name!r} is not a plain name", "use letters, digits, '-', '_'")
+        base = opts.get("base", "tiny")
+        corpus = opts.get("corpus", "sotu")
+        if corpus not in ("sotu",) and not corpus.startswith(("sotu:", "benchmark:")):
+            corpus = str(self.resolve(corpus))  # a corpus file, relative to the spec
+        try:
+            train = default_train_config(base)
+            if "epochs" in opts:
+                train = replace(train, epochs=opts["epochs"])
+            options = CanaryOptions(
+                corpus=corpus, base=base, seed=opts.get("seed", 0), n_members=opts.get("members"),
+                n_nonmembers=opts.get("nonmembers"), n_calibration=opts.get("calibration"),
+                min_tokens=opts.get("min_tokens"), max_tokens=opts.get("max_tokens"), train=train, n_shifted=0,
+            ).resolved()  # fmt: skip
+        except UserError as exc:
+            raise self.fail(where, None, f"canary '{name}': {exc.problem}", exc.fix or "") from None
+        return CanarySpec(name, options)
+
+    def target(self, name: str, value: Any, canaries: Mapping[str, CanarySpec]) -> TargetSpec:
         from blackbox_audit.adapters import target_kind
 
         where = ("targets", name)
         opts = self.table(value, where, f"targets.{name}")
-        if ("spec" in opts) == ("emulate" in opts):
-            raise self.fail(where, None, f"target '{name}' needs exactly one of spec or emulate", 'add spec = "..."')
+        if sum(k in opts for k in ("spec", "emulate", "canary")) != 1:
+            raise self.fail(
+                where, None, f"target '{name}' needs exactly one of spec, emulate or canary", 'add spec = "..."'
+            )
+        if "canary" in opts:
+            canary = opts.pop("canary")
+            if canary not in canaries:
+                raise self.fail(
+                    where, "canary", f"canary '{canary}' is not defined", f"define [canaries.{canary}] in the spec"
+                )
+            from blackbox_audit.adapters.registry import LOCAL_OPTIONS
+
+            self.check_options(opts, {*LOCAL_OPTIONS, *TARGET_EXTRA["local"]}, where, name)
+            return TargetSpec(name, None, opts, canary=canary)
         if "emulate" in opts:
             emu = {k: opts.pop(k) for k in list(opts) if k in EMULATE_KEYS}
             self.typed(emu, EMULATE_KEYS, where, f"[targets.{name}]")
@@ -294,12 +372,17 @@ class SpecReader:
             if isinstance(value, Mapping | list):
                 raise self.fail(where, key, f"option '{key}' of target '{name}' must be a single value", "")
 
-    def dataset(self, name: str, value: Any) -> DataSpec:
+    def dataset(self, name: str, value: Any, canaries: Mapping[str, CanarySpec]) -> DataSpec:
         where = ("data", name)
         opts = self.table(value, where, f"data.{name}")
         self.typed(opts, DATA_KEYS, where, f"[data.{name}]")
-        if "path" not in opts:
-            raise self.fail(where, None, f"data set '{name}' has no path", 'add path = "FILE.jsonl"')
+        if ("path" in opts) == ("canary" in opts):
+            raise self.fail(
+                where, None, f"data set '{name}' needs exactly one of path or canary", 'add path = "FILE.jsonl"'
+            )
+        split = opts.pop("split", "dataset")
+        if split not in CANARY_SPLITS:
+            raise self.fail(where, "split", f"unknown canary split '{split}'", f"use one of {', '.join(CANARY_SPLITS)}")
         rows = opts.get("rows")
         if rows is not None and not (
             len(rows) == 2
@@ -316,6 +399,13 @@ class SpecReader:
             raise self.fail(where, "label", f"label must be 0 or 1, got {opts['label']!r}", "write label = 0")
         if "limit" in opts and opts["limit"] < 1:
             raise self.fail(where, "limit", "limit must be at least 1", "write limit = 10")
+        if "canary" in opts:
+            canary = opts.pop("canary")
+            if canary not in canaries:
+                raise self.fail(
+                    where, "canary", f"canary '{canary}' is not defined", f"define [canaries.{canary}] in the spec"
+                )
+            return DataSpec(name, None, opts, canary=canary, split=split)
         path = self.resolve(opts.pop("path"))
         if not path.is_file():
             raise self.fail(

@@ -38,13 +38,14 @@ def _classifier(seed: int):
 def blind_baseline(texts: Sequence[str], labels: Sequence[int], *, seed: int = 0, folds: int = 5) -> dict[str, Any]:
     """Cross-validated AUC of a text-only member/non-member classifier (labels: 1 = member).
 
-    Returns ``{"auc", "tpr_at_1pct_fpr", "tpr_at_5pct_fpr", "n", "folds", "method",
-    "confounded"}``; ``scores`` (out-of-fold member probabilities, higher = member) are included
+    Returns ``metrics.reported_metrics`` of the out-of-fold probabilities (AUC with its bootstrap
+    CI, TPR at low FPR, F1-threshold accuracy, ``n``) with ``folds``, ``method`` and
+    ``confounded``; ``scores`` (out-of-fold member probabilities, higher = member) are included
     under ``"scores"`` as a list. ``confounded`` is ``auc >= CONFOUNDED_AUC``.
     """
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-    from blackbox_audit.metrics import membership_metrics
+    from blackbox_audit.metrics import reported_metrics
 
     y = np.asarray(labels)
     if len(texts) != len(y):
@@ -60,7 +61,7 @@ def blind_baseline(texts: Sequence[str], labels: Sequence[int], *, seed: int = 0
     k = min(folds, smallest)
     cv = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
     proba = cross_val_predict(_classifier(seed), list(texts), y, cv=cv, method="predict_proba")[:, 1]
-    result: dict[str, Any] = dict(membership_metrics(proba, y))
+    result: dict[str, Any] = reported_metrics(proba, y)
     result.update(
         {
             "folds": k,
@@ -83,7 +84,20 @@ def blind_warning(result: dict[str, Any]) -> str | None:
     )
 
 
-def blind_summary(texts: Sequence[str], labels: Sequence[int], *, seed: int = 0, min_per_class: int = 5):
+MIN_PER_CLASS = 5  # the classifier's 5 stratified folds need 5 texts of each class
+
+
+def blind_skipped(labels: Sequence[int], min_per_class: int = MIN_PER_CLASS) -> str:
+    """Why ``blind_summary`` gave nothing (metrics.json's ``blind.skipped``, a warning on the console)."""
+    y = np.asarray(labels)
+    members, nonmembers = int((y == 1).sum()), int((y == 0).sum())
+    return (
+        f"{members} members and {nonmembers} non-members; the text-only classifier needs at least {min_per_class} "
+        f"of each for its {min_per_class} cross-validation folds"
+    )
+
+
+def blind_summary(texts: Sequence[str], labels: Sequence[int], *, seed: int = 0, min_per_class: int = MIN_PER_CLASS):
     """``blind_baseline`` without the per-sample scores, for metrics.json; None when a class has too few samples.
 
     Commands that report metrics call this so every labelled run shows the blind AUC beside the

@@ -26,6 +26,7 @@ import diskcache
 from blackbox_audit.adapters.base import Target
 from blackbox_audit.engine.cache import CacheDamaged, classify_error
 from blackbox_audit.engine.envelope import UntrustedEntry, canonical_json, decode_value, encode_value
+from blackbox_audit.reads import ReadOptions
 from blackbox_audit.types import TokenLogprobs
 
 log = logging.getLogger(__name__)
@@ -192,6 +193,58 @@ class CachedTarget(Target):
                     self._write(keys[miss[pair][0]], record)
                 for i in miss[pair]:
                     out[i] = self._present(record, pair[1], False, from_cache=False)
+        result = [r for r in out if r is not None]
+        self.tokens_scored += sum(len(r) for r in result)
+        return result
+
+    def read_records(
+        self,
+        items: Sequence[tuple[str | None, str]],
+        read: ReadOptions,
+        *,
+        full_distribution: bool = False,
+        progress: bool = True,
+    ) -> list[TokenLogprobs]:
+        """``Target.read_records`` answered from the cache first. The default read is the plain and
+        conditional records above (same entries); any other read is keyed by its options
+        (``ReadOptions.to_json``: positions, top-n width, recovery), so a sampled or top-n-only record
+        never answers a request for another read."""
+        items = list(items)
+        if read.is_default:
+            return super().read_records(items, read, full_distribution=full_distribution, progress=progress)
+        if full_distribution:
+            self.capabilities.require("full_distribution", self.name, "full_distribution=True")
+        fp = self.fingerprint()
+        out: list[TokenLogprobs | None] = [None] * len(items)
+        keys: dict[tuple[str | None, str], dict[str, Any]] = {}
+        miss: dict[tuple[str | None, str], list[int]] = {}
+        for i, (prefix, text) in enumerate(items):
+            key = {
+                "schema": SCHEMA_VERSION,
+                "kind": "read",
+                "fingerprint": fp,
+                "prefix_ids": None if prefix is None else [int(t) for t in self.tokenize(prefix)],
+                "token_ids": [int(t) for t in self.tokenize(text)],
+                "options": {"full_distribution": full_distribution, **read.to_json()},
+            }
+            keys[(prefix, text)] = key
+            record = self._read(key) if self.cache is not None else None
+            if record is not None:
+                self.hits += 1
+                out[i] = self._present(record, text, False, from_cache=True)
+            else:
+                miss.setdefault((prefix, text), []).append(i)
+        if miss:
+            todo = list(miss)
+            self.misses += len(todo)
+            records = self.inner.read_records(todo, read, full_distribution=full_distribution, progress=progress)
+            if len(records) != len(todo):
+                raise RuntimeError(f"target {self.name} returned {len(records)} records for {len(todo)} items")
+            for item, record in zip(todo, records, strict=True):
+                if self.cache is not None:
+                    self._write(keys[item], record)
+                for i in miss[item]:
+                    out[i] = self._present(record, item[1], False, from_cache=False)
         result = [r for r in out if r is not None]
         self.tokens_scored += sum(len(r) for r in result)
         return result

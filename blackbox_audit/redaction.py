@@ -205,11 +205,15 @@ def clean_api_key(value: str, source: str) -> str:
     return key
 
 
-def read_api_key(env_name: str | None, explicit: str | None = None, *, required: bool = False) -> str | None:
+def read_api_key(
+    env_name: str | None, explicit: str | None = None, *, required: bool = False, from_flag: bool = True
+) -> str | None:
     """The API key from ``explicit`` or the environment variable ``env_name`` (cleaned, registered).
 
     ``required``: a missing key is an error (openai:); else ``None`` means "send no key" (a
     local compat server). A variable that was *named* but is unset is always an error.
+    ``from_flag``: ``env_name`` came from ``--api-key-env``; False for a provider's default
+    variable (``OPENAI_API_KEY``), so the message does not blame a flag the user never passed.
     """
     if explicit:
         return clean_api_key(explicit, "the api_key option")
@@ -219,6 +223,11 @@ def read_api_key(env_name: str | None, explicit: str | None = None, *, required:
     raw = os.environ.get(env_name)
     if raw is None or (not raw.strip() and required):
         shown = _shown(env_name)
+        if not from_flag:
+            raise UserError(
+                f"no API key: the environment variable {shown} is not set (where this target reads its key by default)",
+                f"export {shown}=YOUR_KEY, or name the variable that holds it with --api-key-env NAME",
+            )
         raise UserError(
             f"no API key: the environment variable {shown} named by --api-key-env is not set",
             "export the variable (export NAME=YOUR_KEY) or pass the right name to --api-key-env",

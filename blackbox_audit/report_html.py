@@ -5,9 +5,14 @@ Results are read only through ``results.read_result`` (one folder per method, as
 its verdict, metrics, ROC curves, histograms, fields and extras without a change here. What is
 drawn depends on what a result holds, never on the method's name:
 
-- score columns with 0/1 labels: ROC curves (linear and log-log) with AUC and a bootstrap 95%
+- first, what to conclude: one sentence per result from its metrics (the best score's AUC and CI
+  against the blind baseline) and its verdict, then a demo's white-box vs API table;
+
+- score columns with 0/1 labels, each distinct column once (PTDI's test scores are the score
+  step's: a link, not a second copy): ROC curves (linear and log-log) with AUC and its bootstrap 95%
   interval, TPR at 0.1%, 1% and 5% FPR (flagged when there are too few non-members for that
-  level to mean anything), score histograms by label, and the blind (text-only) baseline;
+  level to mean anything) and the F1-threshold accuracy, all as ``metrics.json`` holds them
+  (``blackbox_audit.metrics``), score histograms by label, and the blind (text-only) baseline;
 - ``per_iteration`` metrics (EM-MIA): the curve over iterations;
 - a ``p_value`` field (PTDI, dataset inference): sorted p-values with the BH line, what was
   selected and the verdict's estimates (e.g. the estimated member share);
@@ -50,6 +55,8 @@ pre{background:#f3f4f6;padding:8px;overflow-x:auto;font-size:12px;white-space:pr
 details summary{cursor:pointer;color:#345}
 """
 
+#: fewest members and non-members for "What to conclude" to read an AUC (a smaller sample is only shown)
+MIN_PER_CLASS = 10
 GOOD_DECISIONS = {"agree", "selected", "member", "members", "consistent"}
 
 
@@ -102,8 +109,23 @@ def _verdict(result: MethodResult) -> str:
     return f'<div class="{cls}">{"".join(bits)}</div>'
 
 
-def _membership(result: MethodResult, name: str) -> str:
-    """Metrics table, ROC curves and histograms of the result's score columns."""
+def _column_key(result: MethodResult, column: str) -> str:
+    """Identity of a score column's content (ids, labels, values): equal keys draw the same figures."""
+    import hashlib
+
+    h = hashlib.sha256()
+    h.update(json.dumps([list(map(str, result.ids)), result.labels], default=int).encode())
+    h.update(np.asarray(result.scores[column], dtype=np.float64).tobytes())
+    return h.hexdigest()
+
+
+def _membership(result: MethodResult, name: str, drawn: dict[str, tuple[str, str]]) -> str:
+    """Metrics table, ROC curves and histograms of the result's score columns.
+
+    ``drawn`` maps a column's content (``_column_key``) to the section and column that already
+    show it (e.g. PTDI's test scores, which are the score step's): those get a link, not a second
+    copy of the same ROC curves."""
+    from blackbox_audit.metrics import AUC_BOOTSTRAP, AUC_CI_LEVEL, F1_FIT_SHARE
     from blackbox_audit.report_plots import histogram_figure, roc_figure, roc_stats
 
     if not result.scores:
@@ -111,9 +133,24 @@ def _membership(result: MethodResult, name: str) -> str:
     out = []
     labels = result.labels
     stats = {}
+    columns: dict[str, Any] = {}
+    for col, values in result.scores.items():
+        key = _column_key(result, col)
+        if key in drawn:
+            where, other = drawn[key]
+            out.append(
+                f'<p class="muted">{_e(col)}: the same scores of the same texts as <a href="#{_e(where)}">'
+                f"{_e(where)}</a>'s {_e(other)}; its metrics, ROC curves and histograms are shown there.</p>"
+            )
+            continue
+        drawn[key] = (name, col)
+        columns[col] = values
+    if not columns:
+        return "".join(out)
     if labels is not None:
-        for col, values in result.scores.items():
-            st = roc_stats(values, labels)
+        for col, values in columns.items():
+            entry = result.metrics.get(col) if isinstance(result.metrics, Mapping) else None
+            st = roc_stats(values, labels, entry if isinstance(entry, Mapping) else None)
             if st is not None:
                 stats[col] = st
     if stats:
@@ -129,6 +166,7 @@ def _membership(result: MethodResult, name: str) -> str:
                     f"{st['auc']:.3f}",
                     f"[{st['ci'][0]:.3f}, {st['ci'][1]:.3f}]",
                     *tprs,
+                    _num(st["f1_accuracy"]),
                     f"{st['n'][0]} / {st['n'][1]}",
                 ]
             )
@@ -138,10 +176,11 @@ def _membership(result: MethodResult, name: str) -> str:
                 [
                     "<em>blind baseline (text only)</em>",
                     f"{blind['auc']:.3f}",
-                    "",
+                    f"[{blind['auc_ci'][0]:.3f}, {blind['auc_ci'][1]:.3f}]" if blind.get("auc_ci") else "",
                     "",
                     _num(blind.get("tpr_at_1pct_fpr")),
                     _num(blind.get("tpr_at_5pct_fpr")),
+                    "",
                     _num(blind.get("n")),
                 ]
             )
@@ -155,23 +194,33 @@ def _membership(result: MethodResult, name: str) -> str:
                     "TPR@0.1%FPR",
                     "TPR@1%FPR",
                     "TPR@5%FPR",
+                    "accuracy (F1 threshold)",
                     "members / non-members",
                 ],
                 rows,
             )
         )
         n0 = min(st["n"][1] for st in stats.values())
+        if isinstance(blind, Mapping) and blind.get("skipped"):
+            about_blind = f"No blind (text-only) baseline: {_e(blind['skipped'])}."
+        else:
+            about_blind = (
+                "The blind baseline classifies the texts alone, without the model: model scores are evidence of "
+                "membership only where they clearly beat it."
+            )
         out.append(
             f'<p class="muted">* fewer non-members ({n0}) than that FPR level needs for one false positive: the value '
-            "is read at FPR 0 and says little. The blind baseline classifies the texts alone, without the model: "
-            "model scores are evidence of membership only where they clearly beat it.</p>"
+            f"is read at FPR 0 and says little. {about_blind} The numbers are those of "
+            f"metrics.json: the AUC's interval is a {AUC_CI_LEVEL:.0%} percentile bootstrap ({AUC_BOOTSTRAP} "
+            "resamples, seeded); the accuracy is that of the F1-maximising threshold chosen on a random "
+            f"{F1_FIT_SHARE:.0%} of the items, read on the rest (PAC §5.7).</p>"
         )
         if isinstance(blind, Mapping) and blind.get("confounded"):
             out.append(
                 '<p class="warn-text">The blind baseline is high: members and non-members differ in content.</p>'
             )
         out.append(_figure(roc_figure(stats), f"{name}: ROC curves", "roc"))
-    out.append(_figure(histogram_figure(result.scores, labels), f"{name}: score histograms", "histogram"))
+    out.append(_figure(histogram_figure(columns, labels), f"{name}: score histograms", "histogram"))
     return "".join(out)
 
 
@@ -326,22 +375,35 @@ def _compare(result: MethodResult) -> str:
     return "".join(out)
 
 
+#: run.json ``usage`` (the API request engine) -> row label. Two caches count here: the engine's
+#: request cache (one entry per HTTP request) and the record cache (``cache``: one entry per text's
+#: logprobs); both used to read "cache hits", side by side with different numbers.
+USAGE_ROWS = {
+    "requests_sent": "API requests sent",
+    "cache_hits": "API requests answered by the request cache (not sent)",
+    "retries": "API retries",
+    "prompt_tokens": "prompt tokens billed",
+    "completion_tokens": "completion tokens billed",
+    "cost_usd": "cost this run (USD)",
+    "stopped": "stopped by",
+}
+#: run.json ``cache`` (``CachedTarget``: per-text records) -> row label
+RECORD_CACHE_ROWS = {
+    "hits": "texts read from the record cache",
+    "misses": "texts scored by the target (not in the record cache)",
+    "corrupt": "damaged record-cache entries recomputed",
+    "enabled": "record cache enabled",
+}
+
+
 def _ledger(result: MethodResult) -> str:
     prov = result.provenance
     usage = prov.get("usage")
     rows = []
     if isinstance(usage, Mapping):
-        for k in (
-            "requests_sent",
-            "cache_hits",
-            "retries",
-            "prompt_tokens",
-            "completion_tokens",
-            "cost_usd",
-            "stopped",
-        ):
+        for k, label in USAGE_ROWS.items():
             if k in usage:
-                rows.append([_e(k.replace("_", " ")), _num(usage[k], 6) if k == "cost_usd" else _num(usage[k])])
+                rows.append([label, _num(usage[k], 6) if k == "cost_usd" else _num(usage[k])])
         for k in ("positions_by_strategy", "requests_by_strategy"):
             for strat, n in (usage.get(k) or {}).items():
                 rows.append([f"{_e(k.replace('_', ' '))}: {_e(strat)}", _num(n)])
@@ -352,7 +414,7 @@ def _ledger(result: MethodResult) -> str:
     if isinstance(cache, Mapping):
         for k, v in cache.items():
             if not isinstance(v, Mapping):
-                rows.append([f"cache: {_e(k)}", _num(v)])
+                rows.append([RECORD_CACHE_ROWS.get(k, f"record cache: {_e(k)}"), _num(v)])
     if prov.get("tokens_scored") is not None:
         rows.append(["tokens scored", _num(prov["tokens_scored"])])
     if prov.get("wall_time_s") is not None:
@@ -393,7 +455,7 @@ def _git(git: Any) -> str:
     return f"<code>{_e(git.get('commit'))}</code>{dirty}"
 
 
-def _result_section(folder: Path, result: MethodResult) -> str:
+def _result_section(folder: Path, result: MethodResult, drawn: dict[str, tuple[str, str]]) -> str:
     from blackbox_audit.methods import METHODS
 
     cls = METHODS.get(result.method)
@@ -406,7 +468,7 @@ def _result_section(folder: Path, result: MethodResult) -> str:
         parts.append(f'<p class="muted">{n} texts, {labelled}.</p>')
     for w in result.warnings:
         parts.append(f'<p class="warn-text">warning: {_e(w)}</p>')
-    parts += [_membership(result, folder.name), _iterations(result), _pvalues(result), _compare(result)]
+    parts += [_membership(result, folder.name, drawn), _iterations(result), _pvalues(result), _compare(result)]
     parts += [_ledger(result), _provenance(result), "</section>"]
     return "".join(parts)
 
@@ -469,27 +531,6 @@ def _run_section(top: Mapping[str, Any]) -> str:
             [_e(r.get("method")), _num(r.get("auc")), _num(r.get("tpr5")), _e(r.get("note", ""))] for r in top["table"]
         ]
         out.append("<h3>Summary table</h3>" + _table(["method", "AUC", "TPR@5%FPR", "note"], rows))
-    side = top.get("side_by_side")
-    if isinstance(side, list) and side:
-        sample = top.get("api_sample") or {}
-        out.append(
-            f'<h3>White-box vs API, side by side</h3><p class="muted">On a sample of {_e(sample.get("texts"))} '
-            f"texts ({_e(sample.get('members'))} members): AUCs on so few texts are noisy. 'chat' scores each token "
-            "in the chat turn the API conditions on (the comparable white-box number).</p>"
-        )
-        head = [
-            "score",
-            "AUC white-box (all texts)",
-            "AUC white-box (sample)",
-            "AUC white-box chat",
-            "AUC API",
-            "Spearman",
-        ]
-        keys = ["auc_whitebox_all", "auc_whitebox_sample", "auc_whitebox_chat_sample", "auc_api_sample"]
-        rows = [
-            [_e(r.get("score")), *(_num(r.get(k)) for k in keys), _num(r.get("spearman_chat_vs_api"))] for r in side
-        ]
-        out.append(_table(head, rows))
     api = top.get("api")
     if isinstance(api, Mapping) and api.get("probe_evidence"):
         evidence = "\n".join(map(str, api["probe_evidence"]))
@@ -507,6 +548,98 @@ def _run_section(top: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+def _side_by_side(top: Mapping[str, Any] | None) -> str:
+    """A demo's white-box vs API table (its run.json's ``side_by_side``), placed near the top: it is
+    one of the things a reader came for, ahead of every ledger and provenance table."""
+    side = (top or {}).get("side_by_side")
+    if not (isinstance(side, list) and side):
+        return ""
+    sample = top.get("api_sample") or {}  # type: ignore[union-attr]
+    out = [
+        '<section id="side-by-side"><h2>White-box vs API, side by side</h2>'
+        f'<p class="muted">On a sample of {_e(sample.get("texts"))} texts ({_e(sample.get("members"))} members): '
+        "AUCs on so few texts are noisy. 'chat' scores each token in the chat turn the API conditions on (the "
+        "comparable white-box number).</p>"
+    ]
+    head = ["score", "AUC white-box (all texts)", "AUC white-box (sample)", "AUC white-box chat", "AUC API", "Spearman"]
+    keys = ["auc_whitebox_all", "auc_whitebox_sample", "auc_whitebox_chat_sample", "auc_api_sample"]
+    rows = [[_e(r.get("score")), *(_num(r.get(k)) for k in keys), _num(r.get("spearman_chat_vs_api"))] for r in side]
+    out.append(_table(head, rows))
+    out.append("</section>")
+    return "".join(out)
+
+
+def _membership_conclusion(folder: Path, result: MethodResult) -> str | None:
+    """One sentence on the best model score against the blind baseline (or chance), from metrics.json
+    (a result written before it held the AUC's CI gets it from ``metrics.reported_metrics``)."""
+    from blackbox_audit.report_plots import roc_stats
+
+    metrics = result.metrics if isinstance(result.metrics, Mapping) else {}
+    scored = [(k, m) for k, m in metrics.items() if k in result.scores and isinstance(m, Mapping) and "auc" in m]
+    if not scored or result.labels is None:
+        return None
+    name, best = max(scored, key=lambda kv: kv[1]["auc"])
+    st = roc_stats(result.scores[name], result.labels, best)
+    if st is None or min(st["n"]) < MIN_PER_CLASS:  # a handful of texts (e.g. an API sample): no claim
+        return None
+    ci = st["ci"]
+    low = ci[0]
+    auc = f"AUC {best['auc']:.3f} [95% CI {ci[0]:.3f}, {ci[1]:.3f}]"
+    link = f'<a href="#{_e(folder.name)}">{_e(folder.name)}</a>'
+    head = f"{link}: the best score (members vs non-members) is {_e(name)}, {auc}"
+    blind = metrics.get("blind")
+    if isinstance(blind, Mapping) and blind.get("auc") is not None:
+        b = float(blind["auc"])
+        if low > b:
+            return (
+                f"{head}, above the text-only blind baseline ({b:.3f}): the model's scores carry a membership "
+                "signal that the texts alone do not."
+            )
+        if best["auc"] <= b:
+            return (
+                f"{head}, no better than the text-only blind baseline ({b:.3f}): members and non-members differ by "
+                "their text, so this AUC is not evidence of membership."
+            )
+        return f"{head}; the text-only blind baseline reads {b:.3f}, inside that interval: weak evidence at best."
+    if low > 0.5:
+        return f"{head}: better than chance (no blind baseline was computed to rule out a text-only difference)."
+    return f"{head}: not distinguishable from chance."
+
+
+def _conclusions(entries: Sequence[tuple[Path, MethodResult]], top: Mapping[str, Any] | None) -> str:
+    """What to conclude, in a few sentences drawn from the verdicts and metrics (nothing new computed)."""
+    items: list[str] = []
+    seen: set[str] = set()
+    for folder, result in entries:
+        metrics = result.metrics if isinstance(result.metrics, Mapping) else {}
+        keys = {_column_key(result, k) for k in result.scores if k in metrics}
+        if keys and not keys <= seen:  # scores already summed up (PTDI's test scores are the score step's)
+            line = _membership_conclusion(folder, result)
+            if line:
+                items.append(line)
+        seen |= keys
+        v = result.verdict
+        if v is not None:
+            link = f'<a href="#{_e(folder.name)}">{_e(folder.name)}</a>'
+            items.append(f"{link} — <strong>{_e(v.decision)}</strong>: {_e(v.statement)}")
+    side = (top or {}).get("side_by_side")
+    if isinstance(side, list) and side:
+        rhos = [
+            f"{_e(r.get('score'))} {_num(r.get('spearman_chat_vs_api'), 2)}"
+            for r in side
+            if r.get("spearman_chat_vs_api") is not None
+        ]
+        if rhos:
+            items.append(
+                '<a href="#side-by-side">White-box vs API</a>: on the same texts, the API\'s recovered scores rank '
+                f"the texts like the white-box chat scores (Spearman {', '.join(rhos)})."
+            )
+    if not items:
+        return ""
+    body = "".join(f"<li>{item}</li>" for item in items)
+    return f'<section id="conclusions"><h2>What to conclude</h2><ul>{body}</ul></section>'
+
+
 def render_report(folder: str | Path) -> str:
     """The report page for ``folder`` (a method's result folder, or an audit/demo folder)."""
     from blackbox_audit.errors import UserError
@@ -520,6 +653,7 @@ def render_report(folder: str | Path) -> str:
             f"{folder} holds no method results", "pass the --out folder of score, compare, audit, demo, ..."
         )
     top = read_run(folder)
+    drawn: dict[str, tuple[str, str]] = {}  # each score column's figures are drawn once (``_membership``)
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     parts = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
@@ -527,8 +661,10 @@ def render_report(folder: str | Path) -> str:
         f"<title>blackbox-audit report: {_e(folder.name)}</title><style>{CSS}</style></head><body><main>",
         f'<h1>blackbox-audit report</h1><p class="muted">{_e(folder.resolve())} — generated {now}. Every score is '
         "oriented higher = more member-like; labels are used for evaluation only.</p>",
+        _conclusions(entries, top),
         _overview(entries),
-        *(_result_section(p, r) for p, r in entries),
+        _side_by_side(top),
+        *(_result_section(p, r, drawn) for p, r in entries),
     ]
     if top is not None:
         parts.append(_run_section(top))

@@ -3,9 +3,9 @@
 Figures are made with ``matplotlib.figure.Figure`` (no pyplot state, no display needed) and
 serialised as SVG with text kept as text and fixed element ids, so ``report.html`` stays
 self-contained, small and byte-stable for the same inputs. Every score is oriented higher =
-member; ROC curves and TPR at low FPR follow ``blackbox_audit.metrics`` (SPEC §7); the AUC's
-95% interval is a percentile bootstrap over texts (members and non-members resampled
-separately, seeded).
+member. Every number drawn (AUC, its bootstrap interval, TPR at low FPR) comes from
+``blackbox_audit.metrics``, read from the result's ``metrics.json`` (SPEC §7); only the curves
+are computed here.
 """
 
 from __future__ import annotations
@@ -18,9 +18,6 @@ from typing import Any
 
 import numpy as np
 
-#: FPR levels of the TPR table (the 0.1% level needs >= 1000 non-members to mean anything)
-FPR_LEVELS = (0.001, 0.01, 0.05)
-N_BOOTSTRAP = 1000
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 
 
@@ -56,38 +53,34 @@ def clean(scores: Sequence[float] | np.ndarray, labels: Sequence[int]) -> tuple[
     return _finite_ranks(s[keep]), y[keep]
 
 
-def roc_stats(scores: np.ndarray, labels: np.ndarray, *, seed: int = 0) -> dict[str, Any] | None:
-    """AUC, its bootstrap 95% CI, TPR at ``FPR_LEVELS`` and the ROC curve; None with one class."""
-    from sklearn.metrics import roc_auc_score, roc_curve
+def roc_stats(
+    scores: np.ndarray, labels: np.ndarray, metrics: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The ROC curve to draw, with the numbers of ``metrics`` (a ``metrics.json`` entry of this
+    score); None with one class. A result written before the entries held an ``auc_ci`` gets them
+    from ``metrics.reported_metrics``, the one function that computes them."""
+    from sklearn.metrics import roc_curve
+
+    from blackbox_audit.metrics import FPR_LEVELS, reported_metrics, tpr_key
 
     s, y = clean(scores, labels)
     n1, n0 = int(y.sum()), int(len(y) - y.sum())
     if n1 == 0 or n0 == 0:
         return None
+    m = metrics if metrics is not None and "auc_ci" in metrics and metrics.get("n") == len(y) else None
+    if m is None:
+        m = reported_metrics(s, y)
     fpr, tpr, _ = roc_curve(y, s, drop_intermediate=False)
-    lo, hi = np.percentile(bootstrap_auc(s[y == 1], s[y == 0], seed=seed), [2.5, 97.5])
-    tprs = {f"{lvl:g}": float(tpr[fpr <= lvl + 1e-12].max()) for lvl in FPR_LEVELS}
     return {
-        "auc": float(roc_auc_score(y, s)),
-        "ci": (float(lo), float(hi)),
-        "tpr": tprs,
+        "auc": float(m["auc"]),
+        "ci": (float(m["auc_ci"][0]), float(m["auc_ci"][1])),
+        "tpr": {f"{lvl:g}": m.get(tpr_key(lvl)) for lvl in FPR_LEVELS},
         "resolvable": {f"{lvl:g}": n0 * lvl >= 1 for lvl in FPR_LEVELS},  # one false positive fits
+        "f1_accuracy": (m.get("f1_threshold_accuracy") or {}).get("accuracy"),
         "fpr": fpr,
         "tpr_curve": tpr,
         "n": (n1, n0),
     }
-
-
-def bootstrap_auc(pos: np.ndarray, neg: np.ndarray, *, n: int = N_BOOTSTRAP, seed: int = 0) -> np.ndarray:
-    """AUCs of ``n`` bootstrap resamples (members and non-members resampled separately), from
-    average ranks (Mann-Whitney U; ties count one half, as ``roc_auc_score``)."""
-    from scipy.stats import rankdata
-
-    rng = np.random.default_rng(seed)
-    n1, n0 = len(pos), len(neg)
-    both = np.concatenate([pos[rng.integers(0, n1, (n, n1))], neg[rng.integers(0, n0, (n, n0))]], axis=1)
-    ranks = rankdata(both, axis=1)
-    return (ranks[:, :n1].sum(axis=1) - n1 * (n1 + 1) / 2) / (n1 * n0)
 
 
 # --------------------------------------------------------------------------- figures

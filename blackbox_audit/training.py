@@ -38,6 +38,13 @@ def pad_right(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
     return ids, mask
 
 
+def name_causal_loss(model: Any) -> None:
+    """Tell transformers a causal LM's loss by name when its class name does not (``GPT2LMHeadModel``):
+    otherwise every training run prints "``loss_type=None`` ... unrecognized" and uses that loss anyway."""
+    if getattr(model, "loss_type", "") is None:
+        model.loss_type = "ForCausalLM"
+
+
 def causal_labels(ids: Any, mask: Any) -> Any:
     """Next-token labels of a right-padded batch: the ids themselves, padding ignored."""
     return ids.masked_fill(mask == 0, IGNORE)
@@ -116,10 +123,10 @@ def train_epochs(
     averages over; each batch is one ``clipped_step``. ``on_epoch(epoch)`` (1-based) runs after
     each epoch's loss is recorded.
     """
-    from tqdm.auto import tqdm
+    from blackbox_audit.progress import progress_bar
 
     losses: list[float] = []
-    bar = tqdm(total=steps_per_epoch(n, batch_size) * epochs, desc=desc, unit="step", disable=not progress)
+    bar = progress_bar(total=steps_per_epoch(n, batch_size) * epochs, desc=desc, unit="step", disable=not progress)
     try:
         for epoch in range(epochs):
             order = rng.permutation(n)

@@ -8,6 +8,11 @@ kept in ``context_ids`` and the record covers ``u_2..u_L``, each conditioned on 
 before it. This is what Min-K%'s reference code and llama.cpp's echo (without BOS) do.
 Conditional records (``x`` given a prefix ``p``) instead score *every* token of ``x``, and
 ``context_ids`` holds the prefix's ids.
+
+A record may hold only a subset of those positions (``positions``: their indices among the
+text's scored positions, e.g. ``blackbox_audit.reads.PositionSample``) and, per position, the
+top-n list of the next-token distribution (``top_logprobs``): both are optional, absent from
+records written before they existed, and read back as None.
 """
 
 from __future__ import annotations
@@ -67,6 +72,12 @@ class TokenLogprobs:
     ``error_bound[i]`` is an absolute bound in nats on ``|logprobs[i] - true lp|`` for
     exact/recovered positions; for bounded positions ``logprobs[i]`` is an upper bound and
     ``error_bound[i]`` is ``inf``.
+
+    Optional per-position extras (``blackbox_audit.reads``): ``positions[i]`` is the index of row
+    ``i`` among the text's scored positions when the record holds a subset (None: all, in order);
+    ``top_logprobs[i]`` holds the ``K`` largest logprobs of the next-token distribution at that
+    position, descending (an API's reported top-n list; exact on white-box targets), NaN where
+    fewer were reported.
     """
 
     text: str
@@ -80,12 +91,20 @@ class TokenLogprobs:
     requests: np.ndarray | None = None  # int, per position; None for white-box
     full: FullDistribution | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    positions: np.ndarray | None = None  # int64, shape (n,): a subset's indices; None = every position
+    top_logprobs: np.ndarray | None = None  # float64, shape (n, K): descending, NaN-padded
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)
         for name in ("tokens", "logprobs", "status", "error_bound", "strategy"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"TokenLogprobs.{name} has length {len(getattr(self, name))}, expected {n}")
+        for name in ("positions", "top_logprobs", "requests"):
+            value = getattr(self, name)
+            if value is not None and len(value) != n:
+                raise ValueError(f"TokenLogprobs.{name} has length {len(value)}, expected {n}")
+        if self.top_logprobs is not None and np.ndim(self.top_logprobs) != 2:
+            raise ValueError("TokenLogprobs.top_logprobs must be a 2-D array (positions x K)")
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -120,6 +139,10 @@ class TokenLogprobs:
             out["full"] = {f.name: [float(x) for x in getattr(self.full, f.name)] for f in fields(self.full)}
         if self.meta:
             out["meta"] = self.meta
+        if self.positions is not None:
+            out["positions"] = [int(p) for p in self.positions]
+        if self.top_logprobs is not None:
+            out["top_logprobs"] = [[None if np.isnan(x) else float(x) for x in row] for row in self.top_logprobs]
         return out
 
     @classmethod
@@ -139,7 +162,40 @@ class TokenLogprobs:
             if full is None
             else FullDistribution(**{k: np.asarray(v, dtype=np.float64) for k, v in full.items()}),
             meta=d.get("meta", {}),
+            positions=None if d.get("positions") is None else np.asarray(d["positions"], dtype=np.int64),
+            top_logprobs=None if d.get("top_logprobs") is None else _top_array(d["top_logprobs"], len(d["token_ids"])),
         )
 
     def with_meta(self, **meta: Any) -> TokenLogprobs:
         return replace(self, meta={**self.meta, **meta})
+
+    def subset(self, keep: np.ndarray | None) -> TokenLogprobs:
+        """The record restricted to rows ``keep`` (indices into this record; None: unchanged),
+        its ``positions`` composed so that they still index the text's scored positions."""
+        if keep is None:
+            return self
+        keep = np.asarray(keep, dtype=np.int64)
+        here = np.arange(len(self), dtype=np.int64) if self.positions is None else self.positions
+        full = self.full
+        if full is not None:
+            full = FullDistribution(*(np.asarray(getattr(full, f.name))[keep] for f in fields(full)))
+        return replace(
+            self,
+            token_ids=self.token_ids[keep],
+            tokens=[self.tokens[i] for i in keep],
+            logprobs=self.logprobs[keep],
+            status=[self.status[i] for i in keep],
+            error_bound=self.error_bound[keep],
+            strategy=[self.strategy[i] for i in keep],
+            requests=None if self.requests is None else self.requests[keep],
+            full=full,
+            positions=here[keep],
+            top_logprobs=None if self.top_logprobs is None else self.top_logprobs[keep],
+        )
+
+
+def _top_array(rows: list[list[float | None]], n: int) -> np.ndarray:
+    """``top_logprobs`` from JSON (null = NaN); an empty record keeps its (0, 0) shape."""
+    if not rows:
+        return np.zeros((n, 0), dtype=np.float64)
+    return np.asarray([[np.nan if x is None else x for x in row] for row in rows], dtype=np.float64)

@@ -15,7 +15,21 @@ from blackbox_audit.fixtures import data_path
 from blackbox_audit.results import RunRecorder, redact_argv, write_jsonl
 
 SCORES = "loss,zlib,min_k,min_k_pp"
-METRIC_KEYS = {"auc", "tpr_at_1pct_fpr", "tpr_at_5pct_fpr", "n"}
+#: metrics.json per score (blackbox_audit.metrics.reported_metrics); ``notes``: with a dozen texts, too few
+#: non-members to read TPR at 0.1% and 1% FPR
+METRIC_KEYS = {
+    "auc",
+    "auc_ci",
+    "auc_ci_method",
+    "tpr_at_0.1pct_fpr",
+    "tpr_at_1pct_fpr",
+    "tpr_at_5pct_fpr",
+    "f1_threshold_accuracy",
+    "n",
+    "n_members",
+    "n_nonmembers",
+    "notes",
+}
 RUN_KEYS = {"command", "argv", "options", "started_at", "wall_time_s", "versions", "git", "target", "cache"}
 
 
@@ -58,9 +72,11 @@ def test_score_end_to_end_on_tiny_model_then_cached_rerun(tiny_lm_dir, labelled_
     assert set(metrics) == set(SCORES.split(","))
     for m in metrics.values():
         assert set(m) == METRIC_KEYS and m["n"] == 12 and 0.0 <= m["auc"] <= 1.0
-    for name in SCORES.split(","):  # the printed table shows every score with its AUC
+    for name in SCORES.split(","):  # the printed table shows every score with its AUC and the AUC's CI
         line = next(line for line in out.splitlines() if line.startswith(name + " "))
-        assert f"{metrics[name]['auc']:.3f}" in line
+        lo, hi = metrics[name]["auc_ci"]
+        assert f"{metrics[name]['auc']:.3f}" in line and f"[{lo:.3f}, {hi:.3f}]" in line
+        assert lo <= metrics[name]["auc"] <= hi
 
     run = json.loads((tmp_path / "a" / "run.json").read_text())
     assert RUN_KEYS <= set(run)
@@ -209,3 +225,38 @@ def test_redaction_keeps_strategy_counters_but_drops_credentials():
     assert out["usage"] == {"positions_by_strategy": {"forced_token": 3, "top_n": 5}, "prompt_tokens": 10}
     assert not {"api_key", "access_token", "token", "hf_token"} & out.keys()
     assert "sk-abc" not in out["note"]
+
+
+def test_an_api_score_run_ends_with_its_requests_and_spend(
+    tiny_target, tiny_lm_dir, labelled_data, tmp_path, capsys, monkeypatch
+) -> None:
+    """Issue 27: the spend and the request count were only in run.json; the bar counted texts."""
+    from blackbox_audit.progress import INTERVAL_ENV
+    from blackbox_audit.sim.emulator import run_emulator
+
+    monkeypatch.setenv(INTERVAL_ENV, "0")  # stderr is not a terminal here: a bar line per text
+    with run_emulator(tiny_target, "forced-token") as emu:
+        pricing = tmp_path / "prices.json"
+        pricing.write_text(json.dumps({"models": {emu.model: {"prompt": 5, "cached_prompt": 5, "completion": 10}}}))
+        argv = ["score", "--target", emu.target_spec, "--data", str(labelled_data), "--limit", "4", "--scores", "loss"]
+        argv += ["--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c"), "--tokenizer", str(tiny_lm_dir)]
+        rc, out, err = run_cli([*argv, "--pricing", str(pricing), "--budget-usd", "1"], capsys)
+    assert rc == 0, err
+    usage = json.loads((tmp_path / "o" / "run.json").read_text())["usage"]
+    line = next(x for x in out.splitlines() if x.startswith("API: "))
+    assert usage["requests_sent"] > 0 and usage["cost_usd"] > 0
+    assert f"API: {usage['requests_sent']:,} requests sent" in line
+    assert f"${usage['cost_usd']:.4f} spent of --budget-usd 1" in line
+    last_bar = [x for x in err.splitlines() if " logprobs:" in x][-1]
+    assert f"req={usage['requests_sent']}" in last_bar and "usd=" in last_bar
+
+
+def test_too_few_texts_for_the_blind_baseline_say_so(tiny_lm_dir, labelled_data, tmp_path, capsys) -> None:
+    """Issue 27: below 5 texts per class the blind baseline vanished without a word."""
+    argv = ["score", "--target", f"hf:{tiny_lm_dir}", "--data", str(labelled_data), "--limit", "6"]
+    rc, out, err = run_cli([*argv, "--scores", "loss", "--out", str(tmp_path / "o"), "--no-cache"], capsys)
+    assert rc == 0, err
+    blind = json.loads((tmp_path / "o" / "metrics.json").read_text())["blind"]
+    assert blind == {"skipped": blind["skipped"]} and "3 members and 3 non-members" in blind["skipped"]
+    assert f"warning: no blind baseline: {blind['skipped']}" in out
+    assert not [line for line in out.splitlines() if line.startswith("blind")]  # no empty row in the table

@@ -109,6 +109,10 @@ def test_white_box_chat_agrees_with_openai_chat_within_bounds(tiny_target, emula
     assert b["price_as"]["usd"] > 0 and summary["sides"]["a"]["requests"] == 0
     assert set(result.scores) == {"loss@a", "loss@b", "min_k@a", "min_k@b"}
     assert -1 <= summary["scores"]["loss"]["spearman"] <= 1  # 4 texts, bisection error ~0.1 nat: no claim
+    for side in ("a", "b"):  # both sides carry what metrics.json holds: the AUC with its bootstrap CI
+        loss = summary["scores"]["loss"]
+        assert loss[f"auc_ci_{side}"] == result.metrics[f"loss@{side}"]["auc_ci"]
+        assert loss[f"auc_ci_{side}"][0] <= loss[f"auc_{side}"] <= loss[f"auc_ci_{side}"][1]
 
     # one writer, read back; labels change nothing but the metrics
     paths = write_result(result, tmp_path / "cmp")
@@ -166,6 +170,7 @@ def test_compare_cli_end_to_end_and_dry_run(tiny_target, tiny_lm_dir, tmp_path, 
         out = capsys.readouterr().out
         sent = emu.stats()["requests"]
         assert "verdict: all" in out and "bisection" in out and sent > 0
+        assert "auc a [95% CI]" in out and "95% CI (bootstrap)" in out  # compare's table and the metrics table
         assert main(["compare", *common, "--out", str(tmp_path / "o2")]) == 0  # a rerun: all from the cache
         assert emu.stats()["requests"] == sent
     run = json.loads((tmp_path / "o" / "run.json").read_text())

@@ -1,7 +1,7 @@
 """The contamination check: benchmarks, output-only scores, its statistics, budget stops and the CLI.
 
 Fast tests use a stand-in target whose answers are known: a "memorised" item's tokens get a
-higher logprob than a fresh item's, so the verdict, the rate's CI and the flagged list can be
+higher logprob than a fresh item's, so the verdict, the rate's bound and the flagged list can be
 checked against the truth. The emulator and real-model checks are in
 ``tests/test_contamination_real.py``; the contaminated-SmolLM2 evaluation is
 ``bench/contamination_eval.py``.
@@ -32,8 +32,7 @@ from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.fixtures.records import hand_record
 from blackbox_audit.methods import AuditInputs, get_method
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig, interleave
-from blackbox_audit.methods.contamination_stats import _theta_rows, member_share_ci, pac_style_rate, rank_test
-from blackbox_audit.methods.ptdi import subtraction_theta, to_paper_scores
+from blackbox_audit.methods.contamination_stats import member_share_lower_bound, pac_style_rate, rank_test
 from blackbox_audit.planning.power import detectable_rate
 from blackbox_audit.results import read_result, write_result
 from blackbox_audit.scores.output import compute_output_scores, output_specs
@@ -228,12 +227,51 @@ def test_output_scores_refuse_bounded_positions_unless_asked() -> None:
 
 
 # ----------------------------------------------------------------------------- statistics
-def test_bootstrap_rows_match_ptdi_subtraction_estimator() -> None:
-    rng = np.random.default_rng(3)
-    test, cal = rng.normal(size=(5, 40)), rng.normal(size=(5, 30))
-    rows = _theta_rows(to_paper_scores(test), to_paper_scores(cal), 0.1)
-    for r in range(5):
-        assert rows[r] == pytest.approx(subtraction_theta(to_paper_scores(test[r]), to_paper_scores(cal[r]), 0.1))
+def _share_draws(share: float, reps: int, m: int, n: int, lift: float, seed: int, population: int | None = None):
+    """``reps`` (benchmark, held-out, true share) draws: members ~ N(lift, 1), non-members ~ N(0, 1).
+
+    With ``population``, the benchmark is a random sample of ``m`` of ``population`` items of which
+    a share ``share`` are members (the true share is the population's); else exactly ``share * m``."""
+    rng = np.random.default_rng(seed)
+    for _ in range(reps):
+        if population is None:
+            m1 = round(share * m)
+        else:
+            m1 = rng.hypergeometric(round(share * population), population - round(share * population), m)
+        bench = np.concatenate([rng.normal(lift, 1.0, m1), rng.normal(0.0, 1.0, m - m1)])
+        yield bench, rng.normal(0.0, 1.0, n), share
+
+
+@pytest.mark.parametrize(
+    ("share", "lift", "population"),
+    [(0.0, 3.0, None), (0.5, 8.0, None), (0.5, 1.0, None), (1.0, 8.0, None), (0.5, 8.0, 300)],
+)
+def test_rate_lower_bound_covers_the_true_share_at_its_level(share, lift, population) -> None:
+    """Coverage of the rate's 95% lower bound over 300 synthetic draws with a known share.
+
+    Members far above non-members (lift 8) are the hard case: the share is then identified, so a
+    bound that ignores the held-out side's sampling error would sit above the truth too often."""
+    reps, m, n = 300, 60, 60
+    lows = []
+    for bench, held, truth in _share_draws(share, reps, m, n, lift, seed=11, population=population):
+        bound = member_share_lower_bound(bench, held, confidence=0.95, population=population)
+        assert bound.upper == 1.0 and 0.0 <= bound.lower <= 1.0
+        lows.append(bound.lower <= truth + 1e-12)
+    coverage = float(np.mean(lows))
+    se = np.sqrt(0.95 * 0.05 / reps)
+    assert coverage >= 0.95 - 3 * se, coverage  # the claim: P(share >= lower) >= 95%
+
+
+def test_rate_lower_bound_is_informative() -> None:
+    """Valid and not vacuous: far-apart members are bounded close to the truth, a clean set at 0."""
+    rng = np.random.default_rng(2)
+    held = rng.normal(size=200)
+    assert member_share_lower_bound(rng.normal(8.0, 1.0, 200), held).lower > 0.9
+    half = member_share_lower_bound(np.concatenate([rng.normal(8.0, 1.0, 100), rng.normal(size=100)]), held)
+    assert 0.3 < half.lower <= 0.5 and half.thresholds  # each quantile's bound is reported
+    assert member_share_lower_bound(rng.normal(size=200), held).lower == 0.0
+    sampled = member_share_lower_bound(rng.normal(8.0, 1.0, 200), held, population=2000)
+    assert 0.0 < sampled.lower < member_share_lower_bound(rng.normal(8.0, 1.0, 200), held).lower  # wider for a sample
 
 
 def test_rank_test_rate_ci_and_pac_style_rate_on_known_mixtures() -> None:
@@ -242,10 +280,10 @@ def test_rank_test_rate_ci_and_pac_style_rate_on_known_mixtures() -> None:
     clean = rng.normal(size=400)
     mixed = np.concatenate([rng.normal(3.0, 1.0, 200), rng.normal(size=200)])  # half members, well apart
     assert rank_test(mixed, held, 0.05).flagged and not rank_test(clean, held, 0.05).flagged
-    share = member_share_ci(mixed, held, lam=0.1, n_bootstrap=500, seed=1)
-    assert share.low <= 0.5 <= share.high and share.low > 0.2
-    null = member_share_ci(clean, held, lam=0.1, n_bootstrap=500, seed=1)
-    assert null.low == 0.0 and null.estimate < 0.15
+    share = member_share_lower_bound(mixed, held, lam=0.1)
+    assert 0.2 < share.lower <= 0.5 and share.upper == 1.0 and share.lower <= share.estimate
+    null = member_share_lower_bound(clean, held, lam=0.1)
+    assert null.lower == 0.0 and null.estimate < 0.15
     pac = pac_style_rate(clean, held)
     assert (
         pac["rate"] > 0.3 and pac["heldout_rate"] > 0.3 and "do not read it" in pac["warning"]
@@ -265,7 +303,7 @@ def test_interleave_keeps_both_sides_in_proportion() -> None:
 
 # ----------------------------------------------------------------------------- the method
 def run_method(bench, held, target, **cfg):
-    return Contamination(ContaminationConfig(**{"n_bootstrap": 400, **cfg})).run(
+    return Contamination(ContaminationConfig(**cfg)).run(
         AuditInputs(data=bench, target=target, sets={"heldout": held}, progress=False)
     )
 
@@ -276,7 +314,8 @@ def test_contaminated_benchmark_is_flagged_with_rate_and_list() -> None:
     v = res.verdict
     assert v.decision == "contaminated" and v.p_value < 1e-6
     lo, hi = v.estimate["rate_ci"]
-    assert lo <= 0.5 <= hi, (lo, hi)
+    assert 0.0 < lo <= 0.5 and hi == 1.0, (lo, hi)  # a lower bound: the upper end is 100%
+    assert f"at least {lo:.1%}" in v.statement and "lower confidence bound" in v.statement
     flagged = set(np.asarray(res.ids)[np.asarray(res.fields["flagged"])])
     false = sum(not i.startswith("m") for i in flagged)
     assert sum(i.startswith("m") for i in flagged) >= 45  # most members found (FDR <= alpha is measured in bench/)
@@ -327,7 +366,7 @@ def test_labels_are_for_evaluation_only_and_result_round_trips(tmp_path: Path) -
         "heldout.jsonl",
     }
     assert get_method("contamination") is Contamination
-    assert ContaminationConfig.from_mapping(a.config) == ContaminationConfig(n_bootstrap=400)
+    assert ContaminationConfig.from_mapping(a.config) == ContaminationConfig()
 
 
 def test_whole_items_and_plain_datasets() -> None:
@@ -401,7 +440,7 @@ def test_cli_runs_on_a_local_model_with_a_heldout_file(tiny_lm_dir, tmp_path: Pa
     write(tmp_path / "b.jsonl", [{"question": f"How many {i} cats?", "answer": f"{i} cats in all"} for i in range(12)])
     write(tmp_path / "h.jsonl", [{"question": f"How many {i} dogs?", "answer": f"{i} dogs in all"} for i in range(12)])
     args = ["contamination", "--benchmark", str(tmp_path / "b.jsonl"), "--heldout", str(tmp_path / "h.jsonl")]
-    args += ["--target", f"hf:{tiny_lm_dir}", "--out", str(tmp_path / "o"), "--no-cache", "--bootstrap", "200"]
+    args += ["--target", f"hf:{tiny_lm_dir}", "--out", str(tmp_path / "o"), "--no-cache"]
     assert main(args + ["--dry-run"]) == 0
     assert "local model" in capsys.readouterr().out
     assert main(args) == 0

@@ -52,7 +52,7 @@ def test_budget_cap_stops_cleanly_and_spend_matches_the_emulators_billing(smollm
         )
         args = ["contamination", "--benchmark", str(bench), "--heldout", str(held), "--target", emu.target_spec]
         args += ["--tokenizer", "smollm2", "--pricing", str(pricing), "--out", str(tmp_path / "o")]
-        args += ["--cache-dir", str(tmp_path / "c"), "--bootstrap", "200", "--budget-usd", str(cap)]
+        args += ["--cache-dir", str(tmp_path / "c"), "--budget-usd", str(cap)]
         assert main(args + ["--dry-run"]) == 0
         plan = capsys.readouterr().out
         assert emu.stats()["requests"] == 0 and f"budget ${cap:g} buys" in plan

@@ -57,6 +57,19 @@ def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert run["api_sample"]["texts"] == 8 and run["api_sample"]["members"] == 4
     report = out / "report.html"
     assert f"report: {report}" in table and "White-box vs API, side by side" in report.read_text()
+    for folder in ("score", "ptdi", "ptdi-vanilla", "em-mia", "api-compare"):  # each step timed from its start
+        assert json.loads((out / folder / "run.json").read_text())["wall_time_s"] > 0, folder
+
+
+def test_the_side_by_side_header_keeps_its_columns_apart() -> None:
+    import re
+
+    from blackbox_audit.cli.demo import SIDE_BY_SIDE_COLUMNS, side_by_side_table
+
+    row = {"score": "loss", "auc_whitebox_all": 0.7, "auc_whitebox_sample": None, "auc_whitebox_chat_sample": 0.75}
+    lines = side_by_side_table([{**row, "auc_api_sample": 0.75, "spearman_chat_vs_api": 1.0}])
+    assert re.split(r"\s{2,}", lines[0]) == [h for h, _ in SIDE_BY_SIDE_COLUMNS]  # two spaces between headers
+    assert len({len(line) for line in lines}) == 1  # cells right-aligned under their headers
 
 
 def run_notes(out: Path) -> list[str]:

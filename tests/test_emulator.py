@@ -228,7 +228,10 @@ def test_openai_chat_validation_errors(target):
         _assert_error(_chat(c, emu, logit_bias={str(i): 1 for i in range(301)}), 400, param="logit_bias")
         assert _chat(c, emu, max_tokens=1, logit_bias={str(i): -1 for i in range(300)}).status_code == 200
         _assert_error(_chat(c, emu, messages=[]), 400, param="messages")
-        _assert_error(_chat(c, emu, n=2), 400, param="n")
+        _assert_error(_chat(c, emu, n=129), 400, param="n")
+        _assert_error(_chat(c, emu, n=0), 400, param="n")
+        _assert_error(_chat(c, emu, top_p=1.5), 400, param="top_p")
+        _assert_error(_chat(c, emu, stop=["a", "b", "c", "d", "e"]), 400, param="stop")
         err = _assert_error(c.post("/v1/chat/completions", json={"model": "gpt-nope", "messages": MESSAGES}), 404)
         assert err["code"] == "model_not_found"
         err = _assert_error(_complete(c, emu, prompt="hi"), 404)
@@ -407,14 +410,19 @@ def test_noise_is_per_request_seeded_and_leaves_ground_truth(target):
 def test_stats_reset_and_cache(target):
     ids = target.tokenize(PROMPT)
     with run_emulator(target, "openai-legacy-echo") as emu, _client(emu) as c:
-        _complete(c, emu, prompt=ids, max_tokens=2)
-        before = emu.stats()["backend"]["forward_calls"]
-        _complete(c, emu, prompt=ids, max_tokens=2)
-        assert emu.stats()["backend"]["forward_calls"] == before  # repeated contexts come from the LRU
+        _complete(c, emu, prompt=ids, max_tokens=2, logprobs=1)
+        before = emu.stats()["backend"]
+        _complete(c, emu, prompt=ids, max_tokens=2, logprobs=1)
+        assert emu.stats()["backend"]["forward_calls"] == before["forward_calls"]  # repeated contexts: the LRU
+        assert before["decode_forwards"] == 0  # answers reporting logprobs read exact rows only
+        _complete(c, emu, prompt=ids, max_tokens=3)  # a text-only answer: KV-cached decoding
+        after = emu.stats()["backend"]
+        assert after["forward_calls"] == before["forward_calls"] and after["decode_forwards"] == 3
+        assert (after["decode_batches"], after["decode_rows"]) == (1, 1)
         _complete(c, emu, prompt=ids, logprobs=9)
         st = c.get("/emulator/stats").json()
-        assert st["requests"] == 3 and st["by_path"] == {"/v1/completions": {"ok": 2, "http_400": 1}}
-        assert st["prompt_tokens"] == 2 * len(ids) and st["completion_tokens"] == 4
+        assert st["requests"] == 4 and st["by_path"] == {"/v1/completions": {"ok": 3, "http_400": 1}}
+        assert st["prompt_tokens"] == 3 * len(ids) and st["completion_tokens"] == 7
         assert st["profile"] == "openai-legacy-echo"
         c.post("/emulator/reset", json={})
         assert emu.stats()["requests"] == 0
@@ -495,3 +503,26 @@ def test_partial_utf8_token_strings(target):
         assert entry["token"] == "bytes:" + "".join(f"\\x{b:02x}" for b in entry["bytes"])
         with pytest.raises(UnicodeDecodeError):
             bytes(entry["bytes"]).decode("utf-8")
+
+
+def test_a_client_that_hangs_up_is_no_traceback(target, capfd):
+    """Issue 27: a client disconnecting before its answer made socketserver print a traceback."""
+    import socket
+    import struct
+
+    with run_emulator(target, "forced-token") as emu:
+        body = json.dumps({"model": emu.model, "prompt": "hello there " * 40, "max_tokens": 1, "logprobs": 5}).encode()
+        head = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", emu.port))
+            s.sendall(head + body)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()  # a reset, before the answer is written
+        deadline = time.monotonic() + 10
+        while emu.stats()["requests"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # the handlers write their answers into the reset sockets
+        with httpx.Client(base_url=emu.base_url) as c:  # and the server still serves
+            assert c.post("/completions", json={"model": emu.model, "prompt": "hi", "max_tokens": 1}).status_code == 200
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception occurred" not in err

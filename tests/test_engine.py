@@ -18,6 +18,7 @@ from blackbox_audit.engine import (
     EngineOptions,
     PricingTable,
     ProviderError,
+    RateLimitWaitExceeded,
     RequestEngine,
     RetriesExhausted,
     Spending,
@@ -211,6 +212,64 @@ def test_retries_exhausted_is_a_clear_error():
     assert route.call_count == 4
 
 
+def _limited(retry_after: dict[str, str] | None = None) -> httpx.Response:
+    return httpx.Response(429, headers=retry_after or {}, json={"error": {"message": "Rate limit reached"}})
+
+
+@respx.mock
+def test_429s_with_retry_after_are_waited_out_not_counted_as_retries():
+    """Issue 27 item 8: 20 consecutive 429s that say when to come back end no run whose
+    --max-retries is smaller; they wait exactly what the provider asked."""
+    route = respx.post(f"{BASE}/completions").mock(
+        side_effect=[_limited({"Retry-After": "1", "retry-after-ms": "20"}) for _ in range(20)] + [ok()]
+    )
+    e = engine(cache={}, spending=Spending(EngineOptions(max_retries=2)), backoff_max_s=5)
+    t0 = time.monotonic()
+    assert run(e.post_json("/completions", body()))["choices"][0]["text"] == "x"
+    assert time.monotonic() - t0 >= 20 * 0.02
+    assert route.call_count == 21 and e.stats.retries == 20 and e.stats.errors == {"429": 20}
+
+
+@respx.mock
+def test_429_waits_stop_at_the_rate_limit_wait_bound_and_say_which_flag_raises_it():
+    route = respx.post(f"{BASE}/completions").mock(return_value=_limited({"retry-after-ms": "50"}))
+    e = engine(cache={}, spending=Spending(EngineOptions(max_retries=100, rate_limit_wait_s=0.2)))
+    t0 = time.monotonic()
+    with pytest.raises(RateLimitWaitExceeded) as ei:
+        run(e.post_json("/completions", body()))
+    assert time.monotonic() - t0 < 2  # four waits of 0.05 s, then it stops (not 100 retries)
+    assert route.call_count == 5 and ei.value.status == 429
+    line = str(ei.value)
+    assert "--rate-limit-wait 0.2" in line and "waited 0.2 s" in line and "raise --rate-limit-wait" in line
+
+
+@respx.mock
+def test_a_retry_after_longer_than_the_bound_stops_at_once_without_sleeping():
+    route = respx.post(f"{BASE}/completions").mock(return_value=_limited({"Retry-After": "3600"}))
+    e = engine(cache={})
+    t0 = time.monotonic()
+    with pytest.raises(RateLimitWaitExceeded, match="asking to wait 3600 s.*--rate-limit-wait 300") as ei:
+        run(e.post_json("/completions", body()))
+    assert time.monotonic() - t0 < 2 and route.call_count == 1
+    assert "raise --rate-limit-wait to at least 3600" in str(ei.value)
+
+
+@respx.mock
+def test_429s_without_retry_after_and_5xx_with_it_count_against_max_retries():
+    route = respx.post(f"{BASE}/completions").mock(return_value=_limited())
+    e = engine(cache={}, spending=Spending(EngineOptions(max_retries=2)))
+    with pytest.raises(RetriesExhausted, match=r"kept answering HTTP 429.*after 3 attempts") as ei:
+        run(e.post_json("/completions", body()))
+    assert route.call_count == 3 and not isinstance(ei.value, RateLimitWaitExceeded)
+    assert "raise --max-retries (now 2)" in str(ei.value)
+    busy = respx.post(f"{BASE}/chat/completions").mock(
+        return_value=httpx.Response(503, headers={"Retry-After": "0"}, text="overloaded")
+    )
+    with pytest.raises(RetriesExhausted, match="after 3 attempts"):
+        run(e.post_json("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x"}]}))
+    assert busy.call_count == 3
+
+
 # --- budget --------------------------------------------------------------------------------
 @respx.mock
 def test_max_requests_is_exact_under_concurrency_and_resumable():
@@ -232,6 +291,27 @@ def test_max_requests_is_exact_under_concurrency_and_resumable():
     res2 = run(go(e2))
     assert not any(isinstance(r, Exception) for r in res2)
     assert route.call_count == 40 and e2.stats.cache_hits == 17
+
+
+@respx.mock
+def test_stop_messages_promise_a_cache_only_when_there_is_one():
+    """Issue 27: with --no-cache the budget message said "answers so far are cached"."""
+    from blackbox_audit.engine.budget import ANSWERS_KEPT, ANSWERS_LOST
+
+    respx.post(f"{BASE}/completions").mock(return_value=ok())
+    respx.post(f"{BASE}/chat/completions").mock(return_value=httpx.Response(500, text="boom"))
+    for cache, promise in (({}, ANSWERS_KEPT), (None, ANSWERS_LOST)):
+        e = engine(cache=cache, spending=Spending(EngineOptions(max_retries=0), Budget(max_requests=1)))
+        run(e.post_json("/completions", body(1)))
+        with pytest.raises(BudgetExceeded) as ei:
+            run(e.post_json("/completions", body(2)))
+        assert ei.value.fix.endswith(promise) and promise in str(ei.value)
+        e = engine(cache=cache, spending=Spending(EngineOptions(max_retries=0)))
+        with pytest.raises(RetriesExhausted) as ei:
+            run(e.post_json("/chat/completions", {"model": "m", "messages": []}))
+        assert promise in ei.value.one_line()
+        other = ANSWERS_LOST if promise == ANSWERS_KEPT else ANSWERS_KEPT
+        assert other not in ei.value.one_line()
 
 
 @respx.mock

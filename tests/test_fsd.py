@@ -56,7 +56,7 @@ def test_defaults_are_the_papers() -> None:
         16,
         32,
     )
-    assert FSD(cfg).needs().capabilities == ("fine_tuning",)
+    assert FSD(cfg).needs().capabilities == ("fine_tuning", "logprobs")
 
 
 # ------------------------------------------------------------------------------ pricing and dry-run

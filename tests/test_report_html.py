@@ -48,7 +48,8 @@ def _fill(folder: Path) -> None:
                 "completion_tokens": 12,
                 "cost_usd": 0.0012,
                 "positions_by_strategy": {"bisection": 30},
-            }
+            },
+            "cache": {"hits": 0, "misses": 60, "corrupt": 0},
         },
     )
     write_result(score, folder / "score")
@@ -70,7 +71,7 @@ def _fill(folder: Path) -> None:
         {"iterations": 3},
         ids=ids,
         labels=list(y),
-        scores={"em_mia": good},
+        scores={"em_mia": good + 0.5 * RNG.normal(size=N)},  # its own scores, not the score step's
         metrics={
             "per_iteration": [{"iteration": t, "auc": 0.6 + 0.05 * t, "tpr_at_5pct_fpr": 0.1, "n": N} for t in range(4)]
         },
@@ -158,6 +159,17 @@ def _fill(folder: Path) -> None:
             "spec": {"path": "x.toml", "text": "[audit]\nout = 'x'\n"},
             "budget": {"max_usd": 1.0},
             "steps": [{"name": n, "folder": n} for n in ("score", "ptdi", "em_mia", "compare")],
+            "side_by_side": [
+                {
+                    "score": "loss",
+                    "auc_whitebox_all": 0.8,
+                    "auc_whitebox_sample": 0.9,
+                    "auc_whitebox_chat_sample": 0.85,
+                    "auc_api_sample": 0.85,
+                    "spearman_chat_vs_api": 0.99,
+                }
+            ],
+            "api_sample": {"texts": 6, "members": 3},
         },
     )
 
@@ -181,7 +193,7 @@ def test_report_draws_every_part_from_the_results(report_dir: Path) -> None:
         "95% CI",
         "member share",
         "gpt-4o-mini",
-        "requests sent",
+        "API requests sent",
         "package git revision",
         "Audit spec",
         "bisection",
@@ -190,29 +202,76 @@ def test_report_draws_every_part_from_the_results(report_dir: Path) -> None:
         assert text in html, text
     # self-contained: no scripts, no external resources
     assert "<script" not in html and not re.search(r'(src|href)="(https?:)?//', html)
-    links = re.findall(r'href="([^"]+)"', html)  # the overview's anchors and the SVGs' own references
-    assert all(h.startswith("#") for h in links) and links[:4] == [
+    links = re.findall(r'href="([^"]+)"', html)  # the page's own anchors and the SVGs' own references
+    overview = html[html.index("<h2>Overview</h2>") :]
+    overview = overview[: overview.index("</table>")]
+    assert all(h.startswith("#") for h in links) and re.findall(r'href="([^"]+)"', overview) == [
         f"#{n}" for n in ("score", "ptdi", "em_mia", "compare")
     ]
 
 
-def test_bootstrap_interval_and_low_fpr_flags() -> None:
+def test_report_opens_with_what_to_conclude_and_draws_each_roc_once(report_dir: Path) -> None:
+    """The page starts with a short statement drawn from the verdicts and metrics; PTDI's test
+    scores (the score step's own) get a link instead of a second ROC; the white-box vs API table
+    comes before any ledger or provenance."""
+    html = (report_dir / "report.html").read_text()
+    start = html.index('id="conclusions"')
+    conclusions = re.sub(r"<[^>]+>", "", html[start : html.index("</section>", start)])
+    assert start < html.index("<h2>Overview</h2>") < html.index('id="side-by-side"') < html.index('id="score"')
+    assert html.index('id="side-by-side"') < min(html.index("Requests, cost and cache"), html.index("Provenance"))
+    assert "score: the best score (members vs non-members) is loss, AUC" in conclusions
+    assert "above the text-only blind baseline (0.520)" in conclusions
+    assert "ptdi — selected: selected" in conclusions and "compare — agree: all 60 token positions" in conclusions
+    assert "Spearman loss 0.99" in conclusions
+    assert conclusions.count("the best score") == 1  # PTDI's test scores are the score step's: said once
+    ptdi = html[html.index('id="ptdi"') : html.index('id="em_mia"')]
+    assert 'data-kind="roc"' not in ptdi and 'href="#score"' in ptdi and "shown there" in ptdi
+    assert html.count('data-kind="roc"') == 2  # score's and EM-MIA's own
+
+
+def test_the_two_caches_are_told_apart(report_dir: Path) -> None:
+    """Issue 27: "cache hits 3" (the request engine) beside "cache: hits 0" (the record cache)."""
+    html = (report_dir / "report.html").read_text()
+    cells = re.findall(r"<td>([^<]*)</td><td[^>]*>([^<]*)</td>", html)
+    labels = {label: value for label, value in cells}
+    assert labels["API requests answered by the request cache (not sent)"] == "3"
+    assert labels["texts read from the record cache"] == "0"
+    assert not {"cache hits", "cache: hits"} & set(labels)
+
+
+def test_report_numbers_come_from_metrics_json() -> None:
+    """The report draws the numbers a result's metrics.json holds; an older result without them gets
+    them from the one function that writes them (``metrics.reported_metrics``), never its own."""
+    from blackbox_audit.metrics import reported_metrics
     from blackbox_audit.report_plots import roc_stats
 
     y = np.array(_labels())
-    st = roc_stats(y * 2.0 + RNG.normal(size=N), y)
-    assert st["ci"][0] < st["auc"] < st["ci"][1]
+    s = y * 2.0 + RNG.normal(size=N)
+    written = reported_metrics(s, y)
+    st = roc_stats(s, y, written)
+    assert st["ci"] == tuple(written["auc_ci"]) and st["auc"] == written["auc"]
+    assert st["tpr"]["0.01"] == written["tpr_at_1pct_fpr"]
+    assert st["f1_accuracy"] == written["f1_threshold_accuracy"]["accuracy"]
     assert st["resolvable"] == {"0.001": False, "0.01": False, "0.05": True}  # 30 non-members
+    odd = {**written, "auc_ci": [0.123, 0.456]}  # whatever metrics.json says is what is shown
+    assert roc_stats(s, y, odd)["ci"] == (0.123, 0.456)
+    legacy = {"auc": 0.5, "tpr_at_1pct_fpr": 0.0, "tpr_at_5pct_fpr": 0.0, "n": N}  # written before auc_ci
+    assert roc_stats(s, y, legacy)["ci"] == tuple(written["auc_ci"])
     assert roc_stats(np.ones(4), np.ones(4, dtype=int)) is None
-    from sklearn.metrics import roc_auc_score
 
-    from blackbox_audit.report_plots import bootstrap_auc
 
-    pos, neg = np.array([0.1, 0.5, 0.5, 0.9]), np.array([0.2, 0.5, 0.3])
-    one = bootstrap_auc(pos, neg, n=1)  # the rank formula equals sklearn's AUC on the same resample
-    rng = np.random.default_rng(0)
-    p, q = pos[rng.integers(0, 4, (1, 4))][0], neg[rng.integers(0, 3, (1, 3))][0]
-    assert one[0] == pytest.approx(roc_auc_score([1] * 4 + [0] * 3, np.r_[p, q]))
+def test_what_to_conclude_makes_no_auc_claim_on_a_handful_of_texts() -> None:
+    from blackbox_audit.metrics import evaluation_metrics
+    from blackbox_audit.report_html import _membership_conclusion
+
+    def result(n: int) -> MethodResult:
+        y = [i % 2 for i in range(n)]
+        s = np.asarray(y, dtype=float) + 0.01 * np.arange(n)  # perfectly separated
+        return MethodResult("score", {}, ids=[f"t{i}" for i in range(n)], labels=y, scores={"loss": s},
+                            metrics=evaluation_metrics({"loss": s}, y))  # fmt: skip
+
+    assert _membership_conclusion(Path("api"), result(8)) is None  # 4 + 4 texts: AUC 1.0 says little
+    assert "better than chance" in (_membership_conclusion(Path("score"), result(40)) or "")
 
 
 def test_run_json_records_the_packages_git_revision_not_the_cwds(tmp_path: Path, monkeypatch) -> None:

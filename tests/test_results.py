@@ -90,6 +90,19 @@ def test_write_outputs_writes_named_files_then_run_json(tmp_path: Path) -> None:
             write_outputs(tmp_path, {bad: {}}, recorder=rec)
 
 
+def test_run_json_times_from_the_recorder_and_never_claims_zero(tmp_path: Path) -> None:
+    """Issue 27: the demo's steps wrote ``wall_time_s: 0.0`` (the writer started its own clock)."""
+    import time
+
+    result = MethodResult(method="m", config={}, ids=["a"], scores={"s": np.array([1.0])})
+    rec = RunRecorder("m", {})
+    time.sleep(0.05)  # the method's work
+    write_result(result, tmp_path / "timed", recorder=rec)
+    assert json.loads((tmp_path / "timed" / "run.json").read_text())["wall_time_s"] >= 0.05
+    write_result(result, tmp_path / "untimed")  # no recorder: nothing known about the time
+    assert json.loads((tmp_path / "untimed" / "run.json").read_text())["wall_time_s"] is None
+
+
 def test_result_folders_follow_the_top_run_json_order(tmp_path: Path) -> None:
     for name in ("alpha", "beta", "gamma"):
         write_result(MethodResult("m", {}, ids=["x"], scores={"s": np.array([1.0])}), tmp_path / name)

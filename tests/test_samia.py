@@ -122,4 +122,5 @@ def test_samia_end_to_end_through_the_anthropic_adapter(emu, tmp_path, monkeypat
     # logprob scores are refused with one clear error before any request
     capsys.readouterr()
     assert main([*base, "--scores", "loss", "--out", str(tmp_path / "o3")]) == 2
-    assert "no logprobs" in capsys.readouterr().err and emu.stats()["requests"] == 0
+    err = capsys.readouterr().err
+    assert "no usable logprobs" in err and "scores samia" in err and emu.stats()["requests"] == 0

@@ -85,3 +85,25 @@ def test_smollm2_alias_is_the_white_box_tokenizer(smollm2_target):
     table = load_token_table("smollm2")
     text = "The State of the Union, 1790."
     assert table.encode(text) == smollm2_target.tokenize(text)
+
+
+@pytest.mark.parametrize(
+    "target,extra",
+    [
+        ("compat:http://127.0.0.1:9/v1#m", []),  # a dry-run needs a local tokenizer
+        ("openai:my-custom-model", []),  # no tiktoken table known for the model
+        ("openai:gpt-4o-mini", ["--tokenizer", "/no/such/folder"]),
+    ],
+)
+def test_every_message_asking_for_a_tokenizer_lists_every_form(target, extra, tmp_path, capsys, monkeypatch):
+    """Issue 27: the dry-run's tokenizer error did not list ``smollm2``, which the README uses."""
+    from blackbox_audit.adapters.tokenizers import TOKENIZER_FORMS
+    from blackbox_audit.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
+    data = tmp_path / "d.txt"
+    data.write_text("one text\n")
+    argv = ["score", "--target", target, "--data", str(data), "--out", str(tmp_path / "o"), "--dry-run", *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert TOKENIZER_FORMS in err and "smollm2" in TOKENIZER_FORMS

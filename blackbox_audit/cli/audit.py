@@ -12,9 +12,10 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from blackbox_audit.cli.options import add_threads_argument
+
     p = subparsers.add_parser(
         "audit",
-        help="run an audit spec (TOML: targets, data, methods, budget) -> one report folder with report.html",
         description="Run every step of an audit spec through one cache and one budget; write one folder per "
         "step, run.json and a self-contained report.html. See examples/audit.toml.",
     )
@@ -28,6 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "are loaded only to count tokens)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_threads_argument(p)
     p.set_defaults(func=run)
 
 

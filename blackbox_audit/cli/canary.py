@@ -15,7 +15,6 @@ from blackbox_audit.cli.options import add_canary_arguments, options_from_args
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "canary",
-        help="build a canary target with exactly known members (benchmark without confounders)",
         description="Canary targets: one corpus, a random member/non-member split, a model trained on the "
         "members only.",
     )

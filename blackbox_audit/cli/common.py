@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from blackbox_audit.adapters.base import has_capability
 from blackbox_audit.cache import CachedTarget
 from blackbox_audit.cli.options import engine_options_from_args
 from blackbox_audit.data import Dataset, load_dataset
@@ -24,7 +25,7 @@ from blackbox_audit.engine.cache import open_cache
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.planning import CostPlan
-from blackbox_audit.results import MethodResult, RunRecorder, check_out_dir, print_result, write_result
+from blackbox_audit.results import MethodResult, RunRecorder, check_out_dir, print_result, print_usage, write_result
 from blackbox_audit.workspace import Workspace
 
 
@@ -44,9 +45,11 @@ class Session:
         return AuditInputs(data=self.dataset, target=self.target, reference=self.reference, **kw)
 
     def finish(self, result: MethodResult, *, extra: dict[str, Any] | None = None) -> int:
-        """Write ``result`` with the one result writer, print it, return the exit status."""
+        """Write ``result`` with the one result writer, print it (and an API target's requests and
+        spend), return the exit status."""
         paths = write_result(result, self.out_dir, recorder=self.recorder, target=self.target, extra=extra)
         print_result(result, paths)
+        print_usage(self.target)
         return 0
 
     def close(self) -> None:
@@ -109,6 +112,11 @@ def load_data(args: argparse.Namespace) -> Dataset:
     )
 
 
+#: the flags a dry-run's planning view reads: the tokenizer, api and chat turn (the probe report and the
+#: measured recovery are stored per endpoint and conditioning), the price table, whether a prior is used
+PLANNING_OPTIONS = ("tokenizer", "api", "chat", "system", "user_template", "pricing", "prior")
+
+
 def planning_view_of_args(args: argparse.Namespace) -> Any:
     """The ``--target``'s planning view (``adapters.planning_view``) for a dry-run; sends nothing.
 
@@ -120,7 +128,7 @@ def planning_view_of_args(args: argparse.Namespace) -> Any:
 
     cache = None if getattr(args, "no_cache", False) else open_cache(args.cache_dir)
     try:
-        opts = {k: getattr(args, k, None) for k in ("tokenizer", "api", "pricing")}
+        opts = {k: getattr(args, k, None) for k in PLANNING_OPTIONS}
         return planning_view(args.target, cache=cache, **{k: v for k, v in opts.items() if v})
     finally:
         if cache is not None:
@@ -128,8 +136,25 @@ def planning_view_of_args(args: argparse.Namespace) -> Any:
 
 
 def dry_run(args: argparse.Namespace, plan: CostPlan) -> int:
-    """``--dry-run``: print what ``plan`` (a method's ``plan``) would send to ``--target``; send nothing."""
+    """``--dry-run``: print what ``plan`` (a method's ``plan``) would send to ``--target`` and the
+    scores that target supports; send nothing. A text-only target asked for logprob scores is
+    refused with the scores and methods it can run (``methods.routing``)."""
+    from blackbox_audit.adapters import target_kind
+    from blackbox_audit.errors import CapabilityError
+    from blackbox_audit.methods import METHODS
+    from blackbox_audit.methods.routing import supported_scores_line, text_only_routes
     from blackbox_audit.planning import price_plan
 
-    print(price_plan(plan, planning_view_of_args(args)).format())
+    view = planning_view_of_args(args)
+    caps = target_kind(args.target).capabilities
+    names = {n for n in ("logprobs", "full_distribution", "conditional", "generation") if has_capability(caps, n)}
+    logprobs = view.logprobs and has_capability(caps, "logprobs")
+    if not logprobs and any(c.kind != "samples" for c in plan.calls):
+        raise CapabilityError(
+            f"this run needs logprobs, but {view.name} returns no usable logprobs",
+            f"audit it with what runs on text alone: {text_only_routes(names, METHODS)}",
+        )
+    print(price_plan(plan, view).format())
+    known = not view.api or view.probed  # an API target's logprobs are known once it was probed
+    print(supported_scores_line(names, logprobs=logprobs if not logprobs or known else None))
     return 0

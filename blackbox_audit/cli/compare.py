@@ -35,7 +35,6 @@ CHAT_FIELDS = ("chat", "system", "user_template")
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "compare",
-        help="the same texts on two targets: per-token |delta| by recovery rung, score agreement, cost per side",
         description="Score the same texts on two targets (e.g. a white-box model and its API) and compare: "
         "per-token |delta| split by the API side's recovery rung and checked against the stated error bounds, "
         "Spearman and AUCs per score, requests and cost per side.",
@@ -111,13 +110,14 @@ def run(args: argparse.Namespace) -> int:
 def _dry_run(args: argparse.Namespace, specs: dict[str, str], plan: Any) -> int:
     """Price the plan on each side's planning view (nothing is sent, no target is loaded)."""
     from blackbox_audit.adapters import planning_view
+    from blackbox_audit.cli.common import PLANNING_OPTIONS
     from blackbox_audit.engine.cache import open_cache
     from blackbox_audit.planning import price_plan
 
     cache = None if args.no_cache else open_cache(args.cache_dir)
     try:
         for side in SIDES:
-            opts = {k: getattr(args, k, None) for k in ("tokenizer", "api", "pricing")}
+            opts = {k: getattr(args, k, None) for k in PLANNING_OPTIONS}
             view = planning_view(specs[side], cache=cache, **{k: v for k, v in opts.items() if v})
             print(f"side {side} ({specs[side]}):")
             print(price_plan(plan, view).format())

@@ -4,7 +4,7 @@ Runs the ``contamination`` method (``blackbox_audit.methods.contamination``) on 
 (``gsm8k``, ``mmlu[:SUBJECT]`` or a file with question/answer fields, ``blackbox_audit.benchmarks``)
 against known non-members (``--heldout FILE``). It writes the result with the one result writer:
 ``scores.jsonl`` (benchmark items: score, p_value, flagged), ``flagged.jsonl``, ``heldout.jsonl``,
-``verdict.json`` (dataset-level test, rate with CI, flagged count, PAC-style rate, power, what
+``verdict.json`` (dataset-level test, the rate's lower confidence bound, flagged count, PAC-style rate, power, what
 the budget bought) and ``run.json`` (with the engine's spend ledger for API targets).
 ``--dry-run`` prices the whole check through the target's planning view and sends nothing.
 """
@@ -40,10 +40,9 @@ SYNTHETIC = "synthetic"
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "contamination",
-        help="benchmark contamination check with a cost cap -> OUT/verdict.json, scores.jsonl, flagged.jsonl",
         description="Has the target seen a benchmark? Compares the benchmark's membership scores with known "
-        "non-members of the same distribution: a dataset-level test, a contamination rate with a confidence "
-        "interval, the items flagged at FDR alpha, and (for comparison only) PAC's thresholded rate. "
+        "non-members of the same distribution: a dataset-level test, a lower confidence bound on the "
+        "contamination rate, the items flagged at FDR alpha, and (for comparison only) PAC's thresholded rate. "
         "--dry-run prices it first; --budget-usd caps the spend and the run stops cleanly at the cap.",
     )
     b = p.add_argument_group("benchmark")
@@ -80,11 +79,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "'Models without logprobs'); e.g. --probe answer or --probe guided:max_new_tokens=128",
     )
     m.add_argument("--alpha", type=fraction, default=0.05, help="test level and FDR of the list (default 0.05)")
-    m.add_argument("--confidence", type=fraction, default=0.95, help="rate CI level (default 0.95)")
+    m.add_argument(
+        "--confidence", type=fraction, default=0.95, help="level of the rate's lower confidence bound (default 0.95)"
+    )
     m.add_argument("--lam", type=fraction, default=DEFAULT_LAMBDA, help=f"PTDI region size (default {DEFAULT_LAMBDA})")
-    m.add_argument("--bootstrap", type=positive_int, default=2000, help="bootstrap resamples for the CI (2000)")
     m.add_argument("--items", type=positive_int, help="score at most N random items per side (default all)")
-    m.add_argument("--seed", type=int, default=0, help="item order and bootstrap seed (default 0)")
+    m.add_argument("--seed", type=int, default=0, help="item order seed (default 0)")
     add_bounded_argument(m)
     add_common_arguments(p, data=False)
     add_engine_arguments(p)
@@ -104,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
             alpha=args.alpha,
             confidence=args.confidence,
             lam=args.lam,
-            n_bootstrap=args.bootstrap,
             items=args.items,
             seed=args.seed,
             bounded=args.bounded,

@@ -20,7 +20,6 @@ from blackbox_audit.methods.decop import Decop, DecopConfig
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "decop",
-        help="DE-COP quiz: is the verbatim text picked among paraphrases? -> OUT/scores.jsonl (text-only ok)",
         description="DE-COP (Duarte et al. 2024): each text among K-1 paraphrases in every order; the target "
         "is asked which passage is verbatim. Paraphrases come from --paraphrases FILE or a local "
         "--paraphraser model; their quality decides what the score means (README, 'Models without logprobs').",

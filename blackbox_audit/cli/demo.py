@@ -67,11 +67,13 @@ class DemoRun:
     side_by_side: list[Row] = field(default_factory=list)
 
     def run_method(self, folder: str, method: Method, inputs: AuditInputs) -> MethodResult:
-        """Run ``method`` and write its result into ``OUT/folder`` with the one result writer."""
-        from blackbox_audit.results import write_result
+        """Run ``method`` and write its result into ``OUT/folder`` with the one result writer
+        (its run.json times the method, from before it starts)."""
+        from blackbox_audit.results import RunRecorder, write_result
 
+        recorder = RunRecorder(f"demo {folder}", self.args)
         result = method.run(inputs)
-        write_result(result, self.out_dir / folder, target=self.target)
+        write_result(result, self.out_dir / folder, recorder=recorder, target=self.target)
         self.results[folder] = result
         return result
 
@@ -156,6 +158,8 @@ def _step_scores(run: DemoRun) -> None:
     method = ScoreMethod(ScoreConfig(scores=tuple(names), params=params, seed=run.args.seed))
     result = run.run_method("score", method, AuditInputs(data=run.data, target=run.target))
     for name, m in result.metrics.items():
+        if "auc" not in m:  # a baseline that could not run (its reason is among the warnings)
+            continue
         note = "text only, no model" if name == "blind" else "white-box"
         row = {"method": name, "auc": m["auc"], "tpr5": m["tpr_at_5pct_fpr"], "note": note}
         run.rows.append(row)
@@ -300,7 +304,7 @@ def _step_compare(run: DemoRun) -> None:
     under the same chat conditioning (``compare``)."""
     from blackbox_audit.adapters.chat_templates import ChatConditioning
     from blackbox_audit.methods.compare import Compare, CompareConfig
-    from blackbox_audit.results import write_result
+    from blackbox_audit.results import RunRecorder, write_result
 
     if run.api is None:
         return
@@ -315,9 +319,10 @@ def _step_compare(run: DemoRun) -> None:
     chat = run.workspace.cached(run.target.inner.with_chat(ChatConditioning("chatml")))
     method = Compare(CompareConfig(scores=API_SCORES, price_as=run.args.price_as))
     inputs = AuditInputs(data=sample, targets={"a": chat, "b": run.api})
+    recorder = RunRecorder("demo api-compare", run.args)
     result = method.run(inputs)
     extra = {"targets": {"a": chat.describe(), "b": run.api.describe()}}
-    write_result(result, run.out_dir / "api-compare", target=run.api, extra=extra)
+    write_result(result, run.out_dir / "api-compare", recorder=recorder, target=run.api, extra=extra)
     run.results["api-compare"] = result
     run.side_by_side = side_by_side_rows(run.results["score"], result)
     run.extra["side_by_side"] = run.side_by_side
@@ -365,7 +370,6 @@ STEPS: list[tuple[str, Callable[[DemoRun], None]]] = [
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "demo",
-        help="offline end-to-end audit of a canary model (start here)",
         description="Build (or reuse) a canary model trained on a known random half of a corpus, score it with "
         "every applicable membership score, compare with a text-only blind baseline, and print a table.",
     )
@@ -421,16 +425,11 @@ def print_side_by_side(run: DemoRun) -> None:
         f"white-box vs API (emulated {run.extra['api']['profile']}), on a small sample of {sample.get('texts')} texts "
         f"({sample.get('members')} members): AUCs on so few texts are noisy"
     )
-    f = lambda x: "" if x is None else f"{x:.3f}"  # noqa: E731
-    print(f"{'score':<7} {'AUC wb (all)':>12} {'AUC wb':>7} {'AUC wb chat':>11} {'AUC API':>8} {'spearman':>8}")
-    for r in run.side_by_side:
-        print(
-            f"{r['score']:<7} {f(r['auc_whitebox_all']):>12} {f(r['auc_whitebox_sample']):>7} "
-            f"{f(r['auc_whitebox_chat_sample']):>11} {f(r['auc_api_sample']):>8} {f(r['spearman_chat_vs_api']):>8}"
-        )
+    for line in side_by_side_table(run.side_by_side):
+        print(line)
     print(
         "  (wb = white-box; 'wb chat' scores each token in the same chat turn the API conditions on, "
-        "the comparable white-box number)"
+        "the comparable white-box number; 'sample' = the texts sent through the API)"
     )
     rungs = ", ".join(
         f"{k} {v['positions']} (max {v['max_abs_delta']:.2g}, {v['requests'] / v['positions']:.1f} req/pos)"
@@ -454,6 +453,32 @@ def print_side_by_side(run: DemoRun) -> None:
             f"at {price['model']}'s published price these requests would cost ${price['usd']:.4f} "
             f"(~${per_text * 1000:.2f} per 1000 texts of this length; the emulator itself charges nothing)"
         )
+
+
+#: (column header, row key) of the side-by-side table
+SIDE_BY_SIDE_COLUMNS = (
+    ("score", "score"),
+    ("AUC wb, all", "auc_whitebox_all"),
+    ("AUC wb, sample", "auc_whitebox_sample"),
+    ("AUC wb chat, sample", "auc_whitebox_chat_sample"),
+    ("AUC API, sample", "auc_api_sample"),
+    ("Spearman chat~API", "spearman_chat_vs_api"),
+)
+
+
+def side_by_side_table(rows: list[Row]) -> list[str]:
+    """The side-by-side rows as text: every column as wide as its header or widest cell, two spaces
+    apart, so that no two headers run together."""
+    cells = [[h for h, _ in SIDE_BY_SIDE_COLUMNS]]
+    for r in rows:
+        cells.append(
+            [str(r[k]) if k == "score" else ("" if r[k] is None else f"{r[k]:.3f}") for _, k in SIDE_BY_SIDE_COLUMNS]
+        )
+    widths = [max(len(line[i]) for line in cells) for i in range(len(SIDE_BY_SIDE_COLUMNS))]
+    return [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
+        for line in cells
+    ]
 
 
 def run_demo(args: argparse.Namespace) -> int:

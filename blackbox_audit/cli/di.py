@@ -33,7 +33,6 @@ _C = CalibratedDIConfig
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "di",
-        help="dataset inference: was this set of texts trained on? -> OUT/di.json, verdict.json",
         description="Dataset inference on a suspect set. Without --heldout: calibrated post-hoc DI (a LoRA "
         "generator fine-tuned on part of the suspect set writes the held-out suffixes; a text-only classifier "
         "calibrates away the generation shift). With --heldout: plain DI against those texts, valid only when "

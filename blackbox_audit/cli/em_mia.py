@@ -26,7 +26,6 @@ from blackbox_audit.planning import price_plan, view_of_target
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "em-mia",
-        help="EM-MIA: iterate prefix scores and membership scores over a ReCaLL matrix -> OUT/scores.jsonl",
         description="Label-free membership inference (EM-MIA, SPEC §3). Labels, if present, are only used "
         "to report per-iteration AUC.",
     )

@@ -15,12 +15,12 @@ from blackbox_audit.errors import UserError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from blackbox_audit.cli.options import add_threads_argument
     from blackbox_audit.sim.emulator.faults import FAULT_KINDS
     from blackbox_audit.sim.emulator.profiles import PROFILES
 
     p = subparsers.add_parser(
         "emulate",
-        help="serve a local model as an emulated OpenAI-compatible API (offline testing)",
         description="Serve a white-box model on 127.0.0.1 with one provider's logprob/logit_bias semantics.",
     )
     p.add_argument("--backend", required=True, help="white-box model: hf:PATH, gguf:PATH or smollm2")
@@ -34,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--noise", type=float, default=0.0, help="sigma of Gaussian noise on logits per request")
     p.add_argument("--seed", type=int, default=0, help="seed of faults and noise")
     p.add_argument("--device", help="torch device for the backend (default: best available)")
+    add_threads_argument(p)
     p.add_argument(
         "--fine-tune-delay",
         type=float,

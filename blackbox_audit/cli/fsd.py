@@ -30,7 +30,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d = FSDConfig()
     p = subparsers.add_parser(
         "fsd",
-        help="fine-tuned score deviation: fine-tune on known non-members, score before/after -> OUT/scores.jsonl",
         description="FSD (Zhang et al.): fine-tune the target on known non-members of the domain (LoRA locally, "
         "the provider's fine-tuning API for openai:/compat: targets), then score every text before and after; "
         "fsd_<score> = score(target) - score(fine-tuned), higher = member.",

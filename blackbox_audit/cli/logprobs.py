@@ -13,14 +13,13 @@ from collections import Counter
 from blackbox_audit.cli.common import dry_run, load_data, open_session
 from blackbox_audit.cli.options import add_common_arguments, add_engine_arguments
 from blackbox_audit.planning import CostPlan
-from blackbox_audit.results import write_outputs
+from blackbox_audit.results import print_usage, write_outputs
 from blackbox_audit.scores import FetchCall
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "logprobs",
-        help="per-token logprobs of each sample -> OUT/logprobs.jsonl",
         description="Write per-token logprobs (with status, strategy and error bound) for each sample.",
     )
     add_common_arguments(p)
@@ -45,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
             row["context_ids"] = d["context_ids"]
             rows.append(row)
         status = Counter(s.value for rec in records for s in rec.status)
+        print_usage(session.target)
         path, run_json = write_outputs(
             session.out_dir,
             {"logprobs.jsonl": rows},

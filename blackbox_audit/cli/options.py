@@ -141,6 +141,18 @@ def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--no-cache", action="store_true", help="neither read nor write the logprob cache")
     c.add_argument("--batch-size", type=positive_int, help="texts per forward pass for local models")
     c.add_argument("--device", help="torch device for local models: cpu, cuda, mps (default: best available)")
+    add_threads_argument(c)
+
+
+def add_threads_argument(group: argparse._ActionsContainer) -> None:
+    """``--threads``, for every command that may load a local model: ``main`` applies it (or the
+    default) once, before torch loads, and run.json records it (``blackbox_audit.threads``)."""
+    group.add_argument(
+        "--threads",
+        type=positive_int,
+        help="CPU threads of local models (torch); default: $OMP_NUM_THREADS if set, else the CPUs this "
+        "process may use (affinity, cgroup quota); on a shared machine 1 costs least",
+    )
 
 
 def add_api_arguments(parser: argparse.ArgumentParser) -> None:
@@ -216,8 +228,17 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = Tru
         "--max-retries",
         type=nonnegative_int,
         default=retries,
-        help="retries of 429/5xx/timeouts/garbled or malformed answers (probe and server tokenizer too; "
-        f"default {retries})",
+        help="retries of 5xx/timeouts/garbled or malformed answers and of 429s without Retry-After (probe and "
+        f"server tokenizer too; default {retries})",
+    )
+    wait = EngineOptions.rate_limit_wait_s
+    g.add_argument(
+        "--rate-limit-wait",
+        type=nonnegative_float,
+        default=wait,
+        metavar="SECONDS",
+        help="a 429 with Retry-After is waited out, not counted as a retry, up to this many seconds of such "
+        f"waits per request (default {wait:g})",
     )
     g.add_argument(
         "--pricing",
@@ -238,6 +259,7 @@ def engine_options_from_args(args: argparse.Namespace) -> EngineOptions:
         tpm=args.tpm,
         concurrency=args.concurrency,
         max_retries=args.max_retries,
+        rate_limit_wait_s=args.rate_limit_wait,
         pricing=args.pricing,
     )
 
@@ -320,6 +342,7 @@ def add_canary_arguments(parser: argparse.ArgumentParser, *, defaults: dict[str,
     )
     g.add_argument("--rebuild", action="store_true", help="ignore a cached build with the same options")
     g.add_argument("--cache-dir", help="cache folder (default: $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
+    add_threads_argument(g)
 
 
 def options_from_args(args: argparse.Namespace) -> Any:

@@ -2,7 +2,9 @@
 
 Runs the probe of ``adapters/probe.py`` (a handful of cache-first requests), prints each
 observation as evidence, the resulting semantics and the recovery ladder the adapters will
-use. Cached per target like every request, so probing again is free.
+use. Cached per target like every request, so probing again is free. An endpoint without
+usable logprobs (refused, or junk such as 0 or -9999 for every token) is refused in one line
+that names the text-only scores and methods it can run.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from blackbox_audit.cli.options import add_engine_arguments
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "probe",
-        help="determine an API endpoint's logprob/bias semantics (which recovery strategies work)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--target", required=True, help="openai:MODEL or compat:BASE_URL#MODEL")
-    p.add_argument("--tokenizer", help="tiktoken:NAME, an HF tokenizer folder or a .gguf (compat default: server)")
+    p.add_argument(
+        "--tokenizer", help="tiktoken:NAME, an HF tokenizer folder, a .gguf or smollm2 (compat default: server)"
+    )
     p.add_argument("--api-key-env", help="environment variable holding the API key (openai default: OPENAI_API_KEY)")
     p.add_argument("--api", choices=["auto", "chat", "completions"], default="auto", help="endpoint (default: probe)")
     p.add_argument("--cache-dir", help="request cache (default: $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
@@ -36,6 +39,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from blackbox_audit.adapters.probe import ladder_summary
     from blackbox_audit.errors import UserError
+    from blackbox_audit.methods import METHODS
+    from blackbox_audit.methods.routing import no_logprobs_error
     from blackbox_audit.redaction import redact_text
 
     if not args.target.startswith(("openai:", "compat:")):
@@ -54,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
             "evidence": target.probe_evidence,
             "usage": target.usage(),
         }
+        if target.sem is None:  # refused: one line naming what runs on text alone (from the registries)
+            report["refusal"] = no_logprobs_error(target, "the recovery ladder needs logprobs", METHODS).one_line()
         if args.json:
             print(json.dumps(report, indent=2))
         else:
@@ -64,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
             if target.sem is not None:
                 print("semantics: " + ", ".join(f"{k}={v}" for k, v in target.sem.to_json().items()))
             print(f"ladder:    {report['ladder']}")
+            if "refusal" in report:
+                print(f"refused:   {report['refusal']}")
             u = report["usage"]
             print(f"requests:  {u.get('requests_sent', 0)} sent, {u.get('cache_hits', 0)} from cache")
     return 0

@@ -23,7 +23,6 @@ from blackbox_audit.results import RunRecorder, print_result, read_scored, requi
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "ptdi",
-        help="FDR-controlled selection of training texts (PTDI) -> OUT/scores.jsonl, verdict.json",
         description="Select the test texts that were trained on so that, in expectation, at most a share "
         "ALPHA of the selected ones are wrong (PTDI: conformal p-values from known non-members, scaled by "
         "the estimated member share, then Benjamini-Hochberg). Inputs are scores.jsonl files from 'score'.",

@@ -42,7 +42,6 @@ def _methods(value: str) -> list[str]:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "ptdi-eval",
-        help="empirical FDR/power of PTDI (subtraction, moment, vanilla) over random splits or simulations",
         description="Repeat random calibration/test splits of a labelled scores.jsonl (PTDI paper App. E.1) "
         "and report the empirical FDR (mean FDP) and power, with Monte-Carlo standard errors, for each "
         "method and alpha. --simulate MU uses Gaussian scores (non-members N(0,1), members N(MU,1)) instead.",

@@ -13,7 +13,6 @@ import argparse
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "report",
-        help="draw a self-contained report.html from a results folder",
         description="Draw report.html (ROC curves, histograms, verdicts, cost ledger, provenance) from the "
         "output folder of any command.",
     )

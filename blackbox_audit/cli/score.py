@@ -25,7 +25,6 @@ from blackbox_audit.methods.scoring import DEFAULT_SCORES, ScoreConfig, ScoreMet
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "score",
-        help="membership scores per sample (+ AUC/TPR if labelled) -> OUT/scores.jsonl, metrics.json",
         description="Compute membership scores (higher = more member-like) for each sample; with 0/1 labels "
         "also AUC and TPR at 1% and 5% FPR.",
     )
@@ -37,6 +36,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"comma-separated score specs, e.g. loss,zlib,min_k:k=0.1,min_k_pp (default: {','.join(DEFAULT_SCORES)})",
     )
     p.add_argument("--reference", help="reference model for the 'reference' score (same syntax as --target)")
+    p.add_argument(
+        "--positions",
+        default=None,
+        metavar="SAMPLE",
+        help="score only these positions of each text: randomM (M positions drawn per text, seeded by the text; "
+        "random16@3 for seed 3), lastM, or all (default); a score spec's own positions=... wins. API targets "
+        "request only the sampled positions",
+    )
     add_bounded_argument(p)
     p.add_argument(
         "--precision",
@@ -59,7 +66,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     names = tuple(dict.fromkeys(s.strip() for s in args.scores.split(",") if s.strip()))
     config = ScoreConfig(
-        scores=names, bounded=args.bounded, precision=args.precision, precision_delta=args.precision_delta
+        scores=names,
+        bounded=args.bounded,
+        precision=args.precision,
+        precision_delta=args.precision_delta,
+        positions=args.positions,
     )
     method = ScoreMethod(config)  # a typo fails before any loading
     if args.dry_run:  # before the target is loaded: loading an API target probes it

@@ -287,12 +287,13 @@ class LocalGenerator:
     def _lower_hidden(self, seqs: list[list[int]], cut: int, batch_size: int) -> list[Any]:
         """Output of the frozen layers ``[0, cut)`` for every sequence (computed once)."""
         import torch
-        from tqdm.auto import tqdm
+
+        from blackbox_audit.progress import progress_bar
 
         inner = self.model.model
         out: list[Any] = [None] * len(seqs)
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
-        bar = tqdm(total=len(seqs), desc=f"generator layers 1-{cut} (frozen, once)", disable=not self.progress)
+        bar = progress_bar(total=len(seqs), desc=f"generator layers 1-{cut} (frozen, once)", disable=not self.progress)
         with torch.inference_mode(), only_layers(self.model, list(inner.layers)[:cut], final_norm=False):
             for start in range(0, len(order), batch_size):
                 idx = order[start : start + batch_size]
@@ -396,7 +397,8 @@ class LocalGenerator:
     ) -> None:
         import torch
         from peft import PeftModel
-        from tqdm.auto import tqdm
+
+        from blackbox_audit.progress import progress_bar
 
         peft_model = PeftModel.from_pretrained(self.model, str(adapter_dir))
         peft_model.eval()
@@ -408,7 +410,7 @@ class LocalGenerator:
             kw |= {"temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k}
         if cfg.repetition_penalty != 1.0:
             kw["repetition_penalty"] = cfg.repetition_penalty
-        bar = tqdm(
+        bar = progress_bar(
             total=sum(len(batches[b]) for b in todo), desc="generate held-out suffixes", disable=not self.progress
         )
         try:

@@ -76,8 +76,9 @@ def train_and_predict(
     ``*_ids`` are the generator tokenizer's ids per text (cut to ``cfg.max_tokens`` here).
     """
     import torch
-    from tqdm.auto import tqdm
     from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    from blackbox_audit.progress import progress_bar
 
     train = [list(r)[: cfg.max_tokens] for r in train_ids]
     test = [list(r)[: cfg.max_tokens] for r in test_ids]
@@ -110,7 +111,7 @@ def train_and_predict(
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
         model.train()
-        bar = tqdm(total=total, desc=desc, unit="step", disable=not progress, leave=False)
+        bar = progress_bar(total=total, desc=desc, unit="step", disable=not progress, leave=False)
         for _ in range(cfg.epochs):
             order = rng.permutation(len(train_c))
             epoch_loss = 0.0

@@ -14,9 +14,10 @@ Contract (API adapters rely on it):
   message; ``refusal`` tells a refused request from a refused client); an unknown model raises
   ``UnknownModel`` with the server's model list. Retryable ones (429, 5xx, timeouts, garbled
   or malformed answers) are retried and, when the retries run out, raise ``RetriesExhausted``
-  (a ``ProviderError``). Budget caps raise ``BudgetExceeded`` (a ``UserError``) *before* the
-  request that would exceed them is sent; a full cache disk raises ``CacheFull`` and a damaged
-  cache database ``CacheDamaged``.
+  (a ``ProviderError``); a 429's Retry-After is waited out within ``--rate-limit-wait`` seconds per
+  request (``retry.py``), beyond which ``RateLimitWaitExceeded`` says so. Budget caps raise
+  ``BudgetExceeded`` (a ``UserError``) *before* the request that would exceed them is sent; a
+  full cache disk raises ``CacheFull`` and a damaged cache database ``CacheDamaged``.
 - Every cached value carries a checksum; runs sharing a cache hold a lease per request, so
   concurrent runs never buy the same answer twice (``cache.py``).
 - ``engine.stats`` counts requests sent, cache hits, billed tokens and cost;
@@ -30,7 +31,15 @@ Contract (API adapters rely on it):
 
 from .budget import Budget, BudgetExceeded
 from .cache import CacheDamaged, CacheFull, open_request_cache, read_checked, request_key
-from .core import EngineStats, ProviderError, RequestEngine, RetriesExhausted, UnknownModel, estimate_body_tokens
+from .core import (
+    EngineStats,
+    ProviderError,
+    RateLimitWaitExceeded,
+    RequestEngine,
+    RetriesExhausted,
+    UnknownModel,
+    estimate_body_tokens,
+)
 from .options import EngineOptions, Spending
 from .pricing import ModelPrice, PricingTable
 
@@ -39,6 +48,7 @@ __all__ = [
     "EngineStats",
     "ProviderError",
     "RetriesExhausted",
+    "RateLimitWaitExceeded",
     "UnknownModel",
     "BudgetExceeded",
     "CacheFull",

@@ -15,6 +15,11 @@ from typing import Any
 
 from blackbox_audit.errors import UserError
 
+#: what a stopped run keeps, in every stop message; ``RequestEngine`` swaps it for ``ANSWERS_LOST``
+#: when it has no cache (``--no-cache``), where the promise would be false
+ANSWERS_KEPT = "answers received so far are cached and not bought again"
+ANSWERS_LOST = "with --no-cache nothing was kept: a re-run buys every answer again"
+
 
 class BudgetExceeded(UserError):
     """A hard cap (--budget-usd / --max-requests) was reached; cached work is kept."""
@@ -45,13 +50,13 @@ class Budget:
         if self.max_requests is not None and self.requests + 1 > self.max_requests:
             raise BudgetExceeded(
                 f"request cap reached: {self.requests} of --max-requests {self.max_requests} used",
-                "re-run the same command with a larger --max-requests; answers so far are cached and cost nothing",
+                f"re-run the same command with a larger --max-requests; {ANSWERS_KEPT}",
             )
         if self.max_usd is not None and self.spent_usd + self.reserved_usd + est_cost_usd > self.max_usd + 1e-12:
             raise BudgetExceeded(
                 f"budget cap reached: ${self.spent_usd:.6f} spent + ${self.reserved_usd:.6f} in flight, next request "
                 f"needs up to ${est_cost_usd:.6f} of --budget-usd {self.max_usd}",
-                "re-run the same command with a larger --budget-usd; answers so far are cached and cost nothing",
+                f"re-run the same command with a larger --budget-usd; {ANSWERS_KEPT}",
             )
         self.requests += 1
         self.reserved_usd += est_cost_usd

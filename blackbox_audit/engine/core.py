@@ -10,9 +10,10 @@ billed usage -> return.
 Uploads (``post_multipart``) take the same path with a key over the files' content; GETs
 (``get_json``: a fine-tuning job's status) skip the cache and the lease, nothing else.
 
-Retryable failures (429 with Retry-After, 5xx, 408, timeouts, connection errors, garbled,
-incomplete or malformed answers) are retried by tenacity with jittered exponential backoff,
-``--max-retries`` times. Other 4xx raise ``ProviderError`` with a message of their own (401: the
+Retryable failures (429, 5xx, 408, timeouts, connection errors, garbled, incomplete or malformed
+answers) are retried by tenacity (``retry.py``): a 429's explicit Retry-After is waited out within
+``--rate-limit-wait`` seconds per request, every other failure counts against ``--max-retries``
+with jittered exponential backoff. Other 4xx raise ``ProviderError`` with a message of their own (401: the
 key; 404: an unknown model, with the server's ``/models`` list; 429 ``insufficient_quota``: the
 account) and the provider's text. The API key lives only in the Authorization header: never
 in keys, values, logs, ledgers or error messages (``blackbox_audit.redaction``).
@@ -33,10 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
-from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt, wait_random_exponential
-from tqdm import tqdm
+from tenacity import AsyncRetrying, RetryError, retry_if_exception_type
 
 from blackbox_audit.errors import UserError
+from blackbox_audit.progress import progress_bar
 from blackbox_audit.redaction import (
     clean_api_key,
     redact_text,
@@ -45,12 +46,13 @@ from blackbox_audit.redaction import (
     split_url_credentials,
 )
 
-from .budget import BudgetExceeded
+from .budget import ANSWERS_KEPT, ANSWERS_LOST, BudgetExceeded
 from .cache import DEFAULT_RESCUE_BYTES, AnswerStore, CacheFull, request_key, restrict_permissions
 from .limits import RateLimiter
 from .options import Spending
 from .pricing import ModelPrice
 from .responses import ModelList, ProtocolError, Usage, validate_answer
+from .retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -115,30 +117,62 @@ class RetriesExhausted(ProviderError):
     """Every attempt failed with a retryable error; cached work is intact, re-running resumes."""
 
     def __init__(
-        self, attempts: int, last: str, status: int = 0, *, base_url: str = "", code: str | None = None
+        self,
+        attempts: int,
+        last: str,
+        status: int = 0,
+        *,
+        base_url: str = "",
+        code: str | None = None,
+        max_retries: int | None = None,
     ) -> None:
         self.status = status
         self.code = code
         self.provider_message = last
         where = f" at {base_url}" if base_url else ""
-        keep = "answers received so far are cached and not re-sent"
+        keep = ANSWERS_KEPT
+        raise_retries = "raise --max-retries" + (f" (now {max_retries})" if max_retries is not None else "")
         if status == 429:
             problem = (
                 f"the provider{where} kept answering HTTP 429 (rate limit or quota) after {attempts} attempts "
                 f"(last: {last})"
             )
-            fix = f"lower --rpm/--tpm/--concurrency or raise --max-retries, and check the account's quota; {keep}"
+            fix = f"lower --rpm/--tpm/--concurrency or {raise_retries}, and check the account's quota; {keep}"
         elif status == 0 and last.startswith("connection error"):
             problem = f"cannot reach the server{where} after {attempts} attempts (last: {last})"
             fix = f"check that the server is running and the URL is right, then re-run; {keep}"
         else:
             problem = f"provider{where} still failing after {attempts} attempts (last: {last})"
-            fix = f"re-run later or raise --max-retries; {keep}"
+            fix = f"re-run later or {raise_retries}; {keep}"
         UserError.__init__(self, problem, fix)
 
     @property
     def refusal(self) -> bool:
         return False
+
+
+class RateLimitWaitExceeded(RetriesExhausted):
+    """429s whose Retry-After waits would pass ``--rate-limit-wait`` on one request (``retry.py``)."""
+
+    def __init__(self, policy: RetryPolicy, attempts: int, last: str, *, base_url: str = "") -> None:
+        self.status, self.code, self.provider_message = 429, None, last
+        where = f" at {base_url}" if base_url else ""
+        asked, bound, waited = policy.refused_wait or 0.0, policy.rate_limit_wait_s, policy.rate_waited_s
+        keep = ANSWERS_KEPT
+        if waited == 0:
+            problem = (
+                f"the provider{where} answered HTTP 429 asking to wait {asked:g} s (Retry-After), more than "
+                f"--rate-limit-wait {bound:g} allows (last: {last})"
+            )
+            fix = f"re-run after that time, or raise --rate-limit-wait to at least {asked:g}; {keep}"
+        else:
+            problem = (
+                f"the provider{where} kept answering HTTP 429 (rate limit): one request waited {waited:g} s on its "
+                f"Retry-After over {attempts} attempts, and the next {asked:g} s would pass --rate-limit-wait "
+                f"{bound:g} (last: {last})"
+            )
+            fix = f"raise --rate-limit-wait, or lower --rpm/--tpm/--concurrency; {keep}"
+        UserError.__init__(self, problem, fix)
 
 
 class _Retryable(Exception):
@@ -173,20 +207,6 @@ def _retry_after(headers: httpx.Headers) -> float | None:
         except ValueError:
             pass
     return _retry_after_seconds(headers.get("retry-after"))
-
-
-class _Wait:
-    """Honour Retry-After when the provider gives one, else jittered exponential backoff."""
-
-    def __init__(self, base_s: float, max_s: float) -> None:
-        self._expo = wait_random_exponential(multiplier=base_s, max=max_s)
-        self.max_s = max_s
-
-    def __call__(self, retry_state: Any) -> float:
-        exc = retry_state.outcome.exception() if retry_state.outcome else None
-        if isinstance(exc, _Retryable) and exc.retry_after is not None:
-            return min(exc.retry_after, self.max_s)
-        return self._expo(retry_state)
 
 
 @dataclass
@@ -269,6 +289,10 @@ class RequestEngine:
             raise UserError(f"--concurrency {max_concurrency} is below 1", "give at least 1")
         if max_retries < 0:
             raise UserError(f"--max-retries {max_retries} is negative", "give 0 or more")
+        if not (math.isfinite(opts.rate_limit_wait_s) and opts.rate_limit_wait_s >= 0):
+            raise UserError(
+                f"--rate-limit-wait {opts.rate_limit_wait_s} is not a number >= 0", "give 0 or more seconds"
+            )
         for flag, rate in (("--rpm", rpm), ("--tpm", tpm)):
             if rate is not None and not (math.isfinite(rate) and rate > 0):
                 raise UserError(f"{flag} {rate} is not a number > 0", f"give a positive {flag} or leave it out")
@@ -290,7 +314,8 @@ class RequestEngine:
         self.rpm = RateLimiter(rpm) if rpm else None
         self.tpm = RateLimiter(tpm) if tpm else None
         self.max_retries = max_retries
-        self._wait = _Wait(backoff_base_s, backoff_max_s)
+        self.rate_limit_wait_s = opts.rate_limit_wait_s
+        self._backoff = (backoff_base_s, backoff_max_s)
         self.default_max_tokens = default_max_tokens
         self.count_tokens = count_tokens
         self.progress = progress
@@ -301,7 +326,7 @@ class RequestEngine:
         self._sem: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inflight: dict[str, asyncio.Future[Any]] = {}
-        self._bar: tqdm | None = None
+        self._bar: Any = None  # a progress_bar, opened by the first answer
         self._unpriced_warned: set[str] = set()
         self._models: list[str] | None = None
         directory = getattr(cache, "directory", None)
@@ -354,7 +379,7 @@ class RequestEngine:
         if not self.progress:
             return
         if self._bar is None:
-            self._bar = tqdm(total=self.expected_requests, desc="requests", unit="req", dynamic_ncols=True)
+            self._bar = progress_bar(total=self.expected_requests, desc="requests", unit="req", dynamic_ncols=True)
         self._bar.update(1)
         self._bar.set_postfix(
             sent=self.stats.requests_sent, cached=self.stats.cache_hits, usd=f"{self.stats.cost_usd:.4f}", refresh=False
@@ -528,12 +553,10 @@ class RequestEngine:
         )
         est_cost = cost_usd if cost_usd is not None else (price.cost(est_prompt, est_completion) if price else 0.0)
         attempts = 0
+        policy = RetryPolicy(self.max_retries, self.rate_limit_wait_s, *self._backoff)
         try:
             async for attempt in AsyncRetrying(
-                retry=retry_if_exception_type(_Retryable),
-                stop=stop_after_attempt(self.max_retries + 1),
-                wait=self._wait,
-                reraise=False,
+                retry=retry_if_exception_type(_Retryable), stop=policy.stop, wait=policy.wait, reraise=False
             ):
                 with attempt:
                     attempts += 1
@@ -545,17 +568,30 @@ class RequestEngine:
         except RetryError as err:
             last = err.last_attempt.exception()
             assert isinstance(last, _Retryable)
-            raise RetriesExhausted(
-                attempts, self._redact(str(last)), last.status, base_url=self.base_url, code=last.code
-            ) from None
+            if policy.refused_wait is not None:
+                exhausted: RetriesExhausted = RateLimitWaitExceeded(
+                    policy, attempts, self._redact(str(last)), base_url=self.base_url
+                )
+            else:
+                exhausted = RetriesExhausted(
+                    attempts,
+                    self._redact(str(last)),
+                    last.status,
+                    base_url=self.base_url,
+                    code=last.code,
+                    max_retries=self.max_retries,
+                )
+            raise self._without_cache_promise(exhausted) from None
         except (BudgetExceeded, CacheFull) as exc:
             self.stopped = exc.problem
+            self._without_cache_promise(exc)
             raise
         except ProviderError as exc:
             if exc.status == 404 and isinstance(model, str) and self._names_unknown_model(exc):
                 raise UnknownModel(
                     model, self.base_url, exc.provider_message, await self.list_models(), exc.code
                 ) from None
+            self._without_cache_promise(exc)
             raise
         self._tick()
         return data
@@ -645,7 +681,7 @@ class RequestEngine:
             raise ProviderError(
                 429,
                 message,
-                "add credit or raise the account's spending limit, then re-run: answers so far are cached",
+                f"add credit or raise the account's spending limit, then re-run: {ANSWERS_KEPT}",
                 code=code,
                 problem=f"the account at {self.base_url} is out of quota (HTTP 429 {code}: {message})",
             )
@@ -661,6 +697,13 @@ class RequestEngine:
                 problem=f"the server at {self.base_url} refused the API key (HTTP 401: {message})",
             )
         raise ProviderError(status, message, _fix_for(status), code=code)
+
+    def _without_cache_promise(self, exc: UserError) -> UserError:
+        """``exc``, its fix no longer promising a cache that this engine does not have (``--no-cache``)."""
+        if self.store is None and exc.fix and ANSWERS_KEPT in exc.fix:
+            exc.fix = exc.fix.replace(ANSWERS_KEPT, ANSWERS_LOST)
+            exc.args = (exc.one_line(),)
+        return exc
 
     @staticmethod
     def _names_unknown_model(exc: ProviderError) -> bool:
@@ -736,6 +779,7 @@ class RequestEngine:
             "budget": self.budget.to_json(),
             "pricing": None if self.free else (self.pricing.sources if self.pricing else None),
             "stopped": self.stopped,
+            "unpriced_models": sorted(self._unpriced_warned),  # their cost is not in cost_usd
         }
         if self.store is not None:
             out["cache_store"] = self.store.stats()
@@ -779,6 +823,7 @@ __all__ = [
     "EngineStats",
     "ProviderError",
     "RetriesExhausted",
+    "RateLimitWaitExceeded",
     "UnknownModel",
     "BudgetExceeded",
     "CacheFull",

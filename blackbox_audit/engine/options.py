@@ -14,14 +14,16 @@ from dataclasses import dataclass, field
 
 from .budget import Budget
 from .pricing import ModelPrice, PricingTable
+from .retry import DEFAULT_RATE_LIMIT_WAIT_S
 
 
 @dataclass(frozen=True)
 class EngineOptions:
     """Hard caps (``None`` = no cap), client-side rate limits (``None`` = none), requests in
-    flight, retries of retryable failures, and prices: ``pricing`` is a price file over the
-    bundled table, ``prices`` (model, price) pairs over both (an audit spec's ``[prices]``,
-    recorded in the table's sources as ``prices_source``). Immutable and hashable."""
+    flight, retries of retryable failures, the seconds a request may wait on 429s' Retry-After
+    (``engine/retry.py``), and prices: ``pricing`` is a price file over the bundled table,
+    ``prices`` (model, price) pairs over both (an audit spec's ``[prices]``, recorded in the
+    table's sources as ``prices_source``). Immutable and hashable."""
 
     budget_usd: float | None = None
     max_requests: int | None = None
@@ -29,6 +31,7 @@ class EngineOptions:
     tpm: float | None = None
     concurrency: int = 8
     max_retries: int = 6
+    rate_limit_wait_s: float = DEFAULT_RATE_LIMIT_WAIT_S  # per request, on 429 Retry-After (retry.py)
     pricing: str | None = None
     prices: tuple[tuple[str, ModelPrice], ...] = ()
     prices_source: str | None = None
@@ -61,7 +64,13 @@ class Spending:
     def limits(cls, options: EngineOptions) -> Spending:
         """Only ``options``' concurrency and retries, no caps, no prices: for free side requests (a
         server's tokenizer) that must fail as fast as the user asked but spend nothing."""
-        return cls(EngineOptions(concurrency=options.concurrency, max_retries=options.max_retries))
+        return cls(
+            EngineOptions(
+                concurrency=options.concurrency,
+                max_retries=options.max_retries,
+                rate_limit_wait_s=options.rate_limit_wait_s,
+            )
+        )
 
 
 __all__ = ["EngineOptions", "Spending"]

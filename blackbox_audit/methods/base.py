@@ -34,10 +34,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from blackbox_audit.adapters.base import LOGPROB_CAPABILITIES, has_capability
 from blackbox_audit.data import Dataset
 from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.planning import CostPlan
 from blackbox_audit.results import MethodResult, ScoredSet
+
+from .routing import no_logprobs_error
 
 # --------------------------------------------------------------------------- config
 
@@ -220,6 +223,7 @@ class Needs:
 
 
 _CAPABILITY_WHAT = {
+    "logprobs": "per-token logprobs",
     "full_distribution": "the full next-token distribution (a white-box target)",
     "conditional": "logprobs of a text given a prefix",
     "generation": "text generation",
@@ -228,10 +232,16 @@ _CAPABILITY_WHAT = {
 
 
 def target_has(target: Any, capability: str) -> bool:
-    caps = target.capabilities
-    if hasattr(caps, capability):
-        return bool(getattr(caps, capability))
-    return bool(getattr(caps, "extra", {}).get(capability, False))
+    return has_capability(target.capabilities, capability)
+
+
+def score_needs(specs: Sequence[str]) -> tuple[str, ...]:
+    """The target capabilities the named scores (spec strings) need, for a method's ``Needs``
+    (a reference target is checked where it is used, not here)."""
+    from blackbox_audit.scores import parse_specs
+
+    reqs = {r.requirement for s in parse_specs(list(specs)) for r in s.score.needs}
+    return tuple(sorted(r for r in reqs if r not in (None, "reference")))
 
 
 # --------------------------------------------------------------------------- method
@@ -281,6 +291,7 @@ class Method(abc.ABC):
         for role in needs.targets:
             if inputs.targets.get(role) is None:
                 raise UserError(f"{self.name} needs a target '{role}', and none was given", f"pass --{role} SPEC")
+        self.refuse_text_only(inputs)
         checked = [inputs.target] if inputs.target is not None else []
         checked += [inputs.targets[r] for r in needs.targets]
         for target in checked:
@@ -291,6 +302,18 @@ class Method(abc.ABC):
                     f"{self.name} needs {what}, which target {target.name} does not provide",
                     "use a target that provides it (see the README's target table) or another method",
                 )
+
+    def refuse_text_only(self, inputs: AuditInputs) -> None:
+        """A target without logprobs, asked for what needs them: one ``CapabilityError`` line that
+        names the text-only scores and methods it can run (``methods.routing``)."""
+        needs = self.needs()
+        wanted = LOGPROB_CAPABILITIES & set(needs.capabilities)
+        targets = [inputs.target] if inputs.target is not None else []
+        targets += [inputs.targets[r] for r in needs.targets if inputs.targets.get(r) is not None]
+        for target in targets:
+            if wanted and not target_has(target, "logprobs"):
+                what = _CAPABILITY_WHAT["logprobs" if "logprobs" in wanted else min(wanted)]
+                raise no_logprobs_error(target, f"{self.name} needs {what}", METHODS)
 
     def plan(self, inputs: AuditInputs) -> CostPlan:
         """The calls and billed items a run would send (default: none)."""

@@ -397,9 +397,12 @@ def _agreement(score: str, scores: dict[str, np.ndarray], metrics: dict[str, Any
         res = spearmanr(a[ok], b[ok])
         rho, p = float(res.statistic), float(res.pvalue)
     out: dict[str, Any] = {"spearman": _finite(rho), "spearman_p": _finite(p), "n": int(ok.sum())}
-    for side in SIDES:
-        m = metrics.get(f"{score}@{side}")
-        out[f"auc_{side}"] = None if m is None else m["auc"]
+    for side in SIDES:  # the side's metrics.json entry (metrics.reported_metrics), the headline numbers here
+        m = metrics.get(f"{score}@{side}") or {}
+        out[f"auc_{side}"] = m.get("auc")
+        out[f"auc_ci_{side}"] = m.get("auc_ci")
+        out[f"tpr_at_1pct_fpr_{side}"] = m.get("tpr_at_1pct_fpr")
+        out[f"f1_accuracy_{side}"] = (m.get("f1_threshold_accuracy") or {}).get("accuracy")
     return out
 
 
@@ -485,9 +488,10 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
         f"  {'all':<16} {tokens['positions']:>9} {_g(tokens['max_abs_delta']):>9} {_g(tokens['mean_abs_delta']):>9} "
         f"{'':>9} {tokens['beyond_bound']:>6}"
     )
-    lines.append(f"  {'score':<16} {'spearman':>9} {'auc a':>9} {'auc b':>9}")
+    lines.append(f"  {'score':<16} {'n':>5} {'spearman':>9} {'auc a [95% CI]':>22} {'auc b [95% CI]':>22}")
     for name, s in summary["scores"].items():
-        lines.append(f"  {name:<16} {_g(s['spearman']):>9} {_g(s['auc_a']):>9} {_g(s['auc_b']):>9}")
+        auc = {side: _auc_cell(s.get(f"auc_{side}"), s.get(f"auc_ci_{side}")) for side in SIDES}
+        lines.append(f"  {name:<16} {s['n']:>5} {_g(s['spearman']):>9} {auc['a']:>22} {auc['b']:>22}")
     for side, s in summary["sides"].items():
         run = s["this_run"]
         line = (
@@ -500,6 +504,12 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
                 line += f"; ${s['price_as']['usd']:.4f} at {s['price_as']['model']}'s published price"
         lines.append(line)
     return lines
+
+
+def _auc_cell(auc: float | None, ci: Sequence[float] | None) -> str:
+    if auc is None:
+        return ""
+    return f"{auc:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
 
 def _g(x: Any) -> str:

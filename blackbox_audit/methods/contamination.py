@@ -9,9 +9,11 @@ same distribution** (the held-out side) under one membership score, chosen befor
 1. **dataset-level test**: is the benchmark, as a set, distinguishable from the held-out
    items? One-sided rank test at ``alpha`` (``contamination_stats.rank_test``), exact under
    exchangeability, so a clean model is flagged with probability ``alpha``;
-2. **contamination rate with a CI**: PTDI's member-share estimator against the held-out
-   items, with a percentile bootstrap CI. The estimator is conservative (it tends to
-   under-state the rate);
+2. **contamination rate, at least X%**: a one-sided lower confidence bound on the benchmark's
+   member share, upper end 100% (``contamination_stats.member_share_lower_bound``: exact, from
+   the benchmark's count below held-out quantiles). Scores bound the share only from below:
+   members that score like non-members cannot be counted. PTDI's conservative member-share
+   estimate is reported beside it;
 3. **flagged items**: PTDI's FDR-controlled selection at ``alpha`` (conformal p-values against
    the held-out items, scaled by the estimated non-member share, then Benjamini–Hochberg);
 4. **PAC-style thresholded rate**, shown only beside the others, with a warning and the share of
@@ -64,9 +66,15 @@ from blackbox_audit.methods.base import (
     check_fraction_open,
     check_positive,
     register_method,
+    score_needs,
 )
 from blackbox_audit.methods.contamination_probes import is_probe, parse_probe
-from blackbox_audit.methods.contamination_stats import member_share_ci, pac_style_rate, rank_test
+from blackbox_audit.methods.contamination_stats import (
+    ShareBound,
+    member_share_lower_bound,
+    pac_style_rate,
+    rank_test,
+)
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, check_level, fdp_and_power, select
 from blackbox_audit.planning import CostItem, CostPlan, PlanningView, price_plan
 from blackbox_audit.planning.contamination import ContaminationPlan, item_cost, probe_usd
@@ -88,7 +96,8 @@ class ContaminationConfig(MethodConfig):
     """``score``: the membership score (higher = member), fixed before the run, or a probe
     ``probe:SPEC`` (``contamination_probes``). ``part``: which text
     is scored (module doc). ``alpha``: the level of the dataset-level test and the FDR of the
-    flagged list. ``confidence``: the rate CI's level. ``lam``: PTDI's region size (SPEC §4).
+    flagged list. ``confidence``: the level of the rate's lower confidence bound. ``lam``: PTDI's
+    region size (SPEC §4).
     ``items``: score at most this many items per side, drawn at random (seeded); None = all.
     ``heldout``: ``known`` (a set of known non-members) or ``synthetic`` (DI's generator)."""
 
@@ -97,7 +106,6 @@ class ContaminationConfig(MethodConfig):
     alpha: float = 0.05
     confidence: float = 0.95
     lam: float = DEFAULT_LAMBDA
-    n_bootstrap: int = 2000
     items: int | None = None
     seed: int = 0
     bounded: Literal["error", "upper"] = "error"
@@ -107,7 +115,6 @@ class ContaminationConfig(MethodConfig):
         check_fraction_open(self.alpha, "alpha")
         check_fraction_open(self.confidence, "confidence")
         check_level(self.lam, "lambda", "--lam")
-        check_positive(self.n_bootstrap, "n_bootstrap")
         if self.items is not None:
             check_positive(self.items, "items")
         from blackbox_audit.scores import parse_specs
@@ -204,7 +211,8 @@ class Contamination(Method):
         sets = ("heldout",) if self.config.heldout == "known" else ()
         if self.probe is not None:
             return Needs(sets=sets, capabilities=("generation",))
-        return Needs(sets=sets, capabilities=("conditional",) if self.config.part == "output" else ())
+        caps = {*score_needs([self.config.score]), *(("conditional",) if self.config.part == "output" else ())}
+        return Needs(sets=sets, capabilities=tuple(sorted(caps)))
 
     def part_for(self, bench: Benchmark) -> str:
         if self.probe is not None:
@@ -254,7 +262,7 @@ class Contamination(Method):
 
     # ------------------------------------------------------------------ plan (dry-run)
     def _calls(self, bench: Benchmark, part: str, indices: Sequence[int] | None = None) -> list[Any]:
-        from blackbox_audit.scores import FetchCall
+        from blackbox_audit.scores import plan_requests
         from blackbox_audit.scores.output import plan_output_calls
 
         idx = range(len(bench)) if indices is None else indices
@@ -262,10 +270,11 @@ class Contamination(Method):
             from blackbox_audit.methods.contamination_probes import probe_calls, probe_item
 
             return probe_calls(self.probe, [probe_item(self.probe, bench, i, self.config.seed) for i in idx])
+        score = [self.config.score]  # its read (sampled positions, top-n only) decides what a call costs
         if part == "output":
-            return plan_output_calls([bench.prompts[i] for i in idx], [bench.outputs[i] for i in idx])
+            return plan_output_calls([bench.prompts[i] for i in idx], [bench.outputs[i] for i in idx], score)
         texts = tuple(bench.texts[i] for i in idx)
-        return [FetchCall("plain", texts)] if texts else []
+        return list(plan_requests(texts, score).calls) if texts else []
 
     def plan(self, inputs: AuditInputs) -> CostPlan:
         bench = as_benchmark(inputs.data, "benchmark") if inputs.data is not None else None
@@ -345,9 +354,8 @@ class Contamination(Method):
         self, target: Any, bench: Benchmark, held: Benchmark, part: str, progress: bool
     ) -> tuple[SideScores, SideScores, str | None]:
         """Score both sides in the interleaved order until done or a budget cap stops it."""
-        from tqdm.auto import tqdm
-
         from blackbox_audit.engine.budget import BudgetExceeded
+        from blackbox_audit.progress import progress_bar
 
         sides = (SideScores(bench), SideScores(held))
         order = interleave(len(bench), len(held))
@@ -356,7 +364,7 @@ class Contamination(Method):
             chunk = max(chunk, PROBE_CHUNK)
         field_name = self.config.score
         stopped: str | None = None
-        bar = tqdm(total=len(order), desc=f"contamination ({part})", unit="item", disable=not progress)
+        bar = progress_bar(total=len(order), desc=f"contamination ({part})", unit="item", disable=not progress)
         try:
             for start in range(0, len(order), chunk):
                 part_order = order[start : start + chunk]
@@ -447,9 +455,8 @@ class Contamination(Method):
                 "benchmark's non-members, so the test, rate and list may measure that difference, not contamination"
             )
         test = rank_test(bv, hv, cfg.alpha)
-        share = member_share_ci(
-            bv, hv, lam=cfg.lam, confidence=cfg.confidence, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed
-        )
+        share = member_share_lower_bound(bv, hv, confidence=cfg.confidence, population=len(bench), lam=cfg.lam)
+        rate_text = rate_statement(share)
         sel = select(bv, hv, cfg.alpha, lam=cfg.lam, method="subtraction")
         mask = sel.selected_mask()
         pac = pac_style_rate(bv, hv)
@@ -459,9 +466,8 @@ class Contamination(Method):
         decision = "contaminated" if test.flagged else "not detected"
         statement = (
             f"{name} is {'' if test.flagged else 'not '}distinguishable from known non-members of the same "
-            f"distribution (one-sided rank test p = {test.p_value:.3g}, level {cfg.alpha:g}); estimated contamination "
-            f"rate {share.estimate:.1%} ({cfg.confidence:.0%} CI {share.low:.1%} – {share.high:.1%}); {k} of "
-            f"{len(bv)} items flagged at FDR {cfg.alpha:g}"
+            f"distribution (one-sided rank test p = {test.p_value:.3g}, level {cfg.alpha:g}); contamination rate "
+            f"{rate_text}; {k} of {len(bv)} items flagged at FDR {cfg.alpha:g}"
         )
         verdict = Verdict(
             decision=decision,
@@ -469,8 +475,10 @@ class Contamination(Method):
             alpha=cfg.alpha,
             p_value=test.p_value,
             estimate={
-                "rate": share.estimate,
-                "rate_ci": [share.low, share.high],
+                "rate_lower_bound": share.lower,
+                "rate_ci": [share.lower, share.upper],
+                "rate_ci_sides": "one-sided: lower confidence bound, upper end 100%",
+                "rate_estimate": share.estimate,
                 "confidence": cfg.confidence,
                 "n_flagged": k,
                 "n_items": len(bv),
@@ -492,8 +500,8 @@ class Contamination(Method):
             f"held-out {test.auc:.3f})",
             f"dataset-level test: p = {test.p_value:.3g} -> {'FLAGGED' if test.flagged else 'not flagged'} "
             f"at {cfg.alpha:g}",
-            f"contamination rate: {share.estimate:.1%} ({cfg.confidence:.0%} CI {share.low:.1%} – {share.high:.1%}; "
-            "conservative estimator)",
+            f"contamination rate: {rate_text}: members that score like non-members cannot be counted, so scores "
+            f"bound the share only from below; PTDI's conservative point estimate {share.estimate:.1%}",
             f"flagged at FDR {cfg.alpha:g}: {k} items (flagged.jsonl)",
             f"premise: benchmark vs held-out by text alone, blind classifier AUC {premise['auc']:.3f} "
             f"({'CONFOUNDED' if premise.get('confounded') else 'about 0.5 is what exchangeable sets give'})",
@@ -537,13 +545,20 @@ class Contamination(Method):
             fdp, pw = fdp_and_power(mask, y)
             true_rate = float(y.mean())
             metrics["selection"] = {"fdp": float(fdp), "power": None if np.isnan(pw) else float(pw)}
-            metrics["rate"] = {"true": true_rate, "covered": bool(share.low <= true_rate <= share.high)}
+            metrics["rate"] = {"true": true_rate, "covered": bool(share.lower <= true_rate)}
             result.metrics = metrics
             result.summary.append(
                 f"labels (evaluation only): true rate {true_rate:.1%} "
-                f"({'inside' if metrics['rate']['covered'] else 'OUTSIDE'} the CI), flagged list FDP {float(fdp):.3f}"
+                f"({'at or above' if metrics['rate']['covered'] else 'BELOW'} the lower bound), "
+                f"flagged list FDP {float(fdp):.3f}"
             )
         return result
+
+
+def rate_statement(share: ShareBound) -> str:
+    """The rate as a person should quote it: a lower bound, never a two-sided interval."""
+    scope = "" if share.population == share.n_benchmark else f" of all {share.population} benchmark items"
+    return f"at least {share.lower:.1%}{scope} ({share.confidence:.0%} lower confidence bound; upper end 100%)"
 
 
 def heldout_premise(b: SideScores, h: SideScores, seed: int) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from blackbox_audit.methods.base import (
     check_fraction_open,
     check_positive,
     register_method,
+    score_needs,
 )
 from blackbox_audit.planning import CostPlan
 from blackbox_audit.results import MethodResult, Verdict
@@ -102,9 +103,10 @@ class PlainDI(Method):
     outputs = {"di.json": "the Welch test: p-value, verdict, aggregator AUC and weights, blind text-only AUC"}
 
     def needs(self) -> Needs:
-        return Needs(sets=("heldout",))
+        return Needs(sets=("heldout",), capabilities=score_needs(_feature_names(self.config.features, None)))
 
     def check(self, inputs: AuditInputs) -> None:
+        self.refuse_text_only(inputs)
         _check_target(inputs, self.config.features)
         super().check(inputs)
 
@@ -300,7 +302,11 @@ class CalibratedDI(Method):
         "pairs.jsonl": "one row per inference pair: seq_id, doc_id, prefix, real suffix, generated suffix",
     }
 
+    def needs(self) -> Needs:
+        return Needs(capabilities=score_needs(_feature_names(self.config.features, None)))
+
     def check(self, inputs: AuditInputs) -> None:
+        self.refuse_text_only(inputs)
         _check_target(inputs, self.config.features)
         super().check(inputs)
 

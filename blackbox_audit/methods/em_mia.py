@@ -165,7 +165,7 @@ def recall_matrix(
     With ``progress``, the planned number of conditional scorings is printed (stderr) before the
     fill starts, and the bar counts (prefix, text) pairs, so its total is that number.
     """
-    from tqdm.auto import tqdm
+    from blackbox_audit.progress import progress_bar
 
     check_sep(sep)
     texts = list(texts)
@@ -181,7 +181,7 @@ def recall_matrix(
             file=sys.stderr,
             flush=True,
         )
-    with tqdm(total=planned, desc="ReCaLL matrix", unit="pair", disable=not progress) as bar:
+    with progress_bar(total=planned, desc="ReCaLL matrix", unit="pair", disable=not progress) as bar:
         for i, p in enumerate(pool):
             cols = _scored_by(int(p), len(texts), self_pairs)
             prefix = build_prefix([texts[p]], sep)

@@ -47,6 +47,7 @@ from blackbox_audit.methods.base import (
     Needs,
     check_positive,
     register_method,
+    score_needs,
 )
 from blackbox_audit.planning import CostPlan, FineTunePlan
 from blackbox_audit.results import MethodResult
@@ -151,7 +152,9 @@ class FSD(Method):
     config_class = FSDConfig
 
     def needs(self) -> Needs:
-        return Needs(capabilities=("fine_tuning",), sets=("finetune",))
+        # without configured scores, the loss family the target supports (``score_names``): logprobs
+        scores = score_needs(self.config.scores) if self.config.scores else ("logprobs",)
+        return Needs(capabilities=("fine_tuning", *scores), sets=("finetune",))
 
     def score_names(self, target: Any = None) -> list[str]:
         """The configured scores, or every loss-family score ``target`` supports."""

@@ -44,6 +44,7 @@ from blackbox_audit.methods.base import (
     MethodConfig,
     Needs,
     register_method,
+    score_needs,
 )
 from blackbox_audit.methods.sample_size import warn_if_too_few
 from blackbox_audit.planning import CostPlan
@@ -460,7 +461,7 @@ class PTDI(Method):
     config_class = PTDIConfig
 
     def needs(self) -> Needs:
-        return Needs(sets=("calibration",), scored_ok=True)
+        return Needs(sets=("calibration",), scored_ok=True, capabilities=score_needs([self.config.score]))
 
     def _score_sets(self, inputs: AuditInputs) -> list[tuple[str, Any]]:
         """(role, Dataset) pairs whose scores must be computed on the target."""

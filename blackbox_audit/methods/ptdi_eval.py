@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.ptdi import (
@@ -40,6 +39,7 @@ from blackbox_audit.methods.ptdi import (
     subtraction_theta_from_counts,
     to_paper_scores,
 )
+from blackbox_audit.progress import progress_bar
 
 CHUNK = 250  # trials per vectorised step: bounds memory, drives the progress bar
 
@@ -285,7 +285,7 @@ def evaluate(
     true_theta: list[np.ndarray] = []
     n_cal: list[np.ndarray] = []
     n_test: list[np.ndarray] = []
-    bar = tqdm(total=trials, desc="ptdi-eval trials", unit="trial", disable=not progress)
+    bar = progress_bar(total=trials, desc="ptdi-eval trials", unit="trial", disable=not progress)
     for batch in batches:
         res = run_batch(batch, alphas, lam, methods)
         m_valid = batch.test_ok.sum(axis=1)

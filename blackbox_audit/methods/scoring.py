@@ -37,7 +37,9 @@ class ScoreConfig(MethodConfig):
     (``upper``) positions known only as an upper bound; ``blind``: add the text-only baseline to
     the metrics of labelled data; ``precision``: ``full`` (the target's own tolerance) or ``auto``
     (recover API logprobs only as precisely as the requested scores need, each score's error held
-    within its delta; ``precision_delta`` rescales the deltas; ``blackbox_audit.scores.precision``)."""
+    within its delta; ``precision_delta`` rescales the deltas; ``blackbox_audit.scores.precision``);
+    ``positions``: the positions every score reads unless its spec names its own (``random16``,
+    ``last16``, ``all``/None; ``blackbox_audit.reads``): an API target requests only those."""
 
     scores: tuple[str, ...] = DEFAULT_SCORES
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -46,6 +48,7 @@ class ScoreConfig(MethodConfig):
     seed: int = 0
     precision: Literal["full", "auto"] = "full"
     precision_delta: float | None = None
+    positions: str | None = None
 
     def validate(self) -> None:
         from blackbox_audit.scores import parse_specs
@@ -53,7 +56,8 @@ class ScoreConfig(MethodConfig):
 
         if not self.scores:
             raise UserError("no score requested", "name at least one score, e.g. scores = ['loss', 'min_k']")
-        parse_specs(list(self.scores), self.params)  # unknown names or parameters fail here, before any work
+        # unknown names, parameters or position samples fail here, before any work
+        parse_specs(list(self.scores), self.params, positions=self.positions)
         check_mode(self.precision, self.precision_delta)
 
 
@@ -69,7 +73,7 @@ def labelled_metrics(
     """AUC/TPR of every score column and, with ``blind``, the text-only baseline beside them (its
     warning goes to ``result.warnings``); None without both labels. One place for every method
     that reports membership scores (``score``, ``fsd``), so they judge the blind baseline alike."""
-    from blackbox_audit.blind import blind_summary, blind_warning
+    from blackbox_audit.blind import blind_skipped, blind_summary, blind_warning
     from blackbox_audit.metrics import evaluation_metrics
 
     metrics = evaluation_metrics(scores, labels)
@@ -80,6 +84,10 @@ def labelled_metrics(
             warning = blind_warning(summary)
             if warning:
                 result.warnings.append(warning)
+        else:  # too few texts per class: say so where the baseline would have been
+            why = blind_skipped(labels)
+            metrics["blind"] = {"skipped": why}
+            result.warnings.append(f"no blind baseline: {why}")
     return metrics
 
 
@@ -93,7 +101,7 @@ class ScoreMethod(Method):
     def specs(self) -> Any:
         from blackbox_audit.scores import parse_specs
 
-        return parse_specs(list(self.config.scores), self.config.params)
+        return parse_specs(list(self.config.scores), self.config.params, positions=self.config.positions)
 
     def needs(self) -> Needs:
         caps = sorted(
@@ -104,6 +112,7 @@ class ScoreMethod(Method):
     def check(self, inputs: AuditInputs) -> None:
         from blackbox_audit.scores import check_capabilities
 
+        self.refuse_text_only(inputs)
         if inputs.target is not None:  # names the scores that need what the target lacks
             check_capabilities(inputs.target, self.specs, inputs.reference)
         super().check(inputs)
@@ -111,7 +120,9 @@ class ScoreMethod(Method):
     def plan(self, inputs: AuditInputs) -> CostPlan:
         from blackbox_audit.scores import plan_requests
 
-        plan = plan_requests(inputs.texts, list(self.config.scores), params=self.config.params)
+        plan = plan_requests(
+            inputs.texts, list(self.config.scores), params=self.config.params, positions=self.config.positions
+        )
         calls = [c for c in plan.calls if c.kind != "reference"]
         notes = ["the reference model's calls are not counted"] if len(calls) < len(plan.calls) else []
         prec = self._precision(inputs)
@@ -144,6 +155,7 @@ class ScoreMethod(Method):
             bounded=self.config.bounded,
             progress=inputs.progress,
             ids=inputs.ids,
+            positions=self.config.positions,
         )
         result = self.new_result(
             inputs,

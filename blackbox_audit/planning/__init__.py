@@ -14,6 +14,8 @@ the recovery ladder's shape and the price; ``price_plan`` turns the two into ``E
 - ``views``: ``PlanningView``, the generic builder of an API endpoint's view (``endpoint_view``),
   ``local_view`` and ``view_of_target`` (a loaded target);
 - ``price``: ``price_plan`` -> ``PlanEstimate`` (scoring, sampling, fine-tuning, notes);
+- ``measured``: what finished runs measured about an endpoint's recovery (``MeasuredRecovery``),
+  which narrows the next estimate to a prediction interval;
 - ``contamination`` and ``power``: the contamination check's per-item costs, the items a budget
   buys, and the rank test's power at that size.
 
@@ -29,6 +31,7 @@ and price come from is provider knowledge, like its loader; they build their vie
 from .counting import CallCost, call_cost
 from .estimate import Estimate, estimate_generation, estimate_records, estimate_scoring
 from .ladder import UNKNOWN, LadderShape, eps_for_tolerance
+from .measured import MeasuredRecovery, merge_samples, mode_key
 from .plan import CostItem, CostPlan, FineTunePlan
 from .price import PlanEstimate, price_plan
 from .views import PlanningView, endpoint_view, local_view, view_of_target
@@ -52,4 +55,7 @@ __all__ = [
     "LadderShape",
     "UNKNOWN",
     "eps_for_tolerance",
+    "MeasuredRecovery",
+    "merge_samples",
+    "mode_key",
 ]

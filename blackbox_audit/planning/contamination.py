@@ -187,13 +187,16 @@ def item_cost(side: int, calls: Sequence[Any], view: PlanningView, *, prompt: st
     if calls and all(c.kind == "samples" for c in calls):
         return sampling_item_cost(side, calls, view)
     cc = call_cost(calls, view.tokenize)
-    est = cc.estimate(view.shape, price=view.price, prompt_overhead=view.prompt_overhead, probe=False)
+    est = cc.estimate(
+        view.shape, price=view.price, prompt_overhead=view.prompt_overhead, probe=False, measured=view.measured()
+    )
     n_prompt = len(view.tokenize(prompt)) if prompt else 0
+    texts = dict.fromkeys(t for c in calls for t in c.texts)  # one item: its text, once per read
     return ItemCost(
         side=side,
-        tokens=n_prompt + cc.positions + (1 if prompt is None else 0),
+        tokens=n_prompt + sum(len(view.tokenize(t)) for t in texts),
         prompt_tokens=n_prompt,
-        positions=cc.positions,
+        positions=cc.positions + cc.read_positions,
         requests=est.requests if view.api else (0, 0),
         billed_prompt=est.prompt_tokens if view.api else (0, 0),
         usd=est.cost_usd if view.api else (0.0, 0.0),

@@ -13,7 +13,12 @@ as a range because the number of extra requests depends on answers not yet seen:
   ``ceil(log2(cap / eps)) + 1`` requests (argmax-only), times ``votes`` on non-deterministic
   endpoints; ``eps`` is the ladder's bisection tolerance (``ladder.LadderShape.with_eps``: a coarser
   ``--precision auto`` tolerance is priced as such);
+- reads without recovery (cheap scores, ``blackbox_audit.reads``) are one top-n request per
+  (sampled) position at both ends: nothing is left to the answers;
 - plus the probe's requests, once per endpoint.
+Once runs on the same endpoint have measured its recovery (``measured.MeasuredRecovery``), the
+extra requests of a miss are priced from that measurement instead: a prediction interval for texts
+like the measured ones. Every estimate states the assumption behind each end (``Estimate.basis``).
 Chat endpoints add the chat template's tokens to every prompt (``prompt_overhead``). Answers
 already in the cache cost nothing, so a resumed run costs less than estimated.
 """
@@ -28,6 +33,7 @@ from typing import Any
 from blackbox_audit.engine.pricing import ModelPrice
 
 from .ladder import UNKNOWN, LadderShape
+from .measured import MeasuredRecovery
 
 PROBE_REQUESTS = 24  # upper bound of adapters/probe.py's requests per endpoint
 PROBE_REQUESTS_MIN = 10  # the fewest it sends (a chat endpoint whose first checks settle everything)
@@ -44,6 +50,7 @@ class Estimate:
     prompt_tokens: tuple[int, int]
     completion_tokens: tuple[int, int]
     cost_usd: tuple[float, float] | None  # None: no price known for the model
+    basis: tuple[str, ...] = ()  # the assumption behind each end of the range
 
     def to_json(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -61,7 +68,8 @@ class Estimate:
             f"  prompt tokens:     {rng(*self.prompt_tokens)}\n"
             f"  completion tokens: {rng(*self.completion_tokens)}\n"
             f"  cost:              {cost}\n"
-            "  (before cache hits; nothing was sent)"
+            + "".join(f"  {line}\n" for line in self.basis)
+            + "  (before cache hits; nothing was sent)"
         )
 
 
@@ -103,19 +111,49 @@ def estimate_records(
     probe_requests: int | tuple[int, int] = (PROBE_REQUESTS_MIN, PROBE_REQUESTS),
     max_tokens: int = 1,
     texts: int | None = None,
+    read_positions: int = 0,
+    read_context_tokens: int = 0,
+    read_scorings: int = 0,
+    measured: MeasuredRecovery | None = None,
+    positions_sq: int | None = None,
 ) -> Estimate:
     """The one estimate rule (module doc), for ``scorings`` records holding ``positions`` scored
     positions whose contexts sum to ``context_tokens`` (prefix + text so far, before the chat
-    template's ``prompt_overhead``); an echo request per record sends ``echo_prompt_tokens``."""
+    template's ``prompt_overhead``); an echo request per record sends ``echo_prompt_tokens``.
+    ``read_positions`` more positions (contexts ``read_context_tokens``) are read without recovery:
+    one request each, whatever the endpoint (``read_scorings`` of the ``scorings`` are such records).
+    ``measured``: this endpoint's measured recovery, which prices the misses' extra requests as a
+    prediction interval (``positions_sq``: the sum of the records' squared position counts)."""
     ctx_tokens = context_tokens + positions * prompt_overhead
     avg_ctx = ctx_tokens / positions if positions else 0.0
-    if shape.echo:  # one request per record carries every position
-        base_req, base_prompt = scorings, echo_prompt_tokens + scorings * prompt_overhead
+    if not positions:
+        base_req, base_prompt = 0, 0
+    elif shape.echo:  # one request per record carries every position
+        records = scorings - read_scorings
+        base_req, base_prompt = records, echo_prompt_tokens + records * prompt_overhead
     else:  # one request per position, prompt = its context
         base_req, base_prompt = positions, ctx_tokens
-    extra = math.ceil(positions * shape.miss_extra_hi)  # every token missing the top-n
-    req = (base_req, base_req + extra)
-    prompt = (base_prompt, base_prompt + math.ceil(extra * avg_ctx))  # extra requests repeat the context
+    base_req += read_positions
+    base_prompt += read_context_tokens + read_positions * prompt_overhead
+    extra_lo, extra_hi = 0, math.ceil(positions * shape.miss_extra_hi)  # none / every token missing the top-n
+    basis: list[str] = []
+    label = shape.label
+    if measured is not None and extra_hi > 0:
+        extra_lo, extra_hi = measured.extra_range(positions, positions if positions_sq is None else positions_sq)
+        label = f"{shape.label}, measured"
+        basis = [
+            f"ends: 95% prediction interval of the requests beyond 1 per position, {measured.describe()}; "
+            "assumes texts like those"
+        ]
+    elif extra_hi > 0:
+        basis = [
+            "low end: every true token is in the top-n (1 request per position)",
+            f"high end: every position misses it and costs {shape.miss_extra_hi:g} more requests (the ladder's "
+            "worst case); a finished run on this endpoint narrows this",
+        ]
+    req = (base_req + extra_lo, base_req + extra_hi)
+    # extra requests repeat the context
+    prompt = (base_prompt + math.ceil(extra_lo * avg_ctx), base_prompt + math.ceil(extra_hi * avg_ctx))
     p_lo, p_hi = (probe_requests, probe_requests) if isinstance(probe_requests, int) else probe_requests
     req = (req[0] + p_lo, req[1] + p_hi)
     prompt = (prompt[0] + p_lo * (8 + prompt_overhead), prompt[1] + p_hi * (8 + prompt_overhead))
@@ -123,7 +161,14 @@ def estimate_records(
     cost = None
     if price is not None:
         cost = (price.cost(prompt[0], completion[0]), price.cost(prompt[1], completion[1]))
-    return Estimate(shape.label, scorings if texts is None else texts, positions, req, prompt, completion, cost)
+    if read_positions and not positions:
+        label = "top-n reads, no recovery"
+    if read_positions:
+        basis.append(f"{read_positions:,} position(s) read without recovery: exactly 1 request each")
+    total = positions + read_positions
+    return Estimate(
+        label, scorings if texts is None else texts, total, req, prompt, completion, cost, basis=tuple(basis)
+    )
 
 
 def estimate_generation(

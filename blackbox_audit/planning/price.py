@@ -109,7 +109,7 @@ def price_plan(plan: CostPlan, view: PlanningView) -> PlanEstimate:
         if not view.logprobs:
             raise UserError(
                 f"{view.name} returns no logprobs, so only text-only scores can be estimated or run",
-                "use --scores samia (SaMIA samples continuations and needs no logprobs)",
+                "use a score that only samples text (a --dry-run of the run lists the scores this target supports)",
             )
         shape = view.shape
         if plan.tolerance is not None:  # --precision auto: price the tolerance the run will use
@@ -126,7 +126,15 @@ def price_plan(plan: CostPlan, view: PlanningView) -> PlanEstimate:
             shape = shape.with_eps(eps)
             if shape.bisect_cap is not None:
                 notes.append(f"bisection priced at {how}")
-        estimate = cost.estimate(shape, price=view.price, prompt_overhead=view.prompt_overhead, probe=not view.probed)
+        measured = view.measured(shape.eps) if shape is not None else None
+        if view.prompt_overhead:
+            notes.append(
+                f"every request's prompt also bills {view.prompt_overhead} tokens of the endpoint's own template "
+                "(measured by earlier runs)"
+            )
+        estimate = cost.estimate(
+            shape, price=view.price, prompt_overhead=view.prompt_overhead, probe=not view.probed, measured=measured
+        )
     sampling = []
     for call in (c for c in plan.calls if c.kind == "samples"):
         n, max_new = call.sampling[0], call.sampling[1]

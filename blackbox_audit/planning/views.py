@@ -8,13 +8,14 @@ is already loaded (and probed) gives its own view through ``view_of_target``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from blackbox_audit.engine.pricing import ModelPrice, PricingTable
 
 from .ladder import UNKNOWN, LadderShape
+from .measured import MeasuredRecovery, measured_overhead, mode_key
 
 #: where an unprobed endpoint's shape comes from (the widest range; the probe's requests are counted)
 NOT_PROBED = "not probed yet: widest range"
@@ -27,7 +28,9 @@ class PlanningView:
     ``tokenize``: the target's tokenizer (local); ``shape``: the recovery ladder's shape
     (``ladder.LadderShape``; None for a local model, which sends no requests); ``shape_source``
     says where it came from (a cached probe, or the unprobed widest range); ``price``: the
-    model's ``ModelPrice`` or None; ``prompt_overhead``: template tokens added to every prompt.
+    model's ``ModelPrice`` or None; ``prompt_overhead``: template tokens added to every prompt;
+    ``recovery``: what finished runs on this endpoint measured (``measured.merge_samples``'s entry),
+    read through ``measured``; ``prior``: the run will centre bisection on a proxy model's prior.
     """
 
     name: str
@@ -41,6 +44,17 @@ class PlanningView:
     prompt_overhead: int = 0
     probed: bool = False  # the probe report is cached: its requests will not be sent again
     logprobs: bool = True  # False: a text-only endpoint (only sampling can be planned)
+    recovery: Mapping[str, Any] | None = None
+    prior: bool = False
+
+    def measured(self, eps: float | None = None) -> MeasuredRecovery | None:
+        """This endpoint's measured recovery at bisection tolerance ``eps`` (default: the shape's),
+        or None while no run measured enough of it."""
+        if not self.recovery or self.shape is None:
+            return None
+        eps = self.shape.eps if eps is None else eps
+        rows = (self.recovery.get("modes") or {}).get(mode_key(eps, self.prior))
+        return MeasuredRecovery.from_samples(rows) if rows else None
 
 
 def endpoint_view(
@@ -53,6 +67,8 @@ def endpoint_view(
     semantics: Any = None,
     probed_by: str | None = None,
     logprobs: bool = True,
+    recovery: Mapping[str, Any] | None = None,
+    prior: bool = False,
 ) -> PlanningView:
     """The planning view of one API endpoint.
 
@@ -60,7 +76,9 @@ def endpoint_view(
     come from ("the cached probe of this target", "this target's probe"): the ladder's shape is
     then read from them and the probe is not paid again. None: not probed yet, so the widest range
     is priced and the probe's own requests are counted. A text-only endpoint (``logprobs=False``)
-    has no ladder: only sampling can be planned on it.
+    has no ladder: only sampling can be planned on it. ``recovery``: the endpoint's measured
+    recovery statistics (``PlanningView.recovery``; their measured template overhead becomes
+    ``prompt_overhead``), ``prior``: a proxy prior will be used.
     """
     if not logprobs:
         shape, source, probed = None, "", False
@@ -80,6 +98,9 @@ def endpoint_view(
         tokenizer_name=tokenizer_name,
         probed=probed,
         logprobs=logprobs,
+        recovery=recovery,
+        prior=prior,
+        prompt_overhead=measured_overhead(recovery) or 0,
     )
 
 
@@ -99,4 +120,6 @@ def view_of_target(target: Any, *, pricing: str | None = None) -> PlanningView:
         price=PricingTable.load(pricing).get(target.model),
         semantics=getattr(target, "sem", None),
         probed_by="this target's probe",
+        recovery=target.recovery_stats() if callable(getattr(target, "recovery_stats", None)) else None,
+        prior=getattr(target, "prior", None) is not None,
     )

@@ -17,7 +17,7 @@ package opens a result file. The sub-modules, each with one job:
 - ``provenance``: which code ran (``package_versions``, ``git_revision``);
 - ``files``: atomic JSON/JSONL/text writers and ``check_out_dir`` (``--out`` proven
   writable before any work);
-- ``printing``: what a person reads on the console (``print_result``, ``print_metrics``,
+- ``printing``: what a person reads on the console (``print_result``, ``print_usage``, ``print_metrics``,
   ``print_score_summary``).
 
 Metrics are computed elsewhere (``blackbox_audit.metrics``); this package records them. It
@@ -26,7 +26,14 @@ imports no method, adapter or CLI module: methods, commands and reports import i
 
 from blackbox_audit.results.files import OUTPUT_NAMES, check_out_dir, write_json, write_jsonl, write_text
 from blackbox_audit.results.model import MethodResult, ScoredSet, Verdict
-from blackbox_audit.results.printing import metrics_rows, print_metrics, print_result, print_score_summary
+from blackbox_audit.results.printing import (
+    format_usage,
+    metrics_rows,
+    print_metrics,
+    print_result,
+    print_score_summary,
+    print_usage,
+)
 from blackbox_audit.results.provenance import git_revision, package_versions
 from blackbox_audit.results.reader import is_result, read_result, read_run, read_scored, require_label, result_folders
 from blackbox_audit.results.record import RunRecorder, redact, redact_argv
@@ -46,6 +53,8 @@ __all__ = [
     "package_versions",
     "print_metrics",
     "print_result",
+    "print_usage",
+    "format_usage",
     "print_score_summary",
     "read_result",
     "read_run",

@@ -23,6 +23,7 @@ from typing import Any
 from blackbox_audit.redaction import is_conventional_env_name, redact_text
 from blackbox_audit.results.files import write_json
 from blackbox_audit.results.provenance import git_revision, package_versions
+from blackbox_audit.threads import configured as configured_threads
 
 # option names that may hold credentials. "max_tokens", "tokenizer" and counters such as
 # "forced_token" (a ladder strategy) are not credentials; only token names that credentials use are.
@@ -84,16 +85,17 @@ class RunRecorder:
     """Collects a run's provenance from start to ``finish`` (which writes ``run.json``).
 
     ``options``: a mapping or an object with attributes (e.g. parsed command-line arguments);
-    callables among them (argparse's ``func``) are left out.
+    callables among them (argparse's ``func``) are left out. ``timed=False``: made when the work
+    is already done (a result written without its recorder), so ``wall_time_s`` is null, not 0.
     """
 
-    def __init__(self, command: str, options: Mapping[str, Any] | object | None = None) -> None:
+    def __init__(self, command: str, options: Mapping[str, Any] | object | None = None, *, timed: bool = True) -> None:
         self.command = command
         opts = _options_dict(options)
         self.options = {k: v for k, v in opts.items() if not callable(v)}  # argparse's func
         self.argv = list(sys.argv)
         self.started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        self._t0 = time.monotonic()
+        self._t0 = time.monotonic() if timed else None
 
     def finish(
         self,
@@ -110,10 +112,13 @@ class RunRecorder:
             "argv": redact_argv(self.argv),
             "options": self.options,
             "started_at": self.started_at,
-            "wall_time_s": round(time.monotonic() - self._t0, 3),
+            "wall_time_s": None if self._t0 is None else round(time.monotonic() - self._t0, 3),
             "versions": package_versions(),
             "git": git_revision(),
         }
+        threads = configured_threads()
+        if threads is not None:  # set by a command that may load a local model (--threads)
+            record["threads"] = threads.to_json()
         if target is not None:
             record["target"] = target.describe()
             record["target"].setdefault("fingerprint", target.fingerprint())

@@ -78,7 +78,7 @@ def write_result(
         record["warnings"] = list(result.warnings)
     record.update(result.provenance)
     record.update(extra or {})
-    recorder = recorder or RunRecorder(result.method, {})
+    recorder = recorder or RunRecorder(result.method, {}, timed=False)  # started now: no wall time to tell
     paths.append(recorder.finish(out, target=target, extra=record))
     return paths
 

@@ -10,7 +10,7 @@ conversions of membership scores happen in this package (see ``builtin``).
 Add a score: subclass ``Score`` and ``register_score(MyScore())``.
 """
 
-from . import builtin, ngram_coverage, pac, recall, samia  # noqa: F401 - register the built-in scores and the rest
+from . import builtin, censored, ngram_coverage, pac, recall, samia  # noqa: F401 - register the built-in scores and the rest
 from .builtin import k_count, min_k_pp_tokens, modified_entropy_tokens, polarized_distance
 from .compute import (
     FetchCall,
@@ -20,6 +20,7 @@ from .compute import (
     compute_scores,
     parse_specs,
     plan_requests,
+    servable_scores,
 )
 from .registry import REQUIRED, SCORES, Score, ScoreSpec, get_score, parse_spec, register_score
 from .requests import Conditional, Full, Plain, Reference, Request, Samples
@@ -43,6 +44,7 @@ __all__ = [
     "parse_spec",
     "parse_specs",
     "check_capabilities",
+    "servable_scores",
     "get_score",
     "register_score",
     "k_count",

@@ -5,18 +5,24 @@ dry-run counts it); ``check_capabilities`` refuses a plan the target cannot serv
 work; ``compute_scores`` does both, then fetches every distinct record once, in one batched
 call per kind (plain, full, one per conditional prefix, reference), applies the bounded
 policy and returns a ``ScoreTable``.
+
+Each spec also says what its records hold (``ScoreSpec.read``: sampled positions, the top-n
+list, recovery or not; ``blackbox_audit.reads``). Specs that read alike share their records;
+a different read is a different record, fetched with ``Target.read_records`` in its own call
+(``FetchCall.read``), and each score sees only records of its own read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
-from blackbox_audit.adapters.base import Target
+from blackbox_audit.adapters.base import Target, has_capability
 from blackbox_audit.errors import CapabilityError, UserError
+from blackbox_audit.reads import DEFAULT_READ, PositionSample, ReadOptions
 
 from .precision import score_error_bounds
 from .registry import SCORES, ScoreSpec, expand_sweeps, parse_spec
@@ -34,6 +40,7 @@ class FetchCall:
     texts: tuple[str, ...]
     prefix: str | None = None
     sampling: tuple[Any, ...] | None = None  # samples: (n, max_new_tokens, temperature, top_k)
+    read: ReadOptions | None = None  # what each record holds (None: the default read)
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,8 @@ class RequestPlan:
     ``per_text[i]``: the distinct requests of text ``i`` (in first-use order);
     ``unique``: all distinct requests; ``calls``: the batched calls that answer them (a
     ``Plain(x)`` is answered by ``Full(x)`` when both are needed, so it costs nothing extra).
+    ``reads[read]``: the distinct requests fetched with that read (``ScoreSpec.read``); with
+    every spec on the default read it holds ``unique`` alone.
     """
 
     specs: tuple[ScoreSpec, ...]
@@ -50,14 +59,17 @@ class RequestPlan:
     unique: tuple[Request, ...]
     calls: tuple[FetchCall, ...]
     full_texts: frozenset[str] = frozenset()
+    reads: Mapping[ReadOptions, tuple[Request, ...]] = field(default_factory=dict)
+    full_by_read: Mapping[ReadOptions, frozenset[str]] = field(default_factory=dict)
 
     @property
     def fields(self) -> list[str]:
         return [s.field for s in self.specs]
 
-    def answered_by(self, request: Request) -> Request:
-        """The request whose record answers ``request`` (Full supersedes Plain)."""
-        if isinstance(request, Plain) and request.text in self.full_texts:
+    def answered_by(self, request: Request, read: ReadOptions = DEFAULT_READ) -> Request:
+        """The request whose record answers ``request`` (Full supersedes Plain, within one read)."""
+        full = self.full_by_read.get(read, self.full_texts if read == DEFAULT_READ else frozenset())
+        if isinstance(request, Plain) and request.text in full:
             return Full(request.text)
         return request
 
@@ -71,11 +83,15 @@ def _split_names(names: str | Sequence[str]) -> list[str]:
 
 
 def parse_specs(
-    names: str | Sequence[str], params: Mapping[str, Mapping[str, Any]] | None = None
+    names: str | Sequence[str],
+    params: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    positions: str | PositionSample | None = None,
 ) -> tuple[ScoreSpec, ...]:
-    """Parse score spec strings; ``params`` maps a bare score name to default overrides."""
+    """Parse score spec strings; ``params`` maps a bare score name to default overrides;
+    ``positions`` is the position sample of every spec that names none (``blackbox_audit.reads``)."""
     params = dict(params or {})
-    specs = tuple(parse_spec(n, params.get(n.split(":")[0].strip())) for n in _split_names(names))
+    specs = tuple(parse_spec(n, params.get(n.split(":")[0].strip()), positions=positions) for n in _split_names(names))
     unused = set(params) - {s.score.name for s in specs}
     if unused:
         raise UserError(
@@ -85,25 +101,9 @@ def parse_specs(
     return specs
 
 
-def plan_requests(
-    texts: Sequence[str],
-    names: str | Sequence[str],
-    *,
-    params: Mapping[str, Mapping[str, Any]] | None = None,
-) -> RequestPlan:
-    """The requests and batched calls ``compute_scores`` needs, without calling any target."""
-    specs = parse_specs(names, params)
-    per_text: list[tuple[Request, ...]] = []
-    unique: dict[Request, None] = {}
-    for text in texts:
-        mine: dict[Request, None] = {}
-        for spec in specs:
-            for req in spec.score.requests(text, spec.params):
-                if not isinstance(req, spec.score.needs):
-                    raise TypeError(f"score {spec.score.name} asked for {req!r}, not declared in its `needs`")
-                mine[req] = None
-        per_text.append(tuple(mine))
-        unique.update(mine)
+def _calls_of(unique: Sequence[Request], read: ReadOptions) -> list[FetchCall]:
+    """The batched calls answering ``unique`` (all of one read)."""
+    tag = None if read == DEFAULT_READ else read
     full = [r.text for r in unique if isinstance(r, Full)]
     plain = [r.text for r in unique if isinstance(r, Plain) and Full(r.text) not in unique]
     by_prefix: dict[str, list[str]] = {}
@@ -115,23 +115,59 @@ def plan_requests(
     for r in unique:
         if isinstance(r, Samples):
             sampled.setdefault((r.n, r.max_new_tokens, r.temperature, r.top_k), []).append(r.prompt)
-    calls = [FetchCall("plain", tuple(plain))] if plain else []
-    calls += [FetchCall("full", tuple(full))] if full else []
-    calls += [FetchCall("conditional", tuple(ts), prefix=p) for p, ts in by_prefix.items()]
-    calls += [FetchCall("reference", tuple(ref))] if ref else []
+    calls = [FetchCall("plain", tuple(plain), read=tag)] if plain else []
+    calls += [FetchCall("full", tuple(full), read=tag)] if full else []
+    calls += [FetchCall("conditional", tuple(ts), prefix=p, read=tag) for p, ts in by_prefix.items()]
+    calls += [FetchCall("reference", tuple(ref), read=tag)] if ref else []
     calls += [FetchCall("samples", tuple(ps), sampling=k) for k, ps in sampled.items()]
+    return calls
+
+
+def plan_requests(
+    texts: Sequence[str],
+    names: str | Sequence[str],
+    *,
+    params: Mapping[str, Mapping[str, Any]] | None = None,
+    positions: str | PositionSample | None = None,
+) -> RequestPlan:
+    """The requests and batched calls ``compute_scores`` needs, without calling any target."""
+    specs = parse_specs(names, params, positions=positions)
+    per_text: list[tuple[Request, ...]] = []
+    unique: dict[Request, None] = {}
+    by_read: dict[ReadOptions, dict[Request, None]] = {}
+    for text in texts:
+        mine: dict[Request, None] = {}
+        for spec in specs:
+            group = by_read.setdefault(spec.read, {})
+            for req in spec.score.requests(text, spec.params):
+                if not isinstance(req, spec.score.needs):
+                    raise TypeError(f"score {spec.score.name} asked for {req!r}, not declared in its `needs`")
+                mine[req] = None
+                group[req] = None
+        per_text.append(tuple(mine))
+        unique.update(mine)
+    calls = [c for read, reqs in by_read.items() for c in _calls_of(list(reqs), read)]
+    full_by_read = {read: frozenset(r.text for r in reqs if isinstance(r, Full)) for read, reqs in by_read.items()}
     return RequestPlan(
-        specs=specs, per_text=tuple(per_text), unique=tuple(unique), calls=tuple(calls), full_texts=frozenset(full)
+        specs=specs,
+        per_text=tuple(per_text),
+        unique=tuple(unique),
+        calls=tuple(calls),
+        full_texts=full_by_read.get(DEFAULT_READ, frozenset()),
+        reads={read: tuple(reqs) for read, reqs in by_read.items()},
+        full_by_read=full_by_read,
     )
 
 
 _FIXES = {
+    "logprobs": "use a target that returns logprobs, or a text-only score",
     "full_distribution": "use a white-box target (hf:PATH, gguf:PATH, smollm2) or drop these scores",
     "conditional": "use a target whose adapter scores a text given a prefix, or drop these scores",
     "reference": "pass a reference target (a smaller model, e.g. --reference smollm2) or drop these scores",
     "generation": "use a target that can generate text, or drop these scores",
 }
 _WHAT = {
+    "logprobs": "per-token logprobs",
     "full_distribution": "the full next-token distribution",
     "conditional": "logprobs of a text given a prefix",
     "reference": "a reference target",
@@ -140,14 +176,11 @@ _WHAT = {
 
 
 def check_capabilities(target: Target, specs: Sequence[ScoreSpec], reference: Target | None = None) -> None:
-    """Raise ``CapabilityError`` naming every score the target (or missing reference) cannot serve."""
+    """Raise ``CapabilityError`` naming every score the target (or missing reference) cannot serve;
+    on a target without logprobs the fix names the scores it can serve (``servable_scores``)."""
     caps = target.capabilities
-    have = {
-        "full_distribution": bool(caps.full_distribution),
-        "conditional": bool(caps.conditional),
-        "reference": reference is not None,
-        "generation": bool(getattr(caps, "generation", False)),
-    }
+    have = {need: has_capability(caps, need) for need in _WHAT if need != "reference"}
+    have["reference"] = reference is not None
     missing: dict[str, list[str]] = {}
     for spec in specs:
         for req_type in spec.score.needs:
@@ -158,10 +191,24 @@ def check_capabilities(target: Target, specs: Sequence[ScoreSpec], reference: Ta
         need, fields_ = next(iter(missing.items()))
         more = "".join(f"; {', '.join(f)} need(s) {_WHAT[n]}" for n, f in list(missing.items())[1:])
         where = "no reference target was given" if need == "reference" else f"target {target.name} does not provide it"
-        raise CapabilityError(
-            f"score(s) {', '.join(fields_)} need {_WHAT[need]}, but {where}{more}",
-            _FIXES[need],
-        )
+        fix = _FIXES[need]
+        if not have["logprobs"] and need != "reference":
+            why = (getattr(caps, "extra", None) or {}).get("no_logprobs")
+            where = f"target {target.name} returns no usable logprobs" + (f": {why}" if why else "")
+            usable = servable_scores({k for k, v in have.items() if v and k != "reference"})
+            fix = f"use a score it can serve: {', '.join(usable)}" if usable else "no registered score can use it"
+        raise CapabilityError(f"score(s) {', '.join(fields_)} need {_WHAT[need]}, but {where}{more}", fix)
+
+
+def servable_scores(capabilities: Collection[str]) -> list[str]:
+    """Registered scores whose every request a target with these capabilities serves on its own
+    (no reference target), by name; e.g. a text-only target's scores, read from the registry."""
+    have = set(capabilities)
+    return sorted(
+        name
+        for name, score in SCORES.items()
+        if all(r.requirement is None or r.requirement in have for r in score.needs)
+    )
 
 
 @dataclass(frozen=True)
@@ -170,9 +217,10 @@ class ScoreTable(Mapping[str, np.ndarray]):
 
     Acts as ``dict[field, np.ndarray]``. ``n_tokens[i]``: scored tokens of text ``i`` itself;
     ``n_bounded[i]``: positions, over every record text ``i``'s scores used, whose value is
-    only an upper bound (non-zero only under ``bounded="upper"``); ``error_bounds[field][i]``:
-    a certified bound on the score's error from recovery (``Score.error_bound``; 0 white-box,
-    ``inf`` where a position is only an upper bound).
+    only an upper bound (non-zero only under ``bounded="upper"``; records read without recovery,
+    censored by design, are not counted); with sampled positions ``n_tokens`` counts the sampled
+    ones; ``error_bounds[field][i]``: a certified bound on the score's error from recovery
+    (``Score.error_bound``; 0 white-box, ``inf`` where a position is only an upper bound).
     """
 
     scores: dict[str, np.ndarray]
@@ -215,9 +263,24 @@ class ScoreTable(Mapping[str, np.ndarray]):
         return rows
 
 
-def _fetch(plan: RequestPlan, target: Target, reference: Target | None, progress: bool) -> dict[Request, Any]:
-    got: dict[Request, Any] = {}
+def _read_call(call: FetchCall, target: Target, reference: Target | None, progress: bool) -> list[Any]:
+    """Records of one call with a non-default read (``Target.read_records``)."""
+    assert call.read is not None
+    if call.kind == "reference":
+        assert reference is not None
+        return reference.read_records([(None, t) for t in call.texts], call.read, progress=progress)
+    prefix = call.prefix if call.kind == "conditional" else None
+    items = [(prefix, t) for t in call.texts]
+    return target.read_records(items, call.read, full_distribution=call.kind == "full", progress=progress)
+
+
+def _fetch(
+    plan: RequestPlan, target: Target, reference: Target | None, progress: bool
+) -> dict[tuple[ReadOptions, Request], Any]:
+    """Every record of the plan, keyed by (read, request)."""
+    got: dict[tuple[ReadOptions, Request], Any] = {}
     for call in plan.calls:
+        read = call.read or DEFAULT_READ
         if call.kind == "samples":
             assert call.sampling is not None
             n, max_new, temp, top_k = call.sampling
@@ -228,27 +291,40 @@ def _fetch(plan: RequestPlan, target: Target, reference: Target | None, progress
             # re-run is answered from the cache and sample i never depends on the batch
             runs = [target.generate(list(call.texts), seed=i, **kw) for i in range(n)]
             got.update(
-                (Samples(p, n, max_new, temp, top_k), tuple(r[j] for r in runs)) for j, p in enumerate(call.texts)
+                ((read, Samples(p, n, max_new, temp, top_k)), tuple(r[j] for r in runs))
+                for j, p in enumerate(call.texts)
             )
             continue
+        keys: list[Request]
         if call.kind == "plain":
-            records = target.token_logprobs(list(call.texts), full_distribution=False, progress=progress)
-            keys: list[Request] = [Plain(t) for t in call.texts]
+            keys = [Plain(t) for t in call.texts]
         elif call.kind == "full":
-            records = target.token_logprobs(list(call.texts), full_distribution=True, progress=progress)
             keys = [Full(t) for t in call.texts]
         elif call.kind == "conditional":
             assert call.prefix is not None
-            records = target.conditional_logprobs(call.prefix, list(call.texts), progress=progress)
             keys = [Conditional(call.prefix, t) for t in call.texts]
+        else:
+            keys = [Reference(t) for t in call.texts]
+        if call.read is not None:
+            records = _read_call(call, target, reference, progress)
+        elif call.kind == "plain":
+            records = target.token_logprobs(list(call.texts), full_distribution=False, progress=progress)
+        elif call.kind == "full":
+            records = target.token_logprobs(list(call.texts), full_distribution=True, progress=progress)
+        elif call.kind == "conditional":
+            records = target.conditional_logprobs(call.prefix, list(call.texts), progress=progress)  # type: ignore[arg-type]
         else:
             assert reference is not None
             records = reference.token_logprobs(list(call.texts), progress=progress)
-            keys = [Reference(t) for t in call.texts]
         if len(records) != len(keys):
             raise RuntimeError(f"{call.kind} call returned {len(records)} records for {len(keys)} texts")
-        got.update(zip(keys, records, strict=True))
-    return {req: got[plan.answered_by(req)] for req in plan.unique}
+        got.update(((read, k), r) for k, r in zip(keys, records, strict=True))
+    return {(read, req): got[(read, plan.answered_by(req, read))] for read, reqs in plan.reads.items() for req in reqs}
+
+
+def _view(fetched: Mapping[tuple[ReadOptions, Request], Any], read: ReadOptions) -> dict[Request, Any]:
+    """The records of one read, keyed by request: what a score of that read is handed."""
+    return {req: rec for (r, req), rec in fetched.items() if r == read}
 
 
 def _sample_name(i: int, text: str, ids: Sequence[str] | None) -> str:
@@ -266,38 +342,53 @@ def compute_scores(
     bounded: BoundedPolicy = "error",
     progress: bool = True,
     ids: Sequence[str] | None = None,
+    positions: str | PositionSample | None = None,
 ) -> ScoreTable:
     """Score every text with every named score (spec strings, e.g. ``min_k:k=0.1``).
 
     Parsing and capability checks happen before any target call. ``bounded="error"`` refuses
     texts with positions known only as an upper bound; ``"upper"`` scores them with the upper
     bounds and records how many per text in ``ScoreTable.n_bounded``. ``ids`` only names
-    samples in error messages.
+    samples in error messages. ``positions``: the position sample of every spec that names none
+    (``min_k:positions=random16`` names its own; ``blackbox_audit.reads``).
     """
     if bounded not in ("error", "upper"):
         raise UserError(f"unknown bounded policy '{bounded}'", "use bounded='error' (default) or 'upper'")
     if ids is not None and len(ids) != len(texts):
         raise ValueError(f"got {len(ids)} ids for {len(texts)} texts")
-    plan = plan_requests(texts, names, params=params)
+    plan = plan_requests(texts, names, params=params, positions=positions)
     check_capabilities(target, plan.specs, reference)
     fetched = _fetch(plan, target, reference, progress)
+    views = {spec.read: _view(fetched, spec.read) for spec in plan.specs}
 
     n = len(texts)
     n_tokens = np.zeros(n, dtype=np.int64)
     n_bounded = np.zeros(n, dtype=np.int64)
     flagged: list[int] = []
-    for i, (text, reqs) in enumerate(zip(texts, plan.per_text, strict=True)):
-        records = [r for r in reqs if not isinstance(r, Samples)]  # samples are text, not records
-        used = {id(fetched[r]): (r, fetched[r]) for r in records}  # distinct records of this text
-        for req, rec in used.values():
-            if len(rec) == 0:
-                raise UserError(
-                    f"{_sample_name(i, text, ids)} has no scored tokens for {type(req).__name__} request",
-                    "drop or lengthen it: a text needs at least 2 tokens (the first one is context, not scored)",
-                )
-            n_bounded[i] += int(rec.bounded_mask.sum())
-        own = next((fetched[r] for r in reqs if isinstance(r, Plain | Full) and r.text == text), None)
-        n_tokens[i] = len(own if own is not None else fetched[records[0]]) if records else 0
+    for i, text in enumerate(texts):
+        own = first = None  # the text's own record (Plain/Full of it), else its first record
+        seen: set[int] = set()
+        for spec in plan.specs:
+            read, view = spec.read, views[spec.read]
+            for req in spec.score.requests(text, spec.params):
+                if isinstance(req, Samples):  # samples are text, not records
+                    continue
+                rec = view[req]
+                first = rec if first is None else first
+                if own is None and isinstance(req, Plain | Full) and req.text == text:
+                    own = rec
+                if id(rec) in seen:  # distinct records of this text
+                    continue
+                seen.add(id(rec))
+                if len(rec) == 0:
+                    raise UserError(
+                        f"{_sample_name(i, text, ids)} has no scored tokens for {type(req).__name__} request",
+                        "drop or lengthen it: a text needs at least 2 tokens (the first one is context, not scored)",
+                    )
+                if read.recover:  # a read without recovery is bounded outside the top-n by design
+                    n_bounded[i] += int(rec.bounded_mask.sum())
+        chosen = own if own is not None else first
+        n_tokens[i] = len(chosen) if chosen is not None else 0
         if n_bounded[i]:
             flagged.append(i)
     if flagged and bounded == "error":
@@ -313,12 +404,15 @@ def compute_scores(
     scores = {spec.field: np.empty(n, dtype=np.float64) for spec in plan.specs}
     for i, text in enumerate(texts):
         for spec in plan.specs:
-            scores[spec.field][i] = spec.score.compute(text, fetched, spec.params)
+            scores[spec.field][i] = spec.score.compute(text, views[spec.read], spec.params)
+    error_bounds: dict[str, np.ndarray] = {}
+    for spec in plan.specs:
+        error_bounds.update(score_error_bounds([spec], texts, views[spec.read]))
     return ScoreTable(
         scores=scores,
         n_tokens=n_tokens,
         n_bounded=n_bounded,
         bounded=bounded,
-        params={s.field: dict(s.params) for s in plan.specs},
-        error_bounds=score_error_bounds(plan.specs, texts, fetched),
+        params={s.field: s.describe_params() for s in plan.specs},
+        error_bounds=error_bounds,
     )

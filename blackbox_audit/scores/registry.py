@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from blackbox_audit.errors import UserError
+from blackbox_audit.reads import DEFAULT_READ, PositionSample, ReadOptions, parse_positions
 from blackbox_audit.types import TokenLogprobs
 
-from .requests import Request
+from .requests import Request, Samples
+
+#: the spec parameter every record-reading score takes: which positions of each record it reads
+#: (``blackbox_audit.reads.PositionSample``: ``random16``, ``last16``, ``all``)
+POSITIONS_PARAM = "positions"
 
 
 class _Required:
@@ -51,6 +56,13 @@ class Score(abc.ABC):
 
     def check_params(self, params: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
         """Raise ``UserError`` for out-of-range parameter values."""
+
+    def read(self, params: Mapping[str, Any]) -> ReadOptions:
+        """What this score reads from each of its records (``blackbox_audit.reads``): by default every
+        position's recovered value. A score computed from the top-n list alone (``scores/censored.py``)
+        asks for that list and no recovery, which an API answers with one request per position. The
+        positions part is set by the spec's ``positions`` parameter (``ScoreSpec.read``)."""
+        return DEFAULT_READ
 
     def precision_delta(self, text: str, params: Mapping[str, Any]) -> float | None:
         """The error this score tolerates on ``text`` (``delta`` unless the score rescales it)."""
@@ -103,11 +115,25 @@ def get_score(name: str) -> Score:
 
 @dataclass(frozen=True)
 class ScoreSpec:
-    """A parsed spec string: the score, its full parameters, and the field name (= spec as given)."""
+    """A parsed spec string: the score, its full parameters, the field name (= spec as given) and
+    the positions it reads (``positions=...``; None: every position)."""
 
     field: str
     score: Score
     params: Mapping[str, Any]
+    positions: PositionSample | None = None
+
+    @property
+    def read(self) -> ReadOptions:
+        """What each record of this spec holds: the score's own read at the spec's positions."""
+        return replace(self.score.read(self.params), positions=self.positions)
+
+    def describe_params(self) -> dict[str, Any]:
+        """Parameters as run.json records them (the positions included when sampled)."""
+        out = dict(self.params)
+        if self.positions is not None:
+            out[POSITIONS_PARAM] = str(self.positions)
+        return out
 
 
 def _parse_value(score: Score, key: str, raw: str, spec: str) -> Any:
@@ -126,18 +152,27 @@ def _parse_value(score: Score, key: str, raw: str, spec: str) -> Any:
         ) from None
 
 
-def parse_spec(spec: str, overrides: Mapping[str, Any] | None = None) -> ScoreSpec:
+def parse_spec(
+    spec: str, overrides: Mapping[str, Any] | None = None, *, positions: str | PositionSample | None = None
+) -> ScoreSpec:
     """Parse ``name[:key=value...]`` (e.g. ``max_k:k1=0.05:k2=0.3``).
 
     ``overrides`` (from ``compute_scores(params={name: {...}})``) replace defaults; values in
     the spec string win over both. Unknown names or parameters raise ``UserError`` listing the
-    valid ones.
+    valid ones. Every score that reads records also takes ``positions`` (``random16``, ``last16``,
+    ``all``: ``blackbox_audit.reads``); ``positions=`` here is the default for specs that do not
+    name their own.
     """
     parts = [p.strip() for p in spec.strip().split(":")]
     score = get_score(parts[0])
     valid = ", ".join(f"{k}={v!r}" for k, v in score.defaults.items()) or "none"
     params: dict[str, Any] = dict(score.defaults)
+    sample = parse_positions(positions)
+    own_sample = False
     for key, value in (overrides or {}).items():
+        if key == POSITIONS_PARAM:
+            sample, own_sample = parse_positions(value), True
+            continue
         if key not in score.defaults:
             raise UserError(f"score '{score.name}' has no parameter '{key}'", f"valid parameters: {valid}")
         params[key] = value
@@ -150,11 +185,14 @@ def parse_spec(spec: str, overrides: Mapping[str, Any] | None = None) -> ScoreSp
                 f"score spec '{spec}' has a malformed parameter '{part}'",
                 f"write parameters as {score.name}:key=value (valid parameters: {valid})",
             )
-        if key not in score.defaults:
-            raise UserError(f"score '{score.name}' has no parameter '{key}' (in '{spec}')", f"valid: {valid}")
         if key in seen:
             raise UserError(f"parameter '{key}' is given twice in score spec '{spec}'", "give each parameter once")
         seen.add(key)
+        if key == POSITIONS_PARAM:
+            sample, own_sample = parse_positions(raw), True
+            continue
+        if key not in score.defaults:
+            raise UserError(f"score '{score.name}' has no parameter '{key}' (in '{spec}')", f"valid: {valid}")
         params[key] = _parse_value(score, key, raw, spec)
     missing = [k for k, v in params.items() if isinstance(v, _Required)]
     if missing:
@@ -163,7 +201,14 @@ def parse_spec(spec: str, overrides: Mapping[str, Any] | None = None) -> ScoreSp
             f"pass them as {score.name}:{missing[0]}=... or params={{'{score.name}': {{...}}}}",
         )
     score.check_params(params)
-    return ScoreSpec(field=spec, score=score, params=params)
+    if Samples in score.needs:  # sampled text, not per-position records: nothing to sample from
+        if own_sample and sample is not None:
+            raise UserError(
+                f"score '{score.name}' reads sampled text, not token positions, so it takes no '{POSITIONS_PARAM}'",
+                f"drop {POSITIONS_PARAM}= from '{spec}'",
+            )
+        sample = None
+    return ScoreSpec(field=spec, score=score, params=params, positions=sample)
 
 
 def expand_sweeps(spec: str) -> list[str]:

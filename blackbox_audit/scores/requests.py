@@ -6,7 +6,7 @@ count requests without sending any (``plan_requests``), and lets two scores that
 same record share one fetch.
 
 Each descriptor names the capability it needs (``requirement``), checked before any work:
-- ``Plain(text)``: ``target.token_logprobs([text])`` (any target).
+- ``Plain(text)``: ``target.token_logprobs([text])`` (any target that returns logprobs).
 - ``Full(text)``: the same with ``full_distribution=True`` (white-box only). A ``Full`` record
   also answers ``Plain`` of the same text, so a text needed both ways is fetched once.
 - ``Conditional(prefix, text)``: ``target.conditional_logprobs(prefix, [text])``.
@@ -26,7 +26,7 @@ class Plain:
     """Per-token logprobs of ``text`` on the target."""
 
     text: str
-    requirement: ClassVar[str | None] = None
+    requirement: ClassVar[str | None] = "logprobs"
 
 
 @dataclass(frozen=True)

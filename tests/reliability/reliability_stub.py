@@ -61,6 +61,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    request_queue_size = 1024  # socketserver's 5 drops connections under a burst (emulator/server.py)
 
 
 class FaultStub:

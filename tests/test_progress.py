@@ -1,0 +1,69 @@
+"""Progress bars in logs: whole lines, never ``\\r`` frames, when stderr is not a terminal."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from blackbox_audit.progress import INTERVAL_ENV, LineBar, progress_bar
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_bar_on_a_file_writes_whole_lines(monkeypatch):
+    monkeypatch.setenv(INTERVAL_ENV, "0")  # a line at every update
+    out = io.StringIO()
+    bar = progress_bar(total=5, desc="work", unit="step", file=out)
+    assert isinstance(bar, LineBar)
+    for _ in range(5):
+        bar.update(1)
+    bar.close()
+    text = out.getvalue()
+    assert "\r" not in text and "\x1b" not in text
+    lines = text.splitlines()
+    assert len(lines) >= 5 and all(line.startswith("work:") for line in lines)
+    assert "5/5" in lines[-1] and text.endswith("\n")
+
+
+def test_a_short_bar_on_a_file_stays_silent_and_a_terminal_keeps_tqdm():
+    out = io.StringIO()
+    with progress_bar(total=3, desc="quick", file=out, leave=False) as bar:
+        bar.update(3)
+    assert out.getvalue() == ""  # finished before its first line was due (10 s)
+    term = _Terminal()
+    with progress_bar(total=3, desc="tty", file=term) as bar:
+        bar.update(3)
+    assert "\r" in term.getvalue()  # a terminal still gets tqdm's redrawn line
+
+
+def test_a_command_logged_to_a_file_holds_no_carriage_return(tmp_path: Path):
+    log = tmp_path / "stderr.log"
+    env = {**os.environ, INTERVAL_ENV: "0", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "blackbox_audit", "ptdi-eval", "--simulate", "2", "--trials", "40"]
+    cmd += ["--n-calibration", "50", "--n-test", "50", "--n-members", "20"]
+    with log.open("w") as err:
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, timeout=120)
+    text = log.read_bytes().decode()  # bytes: read_text() would turn each \r into \n
+    assert proc.returncode == 0, text
+    assert "\r" not in text
+    assert "ptdi-eval trials:" in text and "40/40" in text  # the bar is there, as plain lines
+
+
+def test_a_model_loading_command_logged_to_a_file_holds_no_carriage_return(tiny_lm_dir: Path, tmp_path: Path):
+    data = tmp_path / "d.txt"
+    data.write_text("".join(f"a short text number {i}\n" for i in range(6)))
+    log = tmp_path / "stderr.log"
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"} | {"OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "blackbox_audit", "score", "--target", f"hf:{tiny_lm_dir}", "--data", str(data)]
+    cmd += ["--scores", "loss", "--out", str(tmp_path / "o"), "--no-cache"]
+    with log.open("w") as err:
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, timeout=300)
+    text = log.read_bytes().decode()
+    assert proc.returncode == 0, text
+    assert "\r" not in text  # transformers' "Loading weights" bar included
