@@ -71,11 +71,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nonmembers", type=int, default=64)
     p.add_argument("--calibration", type=int, default=128)
     p.add_argument("--seed", type=int, default=0, help="canary seed")
+    p.add_argument(
+        "--use-members",
+        type=int,
+        default=None,
+        help="probe only the first M trained items and 3M never-trained ones (less generation; default all)",
+    )
     p.add_argument("--splits", type=int, default=20)
     p.add_argument("--alpha", type=float, default=0.05)
     p.add_argument("--probe", default="answer", help="probe spec (guided, answer[:max_new_tokens=N], ...)")
     p.add_argument("--profile", default="anthropic", help="emulator profile without logprobs")
-    p.add_argument("--bootstrap", type=int, default=500)
     p.add_argument("--cache-dir")
     p.add_argument("--out", default="runs/contamination_probes_eval")
     p.add_argument("--threads", type=int, default=2)
@@ -125,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"canary row {row['id']} is not GSM8K item {i} as formatted now")
         return i
 
-    members = [index(r) for r in split["members"]]
-    never = [index(r) for r in split["nonmembers"] + split["calibration"]]
+    members = [index(r) for r in split["members"]][: a.use_members]
+    never = [index(r) for r in split["nonmembers"] + split["calibration"]][: 3 * len(members)]
     pool = members + never
     models = []
     if a.only != "finetuned":
@@ -137,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"canary {canary.path} ({time.perf_counter() - t0:.0f} s)")
         models.insert(0, ("fine-tuned on the members", canary.target_spec, True))
     n_m = len(members)
-    cfg = ContaminationConfig(score=f"probe:{a.probe}", alpha=a.alpha, n_bootstrap=a.bootstrap)
+    cfg = ContaminationConfig(score=f"probe:{a.probe}", alpha=a.alpha)
     os.environ.setdefault("ANTHROPIC_API_KEY", "sk-ant-emulator")
     os.environ.setdefault("OPENAI_API_KEY", "sk-emulator")
     out = Path(a.out)
@@ -184,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
                         {
                             "p": v.p_value,
                             "flagged": v.decision == "contaminated",
-                            "rate": v.estimate["rate"],
+                            "rate": v.estimate["rate_estimate"],
+                            "rate_lower_bound": v.estimate["rate_ci"][0],
                             "auc_benchmark_vs_heldout": v.details["dataset_test"]["auc"],
                             "items": n_items,
                             "requests_per_item": spent[0] / n_items,
@@ -217,7 +223,8 @@ def report(name: str, rows: list[dict[str, Any]], alpha: float, dirty: bool) -> 
         f"  set test flags the benchmark in {int(flags.sum())}/{n} splits: {rate:.3f} ± {se:.3f} (SE); "
         f"median p {np.median([r['p'] for r in rows]):.3g}; mean benchmark-vs-held-out AUC "
         f"{np.mean([r['auc_benchmark_vs_heldout'] for r in rows]):.3f}; mean rate estimate "
-        f"{np.mean([r['rate'] for r in rows]):.3f}"
+        f"{np.mean([r['rate'] for r in rows]):.3f} "
+        f"(mean lower bound {np.mean([r['rate_lower_bound'] for r in rows]):.3f})"
     )
     print(
         f"  per item: {first['requests_per_item']:.2f} requests, {first['prompt_tokens_per_item']:.0f} prompt + "

@@ -83,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--decop", action="store_true", help="also run DE-COP through the same endpoint")
     p.add_argument("--decop-orders", choices=("all", "cyclic"), default="cyclic")
+    p.add_argument("--decop-options", type=int, default=4, help="K: the verbatim text + K-1 paraphrases")
+    p.add_argument(
+        "--decop-texts", type=int, default=None, help="quiz only the first N members and N non-members (default all)"
+    )
+    p.add_argument("--no-scores", action="store_true", help="skip the text-only scores (DE-COP only)")
     p.add_argument("--paraphraser", default="smollm2", help="local model that writes DE-COP's paraphrases")
     p.add_argument("--source", default="a State of the Union address", help="DE-COP's question: verbatim from ...")
     p.add_argument("--whitebox", action="store_true", help="also the white-box loss AUC on the same texts")
@@ -136,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with run_emulator(backend, "anthropic", model="claude-emu") as emu:
             target = Counting(workspace.open_target(f"anthropic:{emu.base_url}#claude-emu"), SAMPLING_PROMPT_OVERHEAD)
-            for spec in [s.strip() for s in a.scores.split(",") if s.strip()]:
+            for spec in [] if a.no_scores else [s.strip() for s in a.scores.split(",") if s.strip()]:
                 t1 = time.perf_counter()
                 table = compute_scores(target, texts, [spec], progress=True)
                 m = membership_metrics(table[spec], labels)
@@ -146,12 +151,23 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{spec}: AUC {m['auc']:.3f}, TPR@5%FPR {m['tpr_at_5pct_fpr']:.3f} ({row['wall_s']:.0f} s)")
             if a.decop:
                 t1 = time.perf_counter()
-                cfg = DecopConfig(paraphraser=a.paraphraser, orders=a.decop_orders, source=a.source, blind=False)
-                res = Decop(cfg).run(AuditInputs(data=data, target=target, cache_dir=a.cache_dir))
+                cfg = DecopConfig(
+                    paraphraser=a.paraphraser,
+                    options=a.decop_options,
+                    orders=a.decop_orders,
+                    source=a.source,
+                    blind=False,
+                )
+                k = a.decop_texts or max(a.members, a.nonmembers)
+                quizzed = Dataset(
+                    [s for s in data.samples if s.label == 1][:k] + [s for s in data.samples if s.label == 0][:k]
+                )
+                res = Decop(cfg).run(AuditInputs(data=quizzed, target=target, cache_dir=a.cache_dir))
                 m = res.metrics["decop"]
-                cost = per_text_cost(target.take(), len(texts), price)
+                cost = per_text_cost(target.take(), len(quizzed), price)
                 row = {
-                    "score": f"decop ({a.decop_orders} orders, paraphrases by {a.paraphraser})",
+                    "texts": len(quizzed),
+                    "score": f"decop (K={a.decop_options}, {a.decop_orders} orders, paraphrases by {a.paraphraser})",
                     **m,
                     "choice_rate": res.metrics["choice_rate"],
                     "per_text": cost,

@@ -112,7 +112,7 @@ class Reproducing(Target):
 def test_the_verdict_reads_probe_scores(spec):
     gsm = load_gsm8k()
     bench, held = gsm.subset(range(0, 40)), gsm.subset(range(40, 80))
-    cfg = ContaminationConfig(score=spec, n_bootstrap=200)
+    cfg = ContaminationConfig(score=spec)
     dirty = Contamination(cfg).run(
         AuditInputs(data=bench, target=Reproducing(bench, set(range(20)), spec), sets={"heldout": held}, progress=False)
     )
@@ -170,7 +170,7 @@ def test_cli_probe_through_the_anthropic_emulator(emu, tmp_path, monkeypatch, ca
     write_jsonl(tmp_path / "h.jsonl", [{"id": f"h{i}", **r} for i, r in enumerate(rows[6:])])
     base = ["contamination", "--benchmark", str(tmp_path / "b.jsonl"), "--heldout", str(tmp_path / "h.jsonl")]
     base += ["--target", f"anthropic:{emu.base_url}#claude-emu", "--probe", "answer:max_new_tokens=6"]
-    base += ["--cache-dir", str(tmp_path / "c"), "--bootstrap", "100"]
+    base += ["--cache-dir", str(tmp_path / "c")]
     emu.reset()
     assert main([*base, "--out", str(tmp_path / "dry"), "--dry-run"]) == 0
     out = capsys.readouterr().out

@@ -90,6 +90,9 @@ class Decop(Method):
         "quizzes.jsonl": "per text and order: the order shown, the verbatim position, the answer read",
     }
 
+    #: how routing names DE-COP for a text-only target (it has no default paraphrase source)
+    route_options = {"paraphraser": "smollm2"}
+
     def needs(self) -> Needs:
         if self.config.answers == "logprobs":
             return Needs(capabilities=("conditional",))
