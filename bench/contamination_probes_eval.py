@@ -47,6 +47,12 @@ def labelled(bench: Any, indices: list[int], labels: list[int]) -> Any:
     return replace(sub, samples=[Sample(s.id, s.text, int(y)) for s, y in zip(sub.samples, labels, strict=True)])
 
 
+def patient(target: Any, timeout_s: float) -> Any:
+    """``target`` with its engine's per-request timeout raised (set before its first request)."""
+    target.engine.timeout_s = timeout_s
+    return target
+
+
 class Counting:
     """``generate`` counting what every request bills (prompt + turn overhead, completion tokens)."""
 
@@ -84,7 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir")
     p.add_argument("--out", default="runs/contamination_probes_eval")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--concurrency", type=int, default=32, help="requests in flight (the emulator batches them)")
+    p.add_argument("--concurrency", type=int, default=16, help="requests in flight (the emulator batches them)")
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=1800.0,
+        help="seconds a request may take (the engine's 60 s is too short for a CPU-bound emulator: "
+        "a timed-out request is retried while the emulator still decodes it, and they pile up)",
+    )
     p.add_argument("--only", choices=("clean", "finetuned"))
     a = p.parse_args(argv)
     if a.splits < 20:
@@ -154,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with run_emulator(backend, a.profile, model="emu") as emu:
                 scheme = "anthropic" if a.profile == "anthropic" else "compat"
-                target = Counting(workspace.open_target(f"{scheme}:{emu.base_url}#emu"), SAMPLING_PROMPT_OVERHEAD)
+                target = Counting(
+                    patient(workspace.open_target(f"{scheme}:{emu.base_url}#emu"), a.request_timeout),
+                    SAMPLING_PROMPT_OVERHEAD,
+                )
                 rows = []
                 t1 = time.perf_counter()
                 for s in range(a.splits):

@@ -33,6 +33,12 @@ import numpy as np
 PRICE_MODEL = "gpt-4o-mini"
 
 
+def patient(target: Any, timeout_s: float) -> Any:
+    """``target`` with its engine's per-request timeout raised (set before its first request)."""
+    target.engine.timeout_s = timeout_s
+    return target
+
+
 class Counting:
     """A target whose ``generate`` counts what each request would bill (prompt + the prefill turn's
     overhead, completion tokens), answered from the cache or not."""
@@ -59,6 +65,20 @@ class Counting:
         }
         self.requests = self.prompt_tokens = self.completion_tokens = 0
         return out
+
+
+def metrics_with_se(scores: Any, labels: Any) -> dict[str, Any]:
+    """AUC, TPR at 5% FPR, and the AUC's bootstrap standard error and 95% interval (members and
+    non-members resampled apart, ``metrics.bootstrap_auc``)."""
+    from blackbox_audit.metrics import auc_interval, bootstrap_auc, membership_metrics
+
+    s, y = np.asarray(scores, dtype=np.float64), np.asarray(labels)
+    keep = np.isfinite(s)
+    m = membership_metrics(s[keep], y[keep])
+    m["auc_se"] = float(np.std(bootstrap_auc(s[keep][y[keep] == 1], s[keep][y[keep] == 0])))
+    m["auc_ci"] = list(auc_interval(s[keep], y[keep]))
+    m["nan"] = int((~keep).sum())
+    return m
 
 
 def per_text_cost(counts: dict[str, int], n_texts: int, price: Any) -> dict[str, float]:
@@ -94,7 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir", help="cache (default $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
     p.add_argument("--out", default="runs/textonly_canary", help="result rows (JSON) go here")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--concurrency", type=int, default=32, help="requests in flight (the emulator batches them)")
+    p.add_argument("--concurrency", type=int, default=16, help="requests in flight (the emulator batches them)")
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=1800.0,
+        help="seconds a request may take (the engine's 60 s is too short for a CPU-bound emulator: "
+        "a timed-out request is retried while the emulator still decodes it, and they pile up)",
+    )
     a = p.parse_args(argv)
 
     import torch
@@ -106,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     from blackbox_audit.engine import EngineOptions, PricingTable
     from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.decop import Decop, DecopConfig
-    from blackbox_audit.metrics import membership_metrics
     from blackbox_audit.planning.price import SAMPLING_PROMPT_OVERHEAD
     from blackbox_audit.scores import compute_scores
     from blackbox_audit.sim.canary import CanaryOptions, build_canary
@@ -128,23 +154,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(mem)} members + {len(non)} non-members")
     results: list[dict[str, Any]] = []
     blind = blind_summary(texts, labels, seed=0)
-    print(f"blind baseline (text only, no model): AUC {blind['auc']:.3f}")
-    results.append({"score": "blind baseline", "auc": blind["auc"]})
+    print(f"blind baseline (text only, no model): AUC {blind['auc']:.3f}, 95% CI {blind['auc_ci']}")
+    results.append({"score": "blind baseline", "auc": blind["auc"], "auc_ci": blind["auc_ci"]})
     backend = load_target(canary.target_spec, device="cpu", progress=False)
     if a.whitebox:
         table = compute_scores(backend, texts, ["loss"], progress=False)
-        m = membership_metrics(table["loss"], labels)
+        m = metrics_with_se(table["loss"], labels)
         print(f"white-box loss (reference): AUC {m['auc']:.3f}")
         results.append({"score": "loss (white-box)", **m})
     os.environ.setdefault("ANTHROPIC_API_KEY", "sk-ant-emulator")
     workspace = Workspace.open(cache_dir=a.cache_dir, engine=EngineOptions(concurrency=a.concurrency))
     try:
         with run_emulator(backend, "anthropic", model="claude-emu") as emu:
-            target = Counting(workspace.open_target(f"anthropic:{emu.base_url}#claude-emu"), SAMPLING_PROMPT_OVERHEAD)
+            target = Counting(
+                patient(workspace.open_target(f"anthropic:{emu.base_url}#claude-emu"), a.request_timeout),
+                SAMPLING_PROMPT_OVERHEAD,
+            )
             for spec in [] if a.no_scores else [s.strip() for s in a.scores.split(",") if s.strip()]:
                 t1 = time.perf_counter()
                 table = compute_scores(target, texts, [spec], progress=True)
-                m = membership_metrics(table[spec], labels)
+                m = metrics_with_se(table[spec], labels)
                 cost = per_text_cost(target.take(), len(texts), price)
                 row = {"score": spec, **m, "per_text": cost, "wall_s": time.perf_counter() - t1}
                 results.append(row)
@@ -163,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                     [s for s in data.samples if s.label == 1][:k] + [s for s in data.samples if s.label == 0][:k]
                 )
                 res = Decop(cfg).run(AuditInputs(data=quizzed, target=target, cache_dir=a.cache_dir))
-                m = res.metrics["decop"]
+                m = metrics_with_se(res.scores["decop"], res.labels)
                 cost = per_text_cost(target.take(), len(quizzed), price)
                 row = {
                     "texts": len(quizzed),
@@ -180,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         workspace.close()
     print(
-        "\n| score | AUC | TPR@5%FPR | requests/text | prompt tok/text | completion tok/text "
+        "\n| score | AUC ± SE | TPR@5%FPR | requests/text | prompt tok/text | completion tok/text "
         f"| USD/text ({PRICE_MODEL}) |"
     )
     print("|---|---|---|---|---|---|---|")
@@ -192,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             if c
             else ["–"] * 4
         )
-        print(f"| {r['score']} | {r['auc']:.3f} | {'–' if tpr is None else f'{tpr:.3f}'} | " + " | ".join(cells) + " |")
+        auc = f"{r['auc']:.3f}" + (f" ± {r['auc_se']:.3f}" if "auc_se" in r else "")
+        print(f"| {r['score']} | {auc} | {'–' if tpr is None else f'{tpr:.3f}'} | " + " | ".join(cells) + " |")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"command": command, "rows": results}, indent=2))
