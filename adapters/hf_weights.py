@@ -105,6 +105,20 @@ def load_model_folder(folder: Path, *, gguf_file: str | None, dtype: Any) -> tup
     return model, tokenizer
 
 
+def _gguf_bar_through_ours() -> None:
+    """transformers' GGUF conversion draws its own ``tqdm.auto`` bar, which ignores Hugging Face's
+    progress switch and wrote ``\r`` frames into log files; route it through ``progress_bar``
+    (plain lines when stderr is not a terminal)."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    from blackbox_audit.progress import progress_bar
+
+    def bar(iterable: Any = None, **kwargs: Any) -> Any:
+        return progress_bar(iterable=iterable, **kwargs)
+
+    gguf_utils.tqdm = bar
+
+
 def converted_gguf_dir(gguf: Path, *, progress: bool = True) -> Path:
     """HF safetensors copy of a GGUF, converted once into ``<cache>/models/<sha256>``."""
     digest = file_sha256(gguf)
@@ -112,6 +126,7 @@ def converted_gguf_dir(gguf: Path, *, progress: bool = True) -> Path:
     if (dest / "config.json").is_file():
         return dest
     log.info("dequantizing %s once into %s (20-40 s)", gguf, dest)
+    _gguf_bar_through_ours()
     model, tokenizer = load_model_folder(gguf.parent, gguf_file=gguf.name, dtype="float32")
     # The weights are already dequantized to fp32; drop the GGUF quantizer marker, which
     # otherwise makes transformers refuse save_pretrained ("not serializable").

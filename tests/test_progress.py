@@ -67,3 +67,18 @@ def test_a_model_loading_command_logged_to_a_file_holds_no_carriage_return(tiny_
     text = log.read_bytes().decode()
     assert proc.returncode == 0, text
     assert "\r" not in text  # transformers' "Loading weights" bar included
+
+
+def test_the_gguf_conversion_bar_prints_plain_lines_to_a_file(monkeypatch) -> None:
+    """transformers converts a GGUF under its own ``tqdm.auto`` bar, which Hugging Face's switch does
+    not reach: the demo's emulator log held its ``\\r`` frames. It now goes through ``progress_bar``."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    from blackbox_audit.adapters.hf_weights import _gguf_bar_through_ours
+
+    monkeypatch.setattr(gguf_utils, "tqdm", gguf_utils.tqdm)  # restored after the test
+    _gguf_bar_through_ours()
+    log = io.StringIO()
+    monkeypatch.setattr("sys.stderr", log)
+    assert list(gguf_utils.tqdm(range(300), desc="Converting and de-quantizing GGUF tensors...")) == list(range(300))
+    assert "\r" not in log.getvalue()

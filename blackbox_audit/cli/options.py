@@ -245,8 +245,15 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = Tru
         default=None,
         metavar="FILE",
         help='JSON {"models": {MODEL: {"prompt", "cached_prompt", "completion"}}} in USD per 1M tokens, plus '
-        '"training" (per 1M trained tokens) and "fine_tuned" {...} for fine-tunable models; overrides the '
-        "bundled table",
+        '"training" (per 1M trained tokens) and "fine_tuned" {...} for fine-tunable models, "batch" (share of '
+        "the price the batch API bills); overrides the bundled table",
+    )
+    g.add_argument(
+        "--batch",
+        action="store_true",
+        help="buy the requests known before any answer (each position's first request, sampled continuations) "
+        "through the provider's Batch API at its batch price (OpenAI: half); bisection rounds then go direct. "
+        "Waits for the batch (up to the provider's 24 h); a killed run resumes it without buying it again",
     )
 
 
@@ -261,6 +268,7 @@ def engine_options_from_args(args: argparse.Namespace) -> EngineOptions:
         max_retries=args.max_retries,
         rate_limit_wait_s=args.rate_limit_wait,
         pricing=args.pricing,
+        batch=args.batch,
     )
 
 
