@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"canary {canary.path} ({time.perf_counter() - t0:.0f} s)")
         models.insert(0, ("fine-tuned on the members", canary.target_spec, True))
     n_m = len(members)
-    cfg = ContaminationConfig(score=f"probe:{a.probe}", alpha=a.alpha)
+    cfg = ContaminationConfig(score=f"probe:{a.probe}", alpha=a.alpha, sequential=False)  # fixed sample, as measured
     os.environ.setdefault("ANTHROPIC_API_KEY", "sk-ant-emulator")
     os.environ.setdefault("OPENAI_API_KEY", "sk-emulator")
     out = Path(a.out)

@@ -112,7 +112,7 @@ class Reproducing(Target):
 def test_the_verdict_reads_probe_scores(spec):
     gsm = load_gsm8k()
     bench, held = gsm.subset(range(0, 40)), gsm.subset(range(40, 80))
-    cfg = ContaminationConfig(score=spec)
+    cfg = ContaminationConfig(score=spec, sequential=False)  # every item scored: the fixed-sample verdict
     dirty = Contamination(cfg).run(
         AuditInputs(data=bench, target=Reproducing(bench, set(range(20)), spec), sets={"heldout": held}, progress=False)
     )

@@ -26,6 +26,7 @@ from blackbox_audit.cli.options import (
     add_engine_arguments,
     engine_options_from_args,
     fraction,
+    fraction_or_none,
     positive_int,
 )
 from blackbox_audit.errors import UserError
@@ -70,7 +71,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="score the answer given the question (output) or the whole item (default auto: gsm8k output, "
         "mmlu whole, files output)",
     )
-    m.add_argument("--score", default=None, help="membership score, fixed before the run (default loss)")
+    m.add_argument(
+        "--score",
+        default="auto",
+        help="membership score, fixed before the run; default auto: the plan with the most power per dollar on "
+        "this target (the dry-run compares them; loss on local models)",
+    )
+    m.add_argument(
+        "--positions",
+        metavar="all|randomM|lastM",
+        help="answer positions --score reads (default all): randomM = M seeded positions per answer, lastM = the "
+        "last M; the same on both sides",
+    )
     m.add_argument(
         "--probe",
         metavar="guided|answer|ts-guessing[:key=value...]",
@@ -85,6 +97,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     m.add_argument("--lam", type=fraction, default=DEFAULT_LAMBDA, help=f"PTDI region size (default {DEFAULT_LAMBDA})")
     m.add_argument("--items", type=positive_int, help="score at most N random items per side (default all)")
     m.add_argument("--seed", type=int, default=0, help="item order seed (default 0)")
+    q = p.add_argument_group("sequential stopping (an anytime-valid test: the run stops once the verdict is settled)")
+    q.add_argument(
+        "--fixed-sample",
+        action="store_true",
+        help="no sequential stopping: score every item the budget buys, then one fixed-sample rank test",
+    )
+    q.add_argument(
+        "--min-rate",
+        type=fraction_or_none,
+        default=0.2,
+        help="futility: stop 'not detected' once a contamination rate of at least this is ruled out (default 0.2; "
+        "none = never)",
+    )
+    q.add_argument(
+        "--futility-beta",
+        type=fraction,
+        default=0.1,
+        help="futility confidence is 1 - this; the most power the rule may cost against --min-rate (default 0.1)",
+    )
+    q.add_argument(
+        "--item-auc",
+        type=float,
+        default=0.8,
+        help="per-item AUC the futility rule assumes for the score (default 0.8; a rate at a lower AUC is not "
+        "ruled out)",
+    )
     add_bounded_argument(m)
     add_common_arguments(p, data=False)
     add_engine_arguments(p)
@@ -94,12 +132,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from blackbox_audit.benchmarks import load_benchmark
 
-    if args.probe and args.score:
-        raise UserError("--score and --probe both choose the item score", "pass one of them")
-    score = f"probe:{args.probe}" if args.probe else (args.score or "loss")
+    if args.probe and (args.score != "auto" or args.positions):
+        raise UserError(
+            "--probe chooses the item score: --score/--positions cannot be given with it", "pass one of them"
+        )
+    score = f"probe:{args.probe}" if args.probe else args.score
     method = Contamination(
         ContaminationConfig(
             score=score,
+            positions=args.positions,
             part=args.part,
             alpha=args.alpha,
             confidence=args.confidence,
@@ -108,6 +149,10 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             bounded=args.bounded,
             heldout="synthetic" if args.heldout == SYNTHETIC else "known",
+            sequential=not args.fixed_sample,
+            min_rate=args.min_rate,
+            futility_beta=args.futility_beta,
+            item_auc=args.item_auc,
         )
     )
     fields = {

@@ -86,6 +86,11 @@ def fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got '{text}'") from None
 
 
+def fraction_or_none(text: str) -> float | None:
+    """``fraction``, or ``none`` for "no such rule" (e.g. ``--min-rate none``: no futility stop)."""
+    return None if text.strip().lower() == "none" else fraction(text)
+
+
 # --------------------------------------------------------------------------- shared option groups
 
 

@@ -50,6 +50,7 @@ class ContaminationPlan:
     items: list[ItemCost]
     probe_usd: tuple[float, float]
     budget_usd: float | None
+    choice: Any = None  # ``score_plans.PlanChoice``: the plans compared (API targets), printed first
 
     def affordable(self) -> dict[str, Any] | None:
         """Items bought in scoring order if every item costs its high (low) end; None without a budget."""
@@ -115,6 +116,8 @@ class ContaminationPlan:
             f"contamination check of {self.benchmark} on {v.name}: {n_b} benchmark + {n_h} held-out "
             f"({self.heldout}) items, part '{self.part}', score {self.score}",
         ]
+        if self.choice is not None:
+            lines += self.choice.format()
         if v.api and not any(r.completion[1] for r in self.items):  # probes generate: no recovery
             rung = v.shape_source if not v.probed else f"{getattr(v.shape, 'label', '?')} ({v.shape_source})"
             lines.append(
