@@ -1,5 +1,5 @@
 """Audit specs: one TOML file (stdlib ``tomllib``) that names targets, data, method steps,
-budget and output folder (``blackbox-audit audit SPEC.toml``; README "Audit specs").
+budget and output folder (``blackbox-audit audit SPEC.toml``; docs/usage.md "Audit specs").
 
 This module only reads and checks a spec; ``blackbox_audit.audit`` runs it. Every step names a
 *registered* method (``methods.METHODS``) and its remaining keys are that method's config,
@@ -79,7 +79,7 @@ PRICE_KEYS = {
     "completion": (int, float),
     "batch": (int, float),
 }
-#: [canaries.NAME] keys -> ``CanaryOptions`` fields (README "Audit specs"; ``blackbox-audit canary build``)
+#: [canaries.NAME] keys -> ``CanaryOptions`` fields (docs/usage.md "Audit specs"; ``blackbox-audit canary build``)
 CANARY_KEYS = {
     "base": str,
     "corpus": str,

@@ -230,7 +230,7 @@ def test_methods_follow_the_contract(tiny_llama_dir: Path, texts: list[str], tar
     assert back.verdict.p_value == result.verdict.p_value
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     di_prov = next(v["di"] for v in _walk_dicts(run) if isinstance(v.get("di"), dict))
-    assert di_prov["adapter_id"] and di_prov["generation_id"]  # the README's "cache ids" reach run.json
+    assert di_prov["adapter_id"] and di_prov["generation_id"]  # docs/di.md's "cache ids" reach run.json
     # labels are for evaluation only: unlabelled data gives the same verdict
     unlabelled = Dataset([Sample(s.id, s.text) for s in data.samples])
     same = method.run(AuditInputs(data=unlabelled, target=target, cache_dir=tmp_path / "c", progress=False))

@@ -87,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--probe",
         metavar="guided|answer|ts-guessing[:key=value...]",
         help="score items by generated text instead (targets without logprobs): guided completion with the "
-        "benchmark's name, answer reproduction, or TS-Guessing of a masked wrong MMLU option (README, "
+        "benchmark's name, answer reproduction, or TS-Guessing of a masked wrong MMLU option (docs/api.md, "
         "'Models without logprobs'); e.g. --probe answer or --probe guided:max_new_tokens=128",
     )
     m.add_argument("--alpha", type=fraction, default=0.05, help="test level and FDR of the list (default 0.05)")

@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "decop",
         description="DE-COP (Duarte et al. 2024): each text among K-1 paraphrases in every order; the target "
         "is asked which passage is verbatim. Paraphrases come from --paraphrases FILE or a local "
-        "--paraphraser model; their quality decides what the score means (README, 'Models without logprobs').",
+        "--paraphraser model; their quality decides what the score means (docs/api.md, 'Models without logprobs').",
     )
     add_common_arguments(p)
     add_engine_arguments(p)

@@ -6,7 +6,7 @@ al.), which fine-tunes a local generator on part of the suspect set to synthesis
 set and calibrates against the shift that generation introduces. Both are methods in
 ``blackbox_audit.methods.di``; this module parses arguments and hands the result to the one
 result writer: ``scores.jsonl`` (the scored texts, side, MIA scores), ``verdict.json``,
-``di.json`` (the test; see the README), ``pairs.jsonl`` (calibrated) and ``run.json``.
+``di.json`` (the test; see docs/di.md), ``pairs.jsonl`` (calibrated) and ``run.json``.
 """
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ def add_api_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_chat_arguments(parser: argparse.ArgumentParser, prefix: str = "", which: str = "") -> None:
     """--chat/--system/--user-template (``prefix`` "a-" gives --a-chat ...): the conditioning that
-    makes a white-box target's numbers comparable with a chat API's (README "Chat conditioning")."""
+    makes a white-box target's numbers comparable with a chat API's (docs/usage.md "Chat conditioning")."""
     g = parser.add_argument_group(f"chat conditioning{which}")
     g.add_argument(
         f"--{prefix}chat",

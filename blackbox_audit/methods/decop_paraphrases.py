@@ -3,7 +3,7 @@
 DE-COP only measures membership when the paraphrases are as plausible as the original: if a
 reader (any model) can tell the verbatim passage by its fluency, length or wording alone, every
 text is "recognised", member or not. The authors paraphrased with Claude 2 and checked the
-paraphrases by hand; a small local model writes much weaker ones (README, "Models without
+paraphrases by hand; a small local model writes much weaker ones (docs/api.md, "Models without
 logprobs", has the measured effect). Bring your own (``--paraphrases FILE``) when it matters.
 
 File: ``.jsonl`` rows ``{"id": ..., "paraphrases": ["...", "...", "..."]}`` (matched by id), or

@@ -10,7 +10,7 @@ capabilities are checked before any request), a cost plan for ``--dry-run`` and 
 
 Per-text rows (``scores.jsonl``) are the texts the target scored, with a ``side`` field
 (``suspect``/``heldout``) and one column per MIA feature (higher = member). ``di.json`` (documented
-in the README) holds the test: p-values, AUCs, the verdict, the shift checks and everything
+in docs/di.md) holds the test: p-values, AUCs, the verdict, the shift checks and everything
 needed to re-run it; calibrated DI also writes ``pairs.jsonl`` (prefix, real and generated suffix).
 Verdicts: ``member`` (p < alpha) or ``inconclusive``; neither method ever concludes "not trained".
 """
