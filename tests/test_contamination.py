@@ -481,8 +481,7 @@ def test_bad_heldout_sets_are_refused_before_scoring() -> None:
         run_method(bench, unlabelled(bench).subset([0, 1]), target)
     with pytest.raises(UserError, match="'heldout' data set"):
         Contamination().run(AuditInputs(data=bench, target=target))
-    with pytest.raises(UserError, match="cannot use a synthetic held-out side yet"):
-        Contamination(heldout="synthetic").run(AuditInputs(data=bench, target=target))
+    assert Contamination(heldout="synthetic").needs().sets == ()  # the synthetic side needs no file
     assert target.calls == 0
 
 
@@ -502,7 +501,9 @@ def test_dry_run_sends_nothing_and_needs_no_key(monkeypatch, capsys, tmp_path: P
         assert main(args) == 0
     out = capsys.readouterr().out
     assert router.calls.call_count == 0 and connects == []
-    assert "1319 benchmark" in out and "cost:" in out and "$" in out
+    # no --heldout: the synthetic side; half of GSM8K's 1319 items fine-tune the generator locally
+    assert "659 benchmark + 659 held-out (synthetic)" in out and "cost:" in out and "$" in out
+    assert "held-out side SYNTHETIC" in out
     assert "recovery rung: not probed yet" in out and "nats per position" in out  # rung and precision
     assert "L*P + L^2/2" in out and "tokens (" in out  # cost by length
     assert "budget $5 buys" in out and "smallest contamination rate detectable" in out

@@ -2,7 +2,8 @@
 
 Runs the ``contamination`` method (``blackbox_audit.methods.contamination``) on a benchmark
 (``gsm8k``, ``mmlu[:SUBJECT]`` or a file with question/answer fields, ``blackbox_audit.benchmarks``)
-against known non-members (``--heldout FILE``). It writes the result with the one result writer:
+against known non-members (``--heldout FILE``) or, by default, a synthetic held-out side
+(calibrated dataset inference: ``methods.contamination_heldout``). It writes the result with the one result writer:
 ``scores.jsonl`` (benchmark items: score, p_value, flagged), ``flagged.jsonl``, ``heldout.jsonl``,
 ``verdict.json`` (dataset-level test, the rate's lower confidence bound, flagged count, PAC-style rate, power, what
 the budget bought) and ``run.json`` (with the engine's spend ledger for API targets).
@@ -44,6 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Has the target seen a benchmark? Compares the benchmark's membership scores with known "
         "non-members of the same distribution: a dataset-level test, a lower confidence bound on the "
         "contamination rate, the items flagged at FDR alpha, and (for comparison only) PAC's thresholded rate. "
+        "Without --heldout FILE the held-out side is synthetic (calibrated dataset inference): the set-level "
+        "test only. "
         "--dry-run prices it first; --budget-usd caps the spend and the run stops cleanly at the cap.",
     )
     b = p.add_argument_group("benchmark")
@@ -60,8 +63,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--heldout",
         default=SYNTHETIC,
         metavar="FILE|synthetic",
-        help="known non-members in the benchmark's format (items the model cannot have seen); 'synthetic' = "
-        "calibrated dataset inference's generated answers (default, for planning only: a run needs FILE)",
+        help="known non-members in the benchmark's format (items the model cannot have seen); 'synthetic' "
+        "(default) = calibrated dataset inference: a local generator fine-tuned on half the items writes answers "
+        "for the other half, and its calibrated test decides (no rate and no flagged list: they need FILE)",
+    )
+    b.add_argument(
+        "--generator",
+        default=ContaminationConfig.generator,
+        help="synthetic held-out side: the local model fine-tuned to write answers (smollm2, hf:DIR or gguf:FILE; "
+        "default smollm2)",
     )
     m = p.add_argument_group("method")
     m.add_argument(
@@ -149,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             bounded=args.bounded,
             heldout="synthetic" if args.heldout == SYNTHETIC else "known",
+            generator=args.generator,
             sequential=not args.fixed_sample,
             min_rate=args.min_rate,
             futility_beta=args.futility_beta,
@@ -183,6 +194,6 @@ def run(args: argparse.Namespace) -> int:
         raise
     session = Session(dataset=bench, target=target, recorder=recorder, out_dir=out_dir, workspace=workspace)
     try:
-        return session.finish(method.run(session.inputs(sets=sets)))
+        return session.finish(method.run(session.inputs(sets=sets, cache_dir=args.cache_dir, no_cache=args.no_cache)))
     finally:
         session.close()

@@ -21,9 +21,9 @@ same distribution** (the held-out side) under one membership score, chosen befor
 
 **Held-out side.** ``known``: a set of items the model cannot have seen, written in the same
 format, for example items written after the model's cutoff or a private split (``--heldout
-FILE``). The rate and the list need these. ``synthetic``: the calibrated dataset-inference
-generator (SPEC §5). Calibrated DI exists (``blackbox_audit.di``, the ``di`` command) but is not
-wired into this check yet; the seam is ``synthetic_heldout``.
+FILE``). The rate and the list need these. ``synthetic`` (the default): calibrated dataset
+inference (SPEC §5) writes the held-out side and decides the set-level test; it gives no rate and
+no list (``contamination_heldout``: how and why).
 
 **Probes** (``score = "probe:guided|answer|ts-guessing"``, CLI ``--probe``): instead of a logprob
 score, each item's score is how closely the target's *generated* text reproduces part of it
@@ -78,7 +78,7 @@ from blackbox_audit.methods.contamination_stats import (
     rank_test,
 )
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, check_level, fdp_and_power, select
-from blackbox_audit.planning import CostItem, CostPlan, PlanningView, price_plan
+from blackbox_audit.planning import CostPlan, PlanningView, price_plan
 from blackbox_audit.planning.contamination import ContaminationPlan, item_cost, probe_usd
 from blackbox_audit.planning.power import format_power, power_statement
 from blackbox_audit.planning.score_plans import (
@@ -112,7 +112,8 @@ class ContaminationConfig(MethodConfig):
     flagged list. ``confidence``: the level of the rate's lower confidence bound. ``lam``: PTDI's
     region size (SPEC §4).
     ``items``: score at most this many items per side, drawn at random (seeded); None = all.
-    ``heldout``: ``known`` (a set of known non-members) or ``synthetic`` (DI's generator).
+    ``heldout``: ``known`` (a set of known non-members) or ``synthetic`` (calibrated DI's generator;
+    the CLI's default when no ``--heldout FILE`` is given).
     ``sequential``: buy items one at a time and stop once the verdict is settled
     (``contamination_sequential``: an anytime-valid e-process; False: score every item the budget
     buys and test once). ``min_rate``: the futility rule stops once a contamination rate of at least
@@ -128,6 +129,7 @@ class ContaminationConfig(MethodConfig):
     seed: int = 0
     bounded: Literal["error", "upper"] = "error"
     heldout: Literal["known", "synthetic"] = "known"
+    generator: str = "smollm2"  # heldout="synthetic": the local model that writes the generated answers
     positions: str | None = None
     sequential: bool = True
     min_rate: float | None = 0.2
@@ -149,6 +151,11 @@ class ContaminationConfig(MethodConfig):
 
         if is_probe(self.score):
             parse_probe(self.score)  # a bad probe spec fails here, before any work
+            if self.heldout == "synthetic":
+                raise UserError(
+                    "a probe is read against known non-members; the synthetic held-out side is not wired to probes",
+                    "pass --heldout FILE (items the model cannot have seen, in the benchmark's format)",
+                )
         elif self.score != AUTO:
             parse_specs([self.score])  # an unknown score fails here, before any work
         if self.positions is not None:
@@ -185,19 +192,6 @@ def interleave(n_a: int, n_b: int) -> list[tuple[int, int]]:
     """
     keys = [((i + 0.5) / n_a, 0, i) for i in range(n_a)] + [((j + 0.5) / n_b, 1, j) for j in range(n_b)]
     return [(side, i) for _, side, i in sorted(keys)]
-
-
-def synthetic_heldout(benchmark: Benchmark, config: ContaminationConfig) -> Any:
-    """Seam for the calibrated-DI held-out side (SPEC §5): generated answers paired with real ones.
-
-    Not wired yet: calibrated DI (``blackbox_audit.di``) works on documents; this check does not yet
-    pass it question/answer pairs. Until it does, ``di --suspect`` on the benchmark's answers is the route.
-    """
-    raise UserError(
-        "the contamination check cannot use a synthetic held-out side yet (calibrated DI is not wired into it)",
-        "pass --heldout FILE with known non-members in the benchmark's format (e.g. items written after the "
-        "model's cutoff), or run calibrated DI on the benchmark's texts with `blackbox-audit di`",
-    )
 
 
 @dataclass
@@ -269,8 +263,8 @@ class Contamination(Method):
         if inputs.data is None:
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
         bench = as_benchmark(inputs.data, "benchmark")
-        if self.config.heldout == "synthetic":
-            held = synthetic_heldout(bench, self.config)
+        if self.config.heldout == "synthetic":  # generated inside the run (contamination_heldout)
+            return self._sample(bench, 0), self._sample(bench.subset([]), 1)
         else:
             held = as_benchmark(inputs.side("heldout"), "heldout")
             labels = held.labels
@@ -321,25 +315,24 @@ class Contamination(Method):
         if bench is None:
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
         part = self.part_for(bench)
-        notes: list[str] = []
-        items: list[CostItem] = []
-        if self.config.heldout == "known":
-            bench, held = self.sides(inputs)
-        else:  # the generated answers are as long as the real ones they pair with: price those
-            bench, held = self._sample(bench, 0), self._sample(bench, 0)
-            notes.append("held-out side priced as generated answers of the benchmark's own lengths (DI generator)")
-            items.append(CostItem("DI generator fine-tune and generation (local model, no API cost)", usd=(0.0, 0.0)))
+        if self.config.heldout == "synthetic":
+            from blackbox_audit.methods.contamination_heldout import plan_synthetic
+
+            return plan_synthetic(self._sample(bench, 0), self.config, part)
+        bench, held = self.sides(inputs)
         calls = self._calls(bench, part) + self._calls(held, part)
         if self.probe is not None:
             from blackbox_audit.methods.contamination_probes import merge_calls
 
             calls = merge_calls(calls)
-        return CostPlan(calls=calls, items=items, notes=notes)
+        return CostPlan(calls=calls)
 
     def budget_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> ContaminationPlan:
         """The dry-run: the score plans compared (API targets), then every item of the chosen plan
         priced on ``view`` (nothing sent); see ``planning.contamination`` and ``planning.score_plans``."""
-        choice = self.choose_plan(inputs, view, budget_usd)
+        # the synthetic side's test reads calibrated DI's own MIA features, not a chosen score plan
+        synthetic = self.config.heldout == "synthetic"
+        choice = None if synthetic else self.choose_plan(inputs, view, budget_usd)
         method = self if choice is None else self.with_plan(choice.chosen.plan)
         plan = method._priced(inputs, view, budget_usd)
         plan.choice = choice
@@ -400,15 +393,19 @@ class Contamination(Method):
         part = self.part_for(bench)
         plan = self.plan(inputs)
         total = price_plan(plan, view)
-        if self.config.heldout == "known":
-            b, h = self.sides(inputs)
-        else:
-            b = h = self._sample(bench, 0)
         rows = []
-        for side, i in interleave(len(b), len(h)):
-            src = b if side == 0 else h
-            prompt = src.prompts[i] if part == "output" else None
-            rows.append(item_cost(side, self._calls(src, part, [i]), view, prompt=prompt))
+        if self.config.heldout == "synthetic":  # each scored real answer and its generated twin
+            calls = plan.calls
+            half = len(calls) // 2
+            for side, i in interleave(half, half):
+                call = calls[i + side * half]
+                rows.append(item_cost(side, [call], view, prompt=call.prefix if part == "output" else None))
+        else:
+            b, h = self.sides(inputs)
+            for side, i in interleave(len(b), len(h)):
+                src = b if side == 0 else h
+                prompt = src.prompts[i] if part == "output" else None
+                rows.append(item_cost(side, self._calls(src, part, [i]), view, prompt=prompt))
         return ContaminationPlan(
             benchmark=bench.name,
             part=part,
@@ -494,6 +491,10 @@ class Contamination(Method):
         cfg = self.config
         full_bench = as_benchmark(inputs.data, "benchmark")  # type: ignore[arg-type]
         part = self.part_for(full_bench)
+        if cfg.heldout == "synthetic":
+            from blackbox_audit.methods.contamination_heldout import run_synthetic
+
+            return run_synthetic(self, inputs, self._sample(full_bench, 0), part)
         bench, held = self.sides(inputs)
         b, h, purchase, seq = self._score_all(inputs.target, bench, held, part, inputs.progress)
         sizes = [

@@ -175,8 +175,11 @@ class ContaminationPlan:
                 lines.append(format_power(power_statement(nb, nh, self.alpha)))
         if self.heldout == "synthetic":
             lines.append(
-                "  (power of the rank test against known non-members of the same size; a synthetic held-out side "
-                "cannot run yet: the run needs --heldout FILE with known non-members)"
+                "  (held-out side SYNTHETIC: the items above are the scored real answers and their generated twins; "
+                "the other half of the benchmark fine-tunes the local generator, at no API cost. The power line is "
+                "the rank test's against known non-members of the same size; the synthetic side's calibrated test "
+                "has less, and gives no rate and no flagged list; its test needs every pair scored, so a stop at "
+                "the cap ends 'inconclusive' with the answers cached: choose --items so that the worst case fits)"
             )
         return "\n".join(lines)
 
