@@ -58,7 +58,12 @@ class AnthropicTarget(Target):
             conditional=False,
             generation=True,
             logprobs=False,
-            extra={"api": "messages", "logprobs": False, "no_logprobs": "the Messages API returns text only"},
+            extra={
+                "api": "messages",
+                "logprobs": False,
+                "continuation": "prefill",
+                "no_logprobs": "the Messages API returns text only",
+            },
         )
 
     def fingerprint(self) -> str:

@@ -14,6 +14,12 @@ conditions):
   ``[system?] + user(user_template.format(prefix=decode(u_<i)))``. Change it with
   ``system=`` / ``user_template=``; it is recorded in ``describe()``.
 
+Generation (text-only scores: SaMIA, N-gram coverage; quizzes) continues a prompt the way the
+endpoint allows, named in ``capabilities.extra["continuation"]`` (and so in run.json): the raw
+prompt on ``completions`` (``completion``); on ``chat``, which cannot be prefilled, the prompt
+after an instruction to continue it (``instruction``, ``CONTINUE_TEMPLATE``), unless the target
+was given its own ``user_template`` (``user-template``: the prompt framed as the user asked).
+
 All HTTP goes through ``RequestEngine.post_json`` (cache-first), on one private event loop
 thread so that sync callers (``Target`` methods) and async fan-out coexist.
 """
@@ -61,6 +67,9 @@ ADAPTER_VERSION = "api-1"
 #: target kinds whose provider API has OpenAI's fine-tuning endpoints (``adapters/finetune_api.py``);
 #: a compat server without them answers 404 on ``/files``, reported as one clear error
 FINE_TUNING_KINDS = frozenset({"openai", "compat"})
+#: chat generation without a user template: the N-gram coverage authors' instruction to continue
+#: (``shallinan1/NGramCoverageAttack``, ``prompt_formatting.py``, their instruction-tuned prompt 1)
+CONTINUE_TEMPLATE = "Continue the generation as accurately as possible, without any extra text.\n\n{prefix}"
 T = TypeVar("T")
 
 
@@ -155,6 +164,7 @@ class ApiTarget(Target):
                 "semantics": sem.to_json() if sem else None,
                 "logprobs": sem is not None,
                 "fine_tuning": kind in FINE_TUNING_KINDS,
+                "continuation": self.continuation,
                 **({} if sem else {"no_logprobs": self._probe_verdict()}),
             },
         )
@@ -683,6 +693,21 @@ class ApiTarget(Target):
         return FineTuned(self.with_model(outcome.fine_tuned_model), details)
 
     # ---- generation
+    @property
+    def continuation(self) -> str:
+        """How ``generate`` asks for a continuation (module doc): ``completion``, ``instruction``
+        or ``user-template``."""
+        if self.cond.api != "chat":
+            return "completion"
+        return "instruction" if self.cond.user_template == "{prefix}" else "user-template"
+
+    def generation_messages(self, prompt: str) -> list[dict[str, str]]:
+        """The chat messages that ask for ``prompt``'s continuation (``continuation``)."""
+        if self.continuation == "user-template":
+            return self.cond.messages(prompt)
+        msgs = [{"role": "system", "content": self.cond.system}] if self.cond.system else []
+        return msgs + [{"role": "user", "content": CONTINUE_TEMPLATE.format(prefix=prompt)}]
+
     def generate(
         self,
         prompts: Sequence[str],
@@ -726,7 +751,7 @@ class ApiTarget(Target):
         self, prompt: str, max_new_tokens: int, temperature: float, seed: int | None, top_k: int | None
     ) -> dict[str, Any]:
         if self.cond.api == "chat":
-            body: dict[str, Any] = {"model": self.model, "messages": self.cond.messages(prompt)}
+            body: dict[str, Any] = {"model": self.model, "messages": self.generation_messages(prompt)}
         else:
             body = {"model": self.model, "prompt": prompt}
         body.update(self.cond.sampling)

@@ -68,6 +68,23 @@ class Capabilities:
             )
 
 
+#: how ``Target.generate`` continues a prompt (``continuation_of``): an assistant prefill (Anthropic),
+#: the raw prompt (completions endpoints, local models), an instruction to continue (chat endpoints
+#: without prefill), the prompt framed by the target's own user template, or a chat user turn (a
+#: local model with a chat template)
+CONTINUATIONS = ("prefill", "completion", "instruction", "user-template", "user-turn")
+
+
+def continuation_of(target: Any) -> str:
+    """How ``target.generate`` asks for a continuation (``CONTINUATIONS``), for run.json: the
+    adapter's ``capabilities.extra["continuation"]``, else ``user-turn`` for a local model with a
+    chat template and ``completion`` for one without."""
+    extra = getattr(getattr(target, "capabilities", None), "extra", None) or {}
+    if extra.get("continuation"):
+        return str(extra["continuation"])
+    return "user-turn" if getattr(target, "chat", None) is not None else "completion"
+
+
 #: capabilities that read logprobs: a target without ``logprobs`` has none of them
 LOGPROB_CAPABILITIES = frozenset({"logprobs", "conditional", "full_distribution"})
 

@@ -91,6 +91,8 @@ class Benchmark(Dataset):
 
     ``samples[i].text == prompts[i] + outputs[i]``. Methods that only know ``Dataset`` see
     whole items; the contamination check can also score ``outputs[i]`` given ``prompts[i]``.
+    ``fields[i]``: the item's template fields (``question``, ``answer``; MMLU's ``a``..``d`` and
+    ``letter``), for probes that rebuild an item their own way (empty for plain text files).
     """
 
     prompts: tuple[str, ...] = ()
@@ -98,10 +100,13 @@ class Benchmark(Dataset):
     name: str = ""
     fmt: PromptFormat | None = None
     source: str = ""
+    fields: tuple[dict[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not (len(self.samples) == len(self.prompts) == len(self.outputs)):
             raise ValueError("a benchmark needs one prompt and one output per sample")
+        if self.fields and len(self.fields) != len(self.samples):
+            raise ValueError("a benchmark's fields, when kept, are one mapping per sample")
 
     @property
     def format(self) -> str:
@@ -128,6 +133,7 @@ class Benchmark(Dataset):
             name=name or self.name,
             fmt=self.fmt,
             source=self.source,
+            fields=tuple(self.fields[i] for i in idx) if self.fields else (),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -152,7 +158,7 @@ def build_benchmark(
     source: str = "",
 ) -> Benchmark:
     """A ``Benchmark`` from ``(id, fields, label)`` rows rendered with ``fmt``."""
-    samples, prompts, outputs = [], [], []
+    samples, prompts, outputs, kept = [], [], [], []
     for sid, fields, label in rows:
         prompt, output = fmt.render(fields, f"{name} item {sid}")
         if not output.strip():
@@ -160,6 +166,7 @@ def build_benchmark(
         samples.append(Sample(id=sid, text=prompt + output, label=label))
         prompts.append(prompt)
         outputs.append(output)
+        kept.append({k: str(v) for k, v in fields.items()})
     if not samples:
         raise UserError(f"benchmark {name} has no items", "check the benchmark name, subject or file")
     return Benchmark(
@@ -170,6 +177,7 @@ def build_benchmark(
         name=name,
         fmt=fmt,
         source=source,
+        fields=tuple(kept),
     )
 
 

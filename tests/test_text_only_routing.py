@@ -53,12 +53,14 @@ def test_junk_reason_rules():
 # ------------------------------------------------------------------------------ routing from registries
 def test_routes_are_read_from_the_registries():
     text_only = servable_scores({"generation"})
-    assert "samia" in text_only
+    assert "samia" in text_only and "ngram_coverage" in text_only
     for name in text_only:  # every listed score samples only; every other one needs more
         assert all(r.requirement == "generation" for r in SCORES[name].needs)
     assert all(n in text_only for n, s in SCORES.items() if all(r.requirement == "generation" for r in s.needs))
     methods = runnable_methods({"generation"}, METHODS)
-    assert "score (scores=samia)" in methods and "ptdi (score=samia)" in methods
+    first = text_only[0]  # a method is listed with the first text-only score that fits it
+    assert f"score (scores={first})" in methods and f"ptdi (score={first})" in methods
+    assert "decop (paraphraser=smollm2)" in methods  # built from its routing example
     assert not any(m.startswith(("em_mia", "di_plain", "fsd")) for m in methods)  # they need logprobs
     assert "em_mia" in runnable_methods({"generation", "logprobs", "conditional"}, METHODS)
 
@@ -90,7 +92,7 @@ def test_probe_refuses_junk_logprobs_and_caches_no_success(tiny_target, tiny_lm_
         out = capsys.readouterr().out
         assert rc == 0 and JUNK[profile] in out
         refused = next(line for line in out.splitlines() if line.startswith("refused:"))
-        assert "no usable logprobs" in refused and "samia" in refused and "ptdi (score=samia)" in refused
+        assert "no usable logprobs" in refused and "ngram_coverage, samia" in refused and "ptdi (score=" in refused
         from blackbox_audit.adapters import load_target, planning_view
         from blackbox_audit.engine.cache import open_cache
 
@@ -124,17 +126,17 @@ def test_runs_on_a_junk_target_route_to_text_only_methods(tiny_target, tiny_lm_d
         assert main(["score", *base, "--scores", "loss,zlib", "--out", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "no usable logprobs" in err and "every reported logprob is 0" in err
-        assert "scores samia" in err and "score (scores=samia)" in err
+        assert "scores ngram_coverage, samia" in err and "score (scores=ngram_coverage)" in err
         requests = emu.stats()["requests"]  # the probe's; the refusal itself sent nothing
         assert main(["em-mia", *base, "--out", str(tmp_path / "p")]) == 2
         assert "no usable logprobs" in capsys.readouterr().err and emu.stats()["requests"] == requests
         # the dry-run of a logprob score is refused; of samia it prices and lists the supported scores
         assert main(["score", *base, "--scores", "loss", "--out", str(tmp_path / "d1"), "--dry-run"]) == 2
-        assert "scores samia" in capsys.readouterr().err
+        assert "scores ngram_coverage, samia" in capsys.readouterr().err
         spec = "samia:n=2:max_new_tokens=6"
         assert main(["score", *base, "--scores", spec, "--out", str(tmp_path / "d2"), "--dry-run"]) == 0
         out = capsys.readouterr().out
-        assert "scores this target supports (no logprobs: text only): samia" in out
+        assert "scores this target supports (no logprobs: text only): ngram_coverage, samia" in out
         assert emu.stats()["requests"] == requests
         # and the text-only score runs
         assert main(["score", *base, "--scores", spec, "--out", str(tmp_path / "s")]) == 0

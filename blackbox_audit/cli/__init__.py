@@ -64,6 +64,7 @@ COMMANDS: tuple[Command, ...] = (
         "contamination",
         "benchmark contamination check with a cost cap -> OUT/verdict.json, scores.jsonl, flagged.jsonl",
     ),
+    Command("decop", "DE-COP quiz: is the verbatim text picked among paraphrases? -> OUT/scores.jsonl (text-only ok)"),
     Command("di", "dataset inference: was this set of texts trained on? -> OUT/di.json, verdict.json"),
     Command("probe", "determine an API endpoint's logprob/bias semantics (which recovery strategies work)"),
     Command("emulate", "serve a local model as an emulated OpenAI-compatible API (offline testing)"),

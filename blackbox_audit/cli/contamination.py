@@ -30,6 +30,7 @@ from blackbox_audit.cli.options import (
     fraction_or_none,
     positive_int,
 )
+from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA
@@ -92,6 +93,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="answer positions --score reads (default all): randomM = M seeded positions per answer, lastM = the "
         "last M; the same on both sides",
     )
+    m.add_argument(
+        "--probe",
+        metavar="guided|answer|ts-guessing[:key=value...]",
+        help="score items by generated text instead (targets without logprobs): guided completion with the "
+        "benchmark's name, answer reproduction, or TS-Guessing of a masked wrong MMLU option (docs/api.md, "
+        "'Models without logprobs'); e.g. --probe answer or --probe guided:max_new_tokens=128",
+    )
     m.add_argument("--alpha", type=fraction, default=0.05, help="test level and FDR of the list (default 0.05)")
     m.add_argument(
         "--confidence", type=fraction, default=0.95, help="level of the rate's lower confidence bound (default 0.95)"
@@ -134,9 +142,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from blackbox_audit.benchmarks import load_benchmark
 
+    if args.probe and (args.score != "auto" or args.positions):
+        raise UserError(
+            "--probe chooses the item score: --score/--positions cannot be given with it", "pass one of them"
+        )
+    score = f"probe:{args.probe}" if args.probe else args.score
     method = Contamination(
         ContaminationConfig(
-            score=args.score,
+            score=score,
             positions=args.positions,
             part=args.part,
             alpha=args.alpha,

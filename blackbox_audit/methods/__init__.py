@@ -2,12 +2,12 @@
 
 Importing this package registers the built-in methods, so ``get_method(name)`` (audit specs,
 reports) finds them: ``score`` (every registered score, PAC and ReCaLL included), ``em_mia``,
-``ptdi``, ``contamination``, ``di_plain`` and ``di_calibrated`` (dataset inference), ``compare``, ``fsd``.
+``ptdi``, ``contamination``, ``di_plain`` and ``di_calibrated`` (dataset inference), ``compare``, ``fsd``, ``decop``.
 A new method registers itself with ``@register_method`` in its own module, added below.
 Its result types (``MethodResult``, ``Verdict``, ``ScoredSet``) live in ``blackbox_audit.results``.
 """
 
-from . import compare, contamination, di, em_mia, fsd, ptdi, scoring  # noqa: F401 - register the built-in methods
+from . import compare, contamination, decop, di, em_mia, fsd, ptdi, scoring  # noqa: F401 - register the built-in methods
 from .base import (
     METHODS,
     AuditInputs,

@@ -25,6 +25,11 @@ FILE``). The rate and the list need these. ``synthetic`` (the default): calibrat
 inference (SPEC §5) writes the held-out side and decides the set-level test; it gives no rate and
 no list (``contamination_heldout``: how and why).
 
+**Probes** (``score = "probe:guided|answer|ts-guessing"``, CLI ``--probe``): instead of a logprob
+score, each item's score is how closely the target's *generated* text reproduces part of it
+(``contamination_probes``), so the check runs on targets that return no logprobs; the part
+setting then does not apply.
+
 **Parts.** ``output``: the answer given the question (PAC §5.6's "output" setting; a
 conditional record per item, ``scores.output``). ``whole``: the whole item ``prompt + output``.
 ``auto``: the benchmark format's default (gsm8k: output, mmlu: whole; see ``benchmarks``).
@@ -63,6 +68,7 @@ from blackbox_audit.methods.base import (
     register_method,
     score_needs,
 )
+from blackbox_audit.methods.contamination_probes import is_probe, parse_probe
 from blackbox_audit.methods.contamination_purchase import Purchase, buy, item_size
 from blackbox_audit.methods.contamination_sequential import SequentialDesign, SequentialRankTest, futility_auc
 from blackbox_audit.methods.contamination_stats import (
@@ -97,7 +103,8 @@ AUTO = "auto"
 
 @dataclass(frozen=True)
 class ContaminationConfig(MethodConfig):
-    """``score``: the membership score (higher = member), fixed before the run; ``auto`` (default)
+    """``score``: the membership score (higher = member), fixed before the run, or a text-only probe
+    ``probe:SPEC`` (``contamination_probes``); ``auto`` (default)
     takes the plan with the most power per dollar on the target (``planning.score_plans``: on an
     API, cheap scores and position samples compete with full recovery; on a local model, ``loss``).
     ``positions``: the answer positions the score reads (``all``; ``random16``, ``last16``). ``part``: which text
@@ -142,7 +149,14 @@ class ContaminationConfig(MethodConfig):
             check_positive(self.items, "items")
         from blackbox_audit.scores import parse_specs
 
-        if self.score != AUTO:
+        if is_probe(self.score):
+            parse_probe(self.score)  # a bad probe spec fails here, before any work
+            if self.heldout == "synthetic":
+                raise UserError(
+                    "a probe is read against known non-members; the synthetic held-out side is not wired to probes",
+                    "pass --heldout FILE (items the model cannot have seen, in the benchmark's format)",
+                )
+        elif self.score != AUTO:
             parse_specs([self.score])  # an unknown score fails here, before any work
         if self.positions is not None:
             from blackbox_audit.reads import parse_positions
@@ -220,12 +234,21 @@ class Contamination(Method):
     }
 
     # ------------------------------------------------------------------ inputs
+    @property
+    def probe(self) -> Any:
+        """The probe (``contamination_probes.ProbeSpec``) when ``score`` names one, else None."""
+        return parse_probe(self.config.score) if is_probe(self.config.score) else None
+
     def needs(self) -> Needs:
         sets = ("heldout",) if self.config.heldout == "known" else ()
+        if self.probe is not None:
+            return Needs(sets=sets, capabilities=("generation",))
         caps = {*score_needs([self.effective_plan.score]), *(("conditional",) if self.config.part == "output" else ())}
         return Needs(sets=sets, capabilities=tuple(sorted(caps)))
 
     def part_for(self, bench: Benchmark) -> str:
+        if self.probe is not None:
+            return "probe"  # a probe builds its own prompt from the item
         part = self.config.part if self.config.part != "auto" else bench.default_part
         if part == "output" and not any(bench.prompts):
             raise UserError(
@@ -275,6 +298,10 @@ class Contamination(Method):
         from blackbox_audit.scores.output import plan_output_calls
 
         idx = range(len(bench)) if indices is None else indices
+        if self.probe is not None:
+            from blackbox_audit.methods.contamination_probes import probe_calls, probe_item
+
+            return probe_calls(self.probe, [probe_item(self.probe, bench, i, self.config.seed) for i in idx])
         plan = self.effective_plan  # its read (sampled positions, top-n only) decides what a call costs
         score, positions = [plan.score], plan.positions
         if part == "output":
@@ -293,7 +320,12 @@ class Contamination(Method):
 
             return plan_synthetic(self._sample(bench, 0), self.config, part)
         bench, held = self.sides(inputs)
-        return CostPlan(calls=self._calls(bench, part) + self._calls(held, part))
+        calls = self._calls(bench, part) + self._calls(held, part)
+        if self.probe is not None:
+            from blackbox_audit.methods.contamination_probes import merge_calls
+
+            calls = merge_calls(calls)
+        return CostPlan(calls=calls)
 
     def budget_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> ContaminationPlan:
         """The dry-run: the score plans compared (API targets), then every item of the chosen plan
@@ -324,8 +356,9 @@ class Contamination(Method):
     def choose_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> PlanChoice | None:
         """Price every candidate plan on ``view`` and take the one with the most power per dollar
         (``planning.score_plans``), or show them beside the plan ``score`` names. None on a local
-        model (nothing is billed: ``auto`` means ``loss`` on every position, recovered exactly)."""
-        if not view.api:
+        model (nothing is billed: ``auto`` means ``loss`` on every position, recovered exactly) and for
+        a probe (it generates: the logprob plans do not apply)."""
+        if not view.api or self.probe is not None:
             return None
         calibration = load_calibration()
         plans = candidate_plans(calibration)
@@ -388,9 +421,14 @@ class Contamination(Method):
 
     # ------------------------------------------------------------------ run
     def _score_items(self, target: Any, src: Benchmark, idx: list[int], part: str) -> Any:
-        """One side's items ``idx`` scored with the configured score (a ``ScoreTable``)."""
+        """One side's items ``idx`` scored with the configured score or probe (a ``ScoreTable``)."""
         from blackbox_audit.scores import compute_scores
         from blackbox_audit.scores.output import compute_output_scores
+
+        if self.probe is not None:
+            from blackbox_audit.methods.contamination_probes import score_probe
+
+            return score_probe(target, self.probe, src, idx, self.config.seed, column=self.config.score)
 
         ids = [src.ids[i] for i in idx]
         plan = self.effective_plan
@@ -478,6 +516,12 @@ class Contamination(Method):
                 "sequential": None if seq is None else seq.design.to_json(),
             }
         }
+        if self.probe is not None:
+            from blackbox_audit.adapters.base import continuation_of
+            from blackbox_audit.methods.contamination_probes import describe
+
+            about = {**describe(self.probe), "continuation": continuation_of(inputs.target)}
+            provenance["contamination"]["probe"] = about
         summary: list[str] = spend_lines(bought)
         warnings: list[str] = []
         if stopped:
@@ -570,6 +614,10 @@ class Contamination(Method):
             f"PAC-style thresholded rate (for comparison only): {pac['rate']:.1%}; WARNING: {pac['warning']}",
             format_power(power),
         ]
+        if self.probe is not None:
+            from blackbox_audit.methods.contamination_probes import probe_summary
+
+            summary.insert(1, probe_summary(self.probe, bv, hv))
         flagged = [
             {
                 "id": b.ids[j],

@@ -33,7 +33,8 @@ def target_capabilities(target: Any) -> set[str]:
 
 def runnable_methods(capabilities: Collection[str], methods: Mapping[str, type]) -> list[str]:
     """Registered methods that run on a target with these capabilities: ``name`` when the default
-    configuration fits, ``name (key=score)`` when a servable score as its ``score``/``scores`` does.
+    configuration fits, ``name (key=score)`` when a servable score as its ``score``/``scores`` does,
+    ``name (key=value)`` from the class's ``route_options`` when it has no default configuration.
     Methods that need no target (they read result files) are not listed."""
     from blackbox_audit.scores import servable_scores
 
@@ -41,14 +42,18 @@ def runnable_methods(capabilities: Collection[str], methods: Mapping[str, type])
     scores = servable_scores(have)
     out: list[str] = []
     for name, cls in sorted(methods.items()):
-        method = _build(cls, {})
+        method, label = _build(cls, {}), name
+        example = getattr(cls, "route_options", None)
+        if method is None and example:  # no default configuration: the method's own example
+            method = _build(cls, dict(example))
+            label = f"{name} ({', '.join(f'{k}={v}' for k, v in example.items())})"
         if method is None:
             continue
         needs = method.needs()
         if not (needs.target or needs.targets):
             continue
         if set(needs.capabilities) <= have:
-            out.append(name)
+            out.append(label)
             continue
         keys = {f.name for f in dataclasses.fields(cls.config_class)} & {"score", "scores"}
         for key in sorted(keys):

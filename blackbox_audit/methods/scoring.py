@@ -168,6 +168,7 @@ class ScoreMethod(Method):
             },
         )
         self._record_precision(result, inputs, prec, chosen, table)
+        self._record_sampling(result, inputs)
         if inputs.reference is not None:
             result.provenance["reference"] = {
                 **inputs.reference.describe(),
@@ -184,6 +185,20 @@ class ScoreMethod(Method):
                 f"all {len(labels)} labels are {labels[0]}: metrics need both members and non-members"
             )
         return result
+
+    def _record_sampling(self, result: MethodResult, inputs: AuditInputs) -> None:
+        """run.json ``sampling``: the text-only scores and how the target was asked to continue
+        (``adapters.base.continuation_of``: prefill, completion, instruction, ...)."""
+        from blackbox_audit.adapters.base import continuation_of
+        from blackbox_audit.scores import Samples
+
+        sampled = [s.field for s in self.specs if Samples in s.score.needs]
+        if sampled and inputs.target is not None:
+            result.provenance["sampling"] = {
+                "scores": sampled,
+                "continuation": continuation_of(inputs.target),
+                "seeds": "sample i of each prompt is drawn with seed i",
+            }
 
     def _record_precision(self, result: MethodResult, inputs: AuditInputs, prec: Any, chosen: Any, table: Any) -> None:
         """run.json ``precision``: the plan, what the target chose, and each score's certified error

@@ -27,12 +27,13 @@ class ItemCost:
     """What one item costs on the planned target (ranges: every token in the top-n .. every miss)."""
 
     side: int  # 0 benchmark, 1 held-out
-    tokens: int  # prompt + output tokens (whole item)
+    tokens: int  # prompt + output tokens (whole item); a probe: its prompt's tokens
     prompt_tokens: int  # the conditioning prompt (output part), else 0
     positions: int  # scored positions
     requests: tuple[int, int]
     billed_prompt: tuple[int, int]
     usd: tuple[float, float] | None
+    completion: tuple[int, int] = (0, 0)  # generated tokens billed (probes: up to the reply cap)
 
 
 @dataclass
@@ -88,6 +89,7 @@ class ContaminationPlan:
                     "positions": float(np.mean([r.positions for r in part])),
                     "requests": tuple(float(np.mean([r.requests[e] for r in part])) for e in (0, 1)),
                     "billed_prompt_tokens": tuple(float(np.mean([r.billed_prompt[e] for r in part])) for e in (0, 1)),
+                    "completion_tokens": tuple(float(np.mean([r.completion[e] for r in part])) for e in (0, 1)),
                     "usd": usd,
                 }
             )
@@ -116,34 +118,52 @@ class ContaminationPlan:
         ]
         if self.choice is not None:
             lines += self.choice.format()
-        if v.api:
+        if v.api and not any(r.completion[1] for r in self.items):  # probes generate: no recovery
             rung = v.shape_source if not v.probed else f"{getattr(v.shape, 'label', '?')} ({v.shape_source})"
             lines.append(
                 f"recovery rung: {rung}; precision: exact on echo / top-n / forced-token rungs, within "
                 f"{DEFAULT_EPS:g} nats per position on bisection (eps)"
             )
         lines.append(self.total.format())
-        if v.api:
+        sampled = any(r.completion[1] for r in self.items)
+        if v.api and sampled:
+            lines.append(
+                "probes generate: each item is one request per reply, billing its prompt once and up to the reply "
+                "cap of completion tokens (priced higher than prompt tokens); the low end assumes one-token replies"
+            )
+            lines.append(
+                "  benchmark items by prompt length (tokens) -> per item: requests, prompt tokens, completion "
+                "tokens, USD"
+            )
+        elif v.api:
             lines.append(
                 "cost grows with text length: each scored position resends its context (one request per "
                 "position), so an answer of L tokens after a P-token question bills about L*P + L^2/2 prompt "
                 "tokens; echo / prompt-logprob endpoints bill P + L once"
             )
             lines.append("  benchmark items by length (tokens) -> per item: requests, billed prompt tokens, USD")
+        if v.api:
             for row in self.length_table():
                 usd = "unpriced" if row["usd"] is None else f"${row['usd'][0]:.5f} – ${row['usd'][1]:.5f}"
+                lo, hi = row["completion_tokens"]
+                made = f"{lo:,.0f} – {hi:,.0f} completion tokens, " if sampled else ""
                 lines.append(
                     f"  {row['tokens'][0]:>4}–{row['tokens'][1]:<4} tokens ({row['items']} items): "
                     f"{row['requests'][0]:,.0f} – {row['requests'][1]:,.0f} requests, "
                     f"{row['billed_prompt_tokens'][0]:,.0f} – {row['billed_prompt_tokens'][1]:,.0f} prompt tokens, "
-                    f"{usd}"
+                    f"{made}{usd}"
                 )
         aff = self.affordable()
         if aff is not None:
             (wb, wh), (bb, bh) = aff["worst_case"], aff["best_case"]
+            worst, best = (
+                ("every reply runs to its cap", "replies are one token")
+                if sampled
+                else ("every token misses the top-n", "every token is a top-n hit")
+            )
             lines.append(
-                f"budget ${self.budget_usd:g} buys {wb} benchmark + {wh} held-out items if every token misses the "
-                f"top-n, up to {bb} + {bh} if every token is a top-n hit (the run stops cleanly at the cap)"
+                f"budget ${self.budget_usd:g} buys {wb} benchmark + {wh} held-out items if {worst}, up to {bb} + "
+                f"{bh} if {best} (the run stops cleanly at the cap)"
             )
             sizes = [(wb, wh), (bb, bh)] if (wb, wh) != (bb, bh) else [(wb, wh)]
         else:
@@ -167,7 +187,11 @@ class ContaminationPlan:
 def item_cost(side: int, calls: Sequence[Any], view: PlanningView, *, prompt: str | None) -> ItemCost:
     """One item's cost on ``view``: its scoring ``calls`` priced without the probe (paid once per
     check, see ``probe_usd``). ``prompt``: the question it is conditioned on (the ``output`` part;
-    may be empty), None when the whole item is scored (its first token is unscored context)."""
+    may be empty), None when the whole item is scored (its first token is unscored context).
+    Sampling calls (text-only probes) are priced as generation: one request per reply, the prompt
+    billed each time and up to the reply cap of completion tokens (``sampling_item_cost``)."""
+    if calls and all(c.kind == "samples" for c in calls):
+        return sampling_item_cost(side, calls, view)
     cc = call_cost(calls, view.tokenize)
     est = cc.estimate(
         view.shape, price=view.price, prompt_overhead=view.prompt_overhead, probe=False, measured=view.measured()
@@ -182,6 +206,37 @@ def item_cost(side: int, calls: Sequence[Any], view: PlanningView, *, prompt: st
         requests=est.requests if view.api else (0, 0),
         billed_prompt=est.prompt_tokens if view.api else (0, 0),
         usd=est.cost_usd if view.api else (0.0, 0.0),
+    )
+
+
+def sampling_item_cost(side: int, calls: Sequence[Any], view: PlanningView) -> ItemCost:
+    """An item probed by generation (``item_cost``): requests, prompt and completion tokens, USD."""
+    from .estimate import estimate_generation
+    from .price import SAMPLING_PROMPT_OVERHEAD
+
+    ests = []
+    for call in calls:
+        n, max_new = call.sampling[0], call.sampling[1]
+        counts = [len(view.tokenize(p)) for p in call.texts]
+        price = view.price if view.api else None
+        ests.append(estimate_generation(counts, n, max_new, price=price, prompt_overhead=SAMPLING_PROMPT_OVERHEAD))
+
+    def total(key: str) -> tuple[int, int]:
+        return (sum(getattr(e, key)[0] for e in ests), sum(getattr(e, key)[1] for e in ests))
+
+    usd = None
+    if all(e.cost_usd is not None for e in ests):
+        usd = (sum(e.cost_usd[0] for e in ests), sum(e.cost_usd[1] for e in ests))  # type: ignore[index]
+    prompt_tokens = sum(len(view.tokenize(p)) for c in calls for p in c.texts)
+    return ItemCost(
+        side=side,
+        tokens=prompt_tokens,
+        prompt_tokens=prompt_tokens,
+        positions=0,
+        requests=total("requests") if view.api else (0, 0),
+        billed_prompt=total("prompt_tokens") if view.api else (0, 0),
+        usd=usd if view.api else (0.0, 0.0),
+        completion=total("completion_tokens") if view.api else (0, 0),
     )
 
 
