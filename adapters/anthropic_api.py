@@ -165,6 +165,11 @@ def load_anthropic(rest: str, *, spending: Spending | None = None, **options: An
             f"bad anthropic target 'anthropic:{rest}'",
             "write anthropic:MODEL (e.g. anthropic:claude-3-5-haiku-latest) or anthropic:BASE_URL#MODEL",
         )
+    if spending is not None and spending.options.batch:
+        raise UserError(
+            "--batch is not implemented for anthropic: targets (Anthropic's Message Batches API is not wired in yet)",
+            "drop --batch for this target: its requests then go direct at the list price",
+        )
     key_env = options.get("api_key_env") or "ANTHROPIC_API_KEY"
     from_flag = bool(options.get("api_key_env"))
     api_key = read_api_key(key_env, options.get("api_key"), required=True, from_flag=from_flag)  # never echoed

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from blackbox_audit.engine import RequestEngine, Spending
+from blackbox_audit.engine.batch import BatchOptions, run_batch
 from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.planning.ladder import eps_for_tolerance
 from blackbox_audit.reads import DEFAULT_READ, ReadOptions
@@ -42,12 +43,14 @@ from .base import Capabilities, Target
 from .probe import endpoint_key, probe_cache_key, probe_endpoint, report_from_json
 from .recovery import (
     Answer,
+    FrozenStart,
     GapModel,
     LadderConfig,
     LpGuess,
     PositionResult,
     Prior,
     Semantics,
+    first_bias,
     recover_position,
 )
 from .tokenizers import TokenTable
@@ -157,6 +160,12 @@ class ApiTarget(Target):
         )
         self._options: dict[str, Any] = {}  # build options, for siblings (with_model)
         self._owns_engine = True  # False for a sibling sharing its parent's engine and loop
+        # --batch (``EngineOptions.batch``): requests known before any answer go through the
+        # provider's Batch API (``_buy_first_requests``, ``generate``); while a batch's positions
+        # are recovered, their first requests are fixed in advance (``recovery.first_bias``)
+        self.batch: BatchOptions | None = BatchOptions() if engine.spending.options.batch else None
+        self.batches: list[dict[str, Any]] = []  # ``BatchOutcome.to_json()`` of every batch bought
+        self.batch_notes: list[str] = []
         # per recovered text (positions asked, requests beyond 1 per position, top-n misses), stored
         # under ``_stats_keys`` after each batch so that the next dry-run prices from them
         self._measured: list[tuple[int, int, int]] = []
@@ -221,6 +230,7 @@ class ApiTarget(Target):
             "echo_requests": self._echo_requests,
             "positions_by_strategy": dict(self._positions),
             "requests_by_strategy": dict(self._strategy_requests),
+            **({"batches": list(self.batches), "batch_notes": list(self.batch_notes)} if self.batch else {}),
         }
 
     # ---- scoring
@@ -463,13 +473,58 @@ class ApiTarget(Target):
                 todo = todo[1:]
             elif todo and bisecting and len(todo) > 1 and self._gaps.density() is None:
                 # learn the gap density on one text first: otherwise every position of the
-                # batch starts its search together, before any gap is known (learned brackets)
+                # batch starts its search together, before any gap is known (learned brackets);
+                # with --batch this text goes direct and the rest's first requests start from it
                 out.append(await one(*todo[0]))
                 todo = todo[1:]
+            await self._buy_first_requests(todo, sem, progress, reads=bool(width))
             return out + list(await self.engine.gather(one(*it) for it in todo))
         finally:
             bar.close()
             self._store_measured()
+            if self.ladder.fixed_first:  # back to learning openings from every answer
+                self.ladder = dataclasses.replace(self.ladder, fixed_first=False, frozen=None)
+
+    async def _buy_first_requests(
+        self, items: list[tuple[Any, ...]], sem: Semantics, progress: bool, *, reads: bool = False
+    ) -> None:
+        """``--batch``: buy each position's first request (the top-n read, or the request that
+        doubles as it: ``recovery.first_bias``) through the provider's Batch API before the ladder
+        runs; the ladder then reads those answers from the cache and sends only its dependent
+        rounds (bisection) directly. The first requests aim with the search statistics learned so
+        far, frozen here (``recovery.FrozenStart``) until these positions are recovered. Echo and
+        prompt-logprobs endpoints ask one request per text whose use depends on the run's echo
+        statistics: they are not batched (noted in usage). ``reads``: the scores read the top-n list
+        at each kept position first (``read_records``), one unbiased request each: those are batched,
+        on any endpoint."""
+        if self.batch is None or not items:
+            return
+        if not reads and (sem.prompt_logprobs or (sem.echo and self.cond.api == "completions")):
+            note = "echo/prompt-logprobs endpoint: nothing batched, its one request per text went direct"
+            if note not in self.batch_notes:
+                self.batch_notes.append(note)
+            return
+        if not reads:
+            opening_bias, opening_offset = self._gaps.frozen()
+            frozen = FrozenStart(opening_bias, opening_offset, self._guess.value if self._guess.count else None)
+            self.ladder = dataclasses.replace(self.ladder, fixed_first=True, frozen=frozen)
+        bodies = []
+        for _text, ctx, ids, pri, rows in items:
+            full = ctx + ids
+            bad = set(self._non_roundtrip(ctx, ids))
+            for j in range(len(ids)) if rows is None else [int(r) for r in rows]:
+                if j in bad:
+                    continue
+                target, prior = full[len(ctx) + j], None if pri is None else pri[j]
+                bias = {} if reads else first_bias(sem, target, self.ladder, prior)
+                bodies.append(self.oracle.body(full[: len(ctx) + j], bias))
+        await self._run_batch(bodies, progress)
+
+    async def _run_batch(self, bodies: list[dict[str, Any]], progress: bool) -> None:
+        assert self.batch is not None
+        options = dataclasses.replace(self.batch, progress=progress)
+        for outcome in await run_batch(self.engine, self.oracle.path, bodies, options):
+            self.batches.append(outcome.to_json())
 
     def _measure(self, results: list[PositionResult], *, echoed: bool) -> None:
         """Note one recovered text: positions asked, requests beyond the one each position needs
@@ -641,24 +696,46 @@ class ApiTarget(Target):
         OpenAI, which rejects the field (there sampling uses the whole vocabulary)."""
 
         async def one(p: str) -> str:
-            if self.cond.api == "chat":
-                body: dict[str, Any] = {"model": self.model, "messages": self.cond.messages(p)}
-            else:
-                body = {"model": self.model, "prompt": p}
-            body.update(self.cond.sampling)
-            body.update(max_tokens=max_new_tokens, temperature=temperature)
-            if seed is not None:
-                body["seed"] = seed
-            if top_k and self.kind != "openai":
-                body["top_k"] = int(top_k)
-            data = await self.oracle.post(body)
+            data = await self.oracle.post(self._generation_body(p, max_new_tokens, temperature, seed, top_k))
             choice = (data.get("choices") or [{}])[0]
             return (choice.get("message") or {}).get("content") or choice.get("text") or ""
 
         async def all_() -> list[str]:
+            if self.batch is not None:  # sampled continuations are independent: batch them all
+                await self._run_batch(
+                    [self._generation_body(p, max_new_tokens, temperature, seed, top_k) for p in prompts], False
+                )
             return list(await self.engine.gather(one(p) for p in prompts))
 
         return self._loop.run(all_())
+
+    def generate_seeds(self, prompts: Sequence[str], seeds: Sequence[int], **kwargs: Any) -> list[list[str]]:
+        """Each seed's continuations; with ``--batch`` every sample of every seed goes in one batch
+        (then ``generate`` reads them from the cache), instead of one batch per seed."""
+        if self.batch is not None:
+            opts = {k: kwargs.get(k, d) for k, d in (("max_new_tokens", 64), ("temperature", 0.0), ("top_k", None))}
+            bodies = [
+                self._generation_body(p, opts["max_new_tokens"], opts["temperature"], s, opts["top_k"])
+                for s in seeds
+                for p in prompts
+            ]
+            self._loop.run(self._run_batch(bodies, False))
+        return [self.generate(prompts, seed=s, **kwargs) for s in seeds]
+
+    def _generation_body(
+        self, prompt: str, max_new_tokens: int, temperature: float, seed: int | None, top_k: int | None
+    ) -> dict[str, Any]:
+        if self.cond.api == "chat":
+            body: dict[str, Any] = {"model": self.model, "messages": self.cond.messages(prompt)}
+        else:
+            body = {"model": self.model, "prompt": prompt}
+        body.update(self.cond.sampling)
+        body.update(max_tokens=max_new_tokens, temperature=temperature)
+        if seed is not None:
+            body["seed"] = seed
+        if top_k and self.kind != "openai":
+            body["top_k"] = int(top_k)
+        return body
 
     def close(self) -> None:
         if not self._owns_engine:  # a sibling: its parent closes the shared engine and loop

@@ -183,6 +183,12 @@ class Target(abc.ABC):
         to the k most likely tokens where the target supports it)."""
         raise CapabilityError(f"target {self.name} cannot generate text", "use a target that supports generation")
 
+    def generate_seeds(self, prompts: Sequence[str], seeds: Sequence[int], **kwargs: Any) -> list[list[str]]:
+        """``generate(prompts, seed=s, **kwargs)`` for each seed in ``seeds`` (one list per seed).
+        One call for all samples lets an API target buy them together (``--batch``: one batch
+        instead of one per seed); the default asks seed by seed."""
+        return [self.generate(prompts, seed=s, **kwargs) for s in seeds]
+
     def set_tolerance(self, per_token: float | None) -> dict[str, Any] | None:
         """Recover logprobs only within ``per_token`` nats (None: full precision); returns what
         was chosen, or None for a target whose logprobs are exact anyway (white-box). A target

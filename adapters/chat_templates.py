@@ -5,7 +5,7 @@ token ``u_i`` as the *first token of the assistant's reply* to ``[system?] + use
 user_template.format(prefix=decode(u_<i)))``. The server renders those messages with a chat
 template and tokenizes the result as one string. A white-box target given the same
 ``ChatConditioning`` renders the same messages the same way, so its per-token values are
-directly comparable with that API's (``blackbox-audit compare``; README "Chat conditioning").
+directly comparable with that API's (``blackbox-audit compare``; docs/usage.md "Chat conditioning").
 
 Templates:
 

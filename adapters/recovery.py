@@ -110,6 +110,23 @@ class LadderConfig:
     # "median" reproduces the earlier search (continuous median cut, density from 6 gaps, uniform
     # share 0.5/(1 + n/4)); bench/recovery.py runs both side by side
     search: str = "cells"
+    # ``--batch``: each position's first request is fixed before the batch is sent (``first_bias``):
+    # it reads the run's search statistics frozen at that moment (``FrozenStart``), not the live
+    # ones, so all first requests can be bought ahead and then read from the cache; later requests
+    # (bisection rounds) still learn as usual
+    fixed_first: bool = False
+    frozen: FrozenStart | None = None
+
+
+@dataclass(frozen=True)
+class FrozenStart:
+    """Where first requests aim under ``LadderConfig.fixed_first``, frozen from the positions
+    recovered before a batch (``GapModel.frozen``, ``LpGuess.value``); None fields: the defaults
+    of a run that has learned nothing (``GapModel.OPENING``, the prior's flip bias + eps, -8 nats)."""
+
+    opening_bias: float | None = None  # opening flip test without a prior: the median B* so far
+    opening_offset: float | None = None  # added to a prior's flip bias: the median residual so far
+    reflect_aim: float | None = None  # bias-reflecting aim without a prior: the mean lp so far
 
 
 @dataclass(frozen=True)
@@ -205,8 +222,55 @@ REFLECT_STEP = 12.0  # raise the bias by this much while t stays out of the bias
 REFLECT_MAX_LP = -1e-8
 
 
+def _reflect_start(sem: Semantics, cfg: LadderConfig, prior: float | None, guess: LpGuess | None) -> float:
+    """The first bias of a bias-reflecting position: aim at p'(t) near 1/2 (``_reflect``)."""
+    if prior is not None:
+        aim = prior
+    elif cfg.fixed_first:
+        frozen = cfg.frozen or FrozenStart()
+        aim = frozen.reflect_aim if frozen.reflect_aim is not None else LpGuess().value
+    else:
+        aim = guess.value if guess is not None else LpGuess().value
+    return min(sem.bias_cap, max(REFLECT_START, -aim + 2.0))
+
+
+def _opening(sem: Semantics, cfg: LadderConfig, prior: Prior | None, gaps: GapModel | None) -> float:
+    """The first flip test's bias on a ``top_under_bias`` endpoint: ``GapModel.opening_bias``, or
+    under ``fixed_first`` the same rule on the statistics frozen before the batch."""
+    if cfg.fixed_first or gaps is None:
+        frozen = cfg.frozen or FrozenStart()
+        if prior is not None and prior.flip_bias is not None:
+            b1 = prior.flip_bias + (frozen.opening_offset if frozen.opening_offset is not None else cfg.eps)
+        else:
+            b1 = frozen.opening_bias if frozen.opening_bias is not None else GapModel.OPENING
+    else:
+        b1 = gaps.opening_bias(prior, cfg.eps)
+    return min(sem.bias_cap, float(math.ceil(b1)) if sem.integer_bias else b1)
+
+
+def first_bias(sem: Semantics, target: int, cfg: LadderConfig, prior: float | Prior | None = None) -> dict[int, float]:
+    """The ``logit_bias`` of a position's first request under ``cfg.fixed_first`` (``--batch``).
+
+    It depends only on the endpoint, the target token, the proxy's prior and the statistics frozen
+    in ``cfg.frozen`` before the batch, never on answers still to come, so the bodies of all first
+    requests are known in advance and can be bought through a batch API; ``recover_position`` then
+    sends exactly this request first (its answer comes from the cache). The order follows
+    ``_recover``: bias-reflecting, forced token, the opening flip test that doubles as the unbiased
+    read, else the plain unbiased read.
+    """
+    pri = as_prior(prior)
+    if sem.bias_reflecting:
+        b = _reflect_start(sem, cfg, None if pri is None else pri.lp, None)
+        return {target: float(math.ceil(b)) if sem.integer_bias else b}
+    if sem.forced_token:
+        return {target: sem.bias_cap}
+    if sem.top_under_bias and sem.argmax_moves and sem.deterministic:
+        return {target: _opening(sem, cfg, pri, None)}
+    return {}
+
+
 async def _reflect(
-    ask: _Counter, sem: Semantics, target: int, prior: float | None, guess: LpGuess | None
+    ask: _Counter, sem: Semantics, cfg: LadderConfig, target: int, prior: float | None, guess: LpGuess | None
 ) -> PositionResult | None:
     """Strategy 3, single-token form, aiming at p'(t) ≈ 1/2 (B ≈ -lp(t)) as SPEC §1 advises.
 
@@ -215,8 +279,7 @@ async def _reflect(
     the running estimate, rises by ``REFLECT_STEP`` while t is absent (it cannot overshoot
     by more than that step), and drops if p'(t) comes back too close to 1.
     """
-    aim = prior if prior is not None else (guess.value if guess is not None else -8.0)
-    b = min(sem.bias_cap, max(REFLECT_START, -aim + 2.0))
+    b = _reflect_start(sem, cfg, prior, guess)
     tried: set[float] = set()
     for _ in range(12):
         b = float(math.ceil(b)) if sem.integer_bias else b
@@ -287,7 +350,7 @@ async def _recover(
     upper = math.inf
 
     if sem.bias_reflecting:
-        res = await _reflect(ask, sem, target, None if prior is None else prior.lp, guess)
+        res = await _reflect(ask, sem, cfg, target, None if prior is None else prior.lp, guess)
         if res is not None:
             return res
         notes.append("not in the biased top-n even at the cap")
@@ -307,8 +370,7 @@ async def _recover(
     if base is None and sem.top_under_bias and sem.argmax_moves and sem.deterministic:
         # the first flip test doubles as the unbiased request: its top-n ignores the bias
         gaps = gaps if gaps is not None else GapModel.for_config(cfg)
-        b1 = gaps.opening_bias(prior, cfg.eps)
-        b1 = min(sem.bias_cap, float(math.ceil(b1)) if sem.integer_bias else b1)
+        b1 = _opening(sem, cfg, prior, gaps)
         base = await ask({target: b1})
         opening = (b1, None if base.emitted is None else base.emitted == target)
     if base is None:
@@ -371,6 +433,17 @@ class GapModel:
 
             return float(np.median(self.flip_seen[-self.MAX_SEEN :]))
         return self.OPENING
+
+    def frozen(self) -> tuple[float | None, float | None]:
+        """(opening bias without a prior, offset to a prior's flip bias) as ``opening_bias`` would
+        pick them now (None: not learned yet), for ``FrozenStart``."""
+        import numpy as np
+
+        bias = float(np.median(self.flip_seen[-self.MAX_SEEN :])) if len(self.flip_seen) >= self.min_seen else None
+        offset = None
+        if len(self.flip_residuals) >= self.min_seen:
+            offset = float(np.median(self.flip_residuals[-self.MAX_SEEN :]))
+        return bias, offset
 
     def update_flip(self, bstar: float) -> None:
         if math.isfinite(bstar):

@@ -87,10 +87,14 @@ class ApiOracle:
         body.update(extra)
         return body
 
+    @property
+    def path(self) -> str:
+        """The endpoint every ladder and generation request goes to."""
+        return "/chat/completions" if self.cond.api == "chat" else "/completions"
+
     async def post(self, body: dict[str, Any]) -> dict[str, Any]:
         self.requests += 1
-        path = "/chat/completions" if self.cond.api == "chat" else "/completions"
-        return await self.engine.post_json(path, body)
+        return await self.engine.post_json(self.path, body)
 
     async def query(self, context: Sequence[int], bias: Mapping[int, float]) -> Answer:
         data = await self.post(self.body(context, bias))

@@ -94,7 +94,19 @@ def main(argv: list[str] | None = None) -> int:
         "in every split); 'redraw' draws the benchmark afresh from all items each split, so the splits are "
         "independent checks of the set test's false-flag rate",
     )
+    p.add_argument(
+        "--heldout",
+        choices=("known", "synthetic"),
+        default="known",
+        help="known: the never-trained items are the held-out side (above); synthetic: no held-out file, the "
+        "check's default (calibrated DI's generated answers); see synthetic_eval",
+    )
+    p.add_argument("--sets", default=None, help="synthetic: comma-separated split numbers to run (resume/parallel)")
+    p.add_argument("--json", default=None, help="synthetic: append one JSON line per split here")
+    p.add_argument("--models", default=None, help="synthetic: contaminated,clean,other-items (default all)")
     a = p.parse_args(argv)
+    if a.heldout == "synthetic":
+        return synthetic_eval(a)
     if a.splits < 20:
         p.error("--splits must be at least 20 (the FDR claim is measured across splits)")
 
@@ -236,6 +248,108 @@ def main(argv: list[str] | None = None) -> int:
     (out / "summary.json").write_text(json.dumps({"command": command, "rows": summary}, indent=2))
     print(f"per-split rows: {out / 'summary.json'}")
     return 0
+
+
+def synthetic_eval(a) -> int:
+    """``--heldout synthetic``: the check as run with no held-out file, on three targets.
+
+    - ``contaminated``: the fine-tuned canary; each split audits its 64 members + 64 never-trained
+      items drawn afresh (true rate 50%): how often is the benchmark flagged (power)?
+    - ``clean``: unmodified SmolLM2; each split audits 128 items drawn afresh from all 256;
+    - ``other-items``: the canary, auditing 128 items drawn afresh from its 192 never-trained ones (a
+      model trained on *other* GSM8K items): how often is a clean benchmark flagged (validity)?
+
+    Every split trains its own generator on half its benchmark (cached by content), so the splits of a
+    clean model are independent checks of the false-flag rate. One JSON line per split (``--json``);
+    ``--sets`` runs some splits only (e.g. to spread them over processes); the table is printed from
+    every line of the JSON file.
+    """
+    import torch
+
+    torch.set_num_threads(a.threads)
+    from blackbox_audit.benchmarks import load_gsm8k
+    from blackbox_audit.methods import AuditInputs
+    from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
+    from blackbox_audit.sim.canary import CanaryOptions, build_canary, default_train_config, draw_split
+    from blackbox_audit.sim.corpora import corpus_samples
+    from blackbox_audit.workspace import Workspace
+
+    train = default_train_config("smollm2")
+    if a.epochs:
+        from dataclasses import replace
+
+        train = replace(train, epochs=a.epochs)
+    # n_shifted=0: this mode uses no shifted set (the trained model is the same either way; the key differs)
+    opts = CanaryOptions(corpus="benchmark:gsm8k", base="smollm2", seed=a.seed, n_members=a.members,
+                         n_nonmembers=a.nonmembers, n_calibration=a.calibration, train=train,
+                         n_shifted=0)  # fmt: skip
+    gsm = load_gsm8k()
+    split = draw_split(corpus_samples(opts.corpus), opts)
+    members = [int(str(r["id"]).rsplit("-", 1)[1]) for r in split["members"]]
+    never = [int(str(r["id"]).rsplit("-", 1)[1]) for r in split["nonmembers"] + split["calibration"]]
+    n_m = len(members)
+    wanted = a.models.split(",") if a.models else ["contaminated", "clean", "other-items"]
+    spec = build_canary(opts, cache_dir=a.cache_dir).target_spec if set(wanted) - {"clean"} else None
+    models = {"contaminated": spec, "clean": "smollm2", "other-items": spec}
+    todo = range(a.splits) if not a.sets else [int(x) for x in a.sets.split(",")]
+    cfg = ContaminationConfig(heldout="synthetic", part=a.part, alpha=a.alpha)
+    out = open(a.json, "a") if a.json else None  # noqa: SIM115 - appended as splits finish
+    workspace = Workspace.open(cache_dir=a.cache_dir)
+    try:
+        for name in wanted:
+            target = workspace.open_target(models[name], device="cpu", progress=False)
+            for s in todo:
+                rng = np.random.default_rng([a.seed, 2000 + s, list(models).index(name)])
+                if name == "contaminated":
+                    idx = members + [never[j] for j in rng.permutation(len(never))[:n_m]]
+                elif name == "clean":
+                    pool = members + never
+                    idx = [pool[j] for j in rng.permutation(len(pool))[: 2 * n_m]]
+                else:
+                    idx = [never[j] for j in rng.permutation(len(never))[: 2 * n_m]]
+                bench = gsm.subset(idx)
+                t0, c0 = time.perf_counter(), time.process_time()
+                res = Contamination(replace_seed(cfg, s)).run(
+                    AuditInputs(data=bench, target=target, cache_dir=a.cache_dir, progress=False)
+                )
+                v = res.verdict
+                row = {"model": name, "split": s, "p": v.p_value, "flagged": v.decision == "contaminated",
+                       "auc_text": v.estimate.get("auc_text"), "auc_comb": v.estimate.get("auc_comb"),
+                       "pairs": v.details["dataset_test"]["n_pairs"], "bow_auc": v.details["shift_check"]["bow_auc"],
+                       "wall_s": round(time.perf_counter() - t0), "cpu_s": round(time.process_time() - c0)}  # fmt: skip
+                print(json.dumps(row), flush=True)
+                if out:
+                    out.write(json.dumps(row) + "\n")
+                    out.flush()
+    finally:
+        workspace.close()
+    if a.json:
+        synthetic_table([json.loads(x) for x in Path(a.json).read_text().splitlines() if x.strip()], a.alpha)
+    return 0
+
+
+def replace_seed(cfg, seed: int):
+    from dataclasses import replace
+
+    return replace(cfg, seed=seed)
+
+
+def synthetic_table(rows: list[dict], alpha: float) -> None:
+    """Share of splits flagged per model, with its binomial standard error (a split run twice counts once)."""
+    rows = list({(r["model"], r["split"]): r for r in rows}.values())
+    print(f"{'model':<14} {'splits':>6} {'flagged':>8} {'share ± SE':>14} {'p median':>9} {'AUC_text':>8} "
+          f"{'AUC_comb':>8} {'pairs':>5} {'CPU s':>6}")  # fmt: skip
+    for name in ("contaminated", "clean", "other-items"):
+        part = [r for r in rows if r["model"] == name]
+        if not part:
+            continue
+        k, n = sum(r["flagged"] for r in part), len(part)
+        share = k / n
+        se = (share * (1 - share) / n) ** 0.5
+        print(f"{name:<14} {n:>6} {k:>8} {share:>7.2f} ± {se:.2f} {np.median([r['p'] for r in part]):>9.3g} "
+              f"{np.mean([r['auc_text'] for r in part]):>8.3f} {np.mean([r['auc_comb'] for r in part]):>8.3f} "
+              f"{np.mean([r['pairs'] for r in part]):>5.0f} {np.mean([r['cpu_s'] for r in part]):>6.0f}")  # fmt: skip
+    print(f"(flagged = calibrated DI p < {alpha}; a valid check flags a clean benchmark with probability <= {alpha})")
 
 
 def report(name: str, rows: list[dict], alpha: float, *, truth: bool) -> None:

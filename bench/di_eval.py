@@ -125,7 +125,7 @@ def main() -> int:
     ap.add_argument("--member-sets", type=int, default=5)
     ap.add_argument("--nonmember-sets", type=int, default=10)
     ap.add_argument("--docs", type=int, default=100, help="documents per suspect set (and per held-out set)")
-    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--seeds", type=int, default=None, help="default: the method's")
     ap.add_argument("--seq-tokens", type=int, default=None, help="default: the method's")
     ap.add_argument("--gen-epochs", type=int, default=None, help="default: the method's")
     ap.add_argument("--generator", default=None, help="smollm2 / hf:DIR / gguf:FILE (default: the method's)")
@@ -136,7 +136,12 @@ def main() -> int:
     )
     ap.add_argument("--baseline-lm", default=None, help="a baseline LM whose scores are subtracted from the target's")
     ap.add_argument("--combine", default=None, choices=("sidak", "cauchy", "pair_mean"), help="default: the method's")
-    ap.add_argument("--crossfit", action="store_true", help="test every pair once (the parts swap roles)")
+    ap.add_argument(
+        "--crossfit",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="default: the method's (off; needs --baseline-lm)",
+    )
     ap.add_argument("--features", default=None, help="comma-separated MIA features (default: the method's)")
     ap.add_argument("--test-fraction", type=float, default=None, help="default: the method's")
     ap.add_argument("--alpha", type=float, default=0.05)
@@ -187,15 +192,17 @@ def main() -> int:
         gen_kw |= {"temperature": 0.6, "top_p": 0.9, "top_k": 50, "repetition_penalty": 1.2}
     if args.temperature is not None:
         gen_kw["temperature"] = args.temperature
-    opt_kw: dict[str, Any] = {"seeds": args.seeds, "seed": args.seed, "alpha": args.alpha, "heads": args.heads}
+    opt_kw: dict[str, Any] = {"seed": args.seed, "alpha": args.alpha, "heads": args.heads}
+    if args.seeds:
+        opt_kw["seeds"] = args.seeds
     if args.seq_tokens:
         opt_kw["seq_tokens"] = args.seq_tokens
     if args.features:
         opt_kw["features"] = tuple(args.features.split(","))
     if args.test_fraction:
         opt_kw["test_fraction"] = args.test_fraction
-    if args.crossfit:
-        opt_kw["crossfit"] = True
+    if args.crossfit is not None:
+        opt_kw["crossfit"] = args.crossfit
     if args.combine:
         opt_kw["combine"] = args.combine
     if args.baseline_lm:
@@ -270,6 +277,7 @@ def main() -> int:
                    "p_pair_mean": res.info.get("p_pair_mean"), "auc_text": body["auc_text"],
                    "auc_comb": body["auc_comb"], "bow_auc": res.shift["bow_auc"], "n_pairs": body["n_pairs"],
                    "loss_gap": res.shift["mia_score_gap"].get("loss", {}).get("heldout_minus_suspect"),
+                   "self_gap": (res.shift.get("self_baseline") or {}).get("loss_gap"),
                    "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
                    "timings": res.info["timings"]}  # fmt: skip
             results.append(row)

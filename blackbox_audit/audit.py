@@ -50,6 +50,7 @@ ENGINE_KEYS = (
     "max_retries",
     "rate_limit_wait_s",
     "pricing",
+    "batch",
 )
 
 
@@ -61,7 +62,7 @@ def engine_options_from_spec(spec: AuditSpec) -> EngineOptions:
     """The typed engine options of the spec's ``[audit]`` keys and its ``[prices]``."""
     a = spec.audit
     prices = tuple(
-        (model, ModelPrice(p["prompt"], p.get("cached_prompt", p["prompt"]), p["completion"]))
+        (model, ModelPrice(p["prompt"], p.get("cached_prompt", p["prompt"]), p["completion"], batch=p.get("batch")))
         for model, p in spec.prices.items()
     )
     given = {k: a[k] for k in ENGINE_KEYS if k in a}  # the rest: EngineOptions' defaults, as on the CLI

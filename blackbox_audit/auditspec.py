@@ -1,5 +1,5 @@
 """Audit specs: one TOML file (stdlib ``tomllib``) that names targets, data, method steps,
-budget and output folder (``blackbox-audit audit SPEC.toml``; README "Audit specs").
+budget and output folder (``blackbox-audit audit SPEC.toml``; docs/usage.md "Audit specs").
 
 This module only reads and checks a spec; ``blackbox_audit.audit`` runs it. Every step names a
 *registered* method (``methods.METHODS``) and its remaining keys are that method's config,
@@ -9,9 +9,10 @@ change here. Every error names the offending key and its line in the file.
 Layout::
 
     [audit]            out, cache_dir, no_cache, budget_usd, max_requests, rpm, tpm, concurrency,
-                       max_retries, rate_limit_wait_s, pricing (a price file), report (write report.html,
-                       default true)
-    [prices.MODEL]     prompt, cached_prompt, completion (USD per 1M tokens; override the table)
+                       max_retries, rate_limit_wait_s, pricing (a price file), batch (``--batch``),
+                       report (write report.html, default true)
+    [prices.MODEL]     prompt, cached_prompt, completion (USD per 1M tokens; override the table), batch
+                       (share of the price the provider's batch API bills)
     [canaries.NAME]    base, corpus, seed, members, nonmembers, calibration, epochs, min_tokens,
                        max_tokens: a canary (``sim.canary``, a model whose training data is known
                        exactly) built once into the cache folder before the steps, then reused
@@ -58,6 +59,7 @@ AUDIT_KEYS = {
     "max_retries": int,
     "rate_limit_wait_s": (int, float),
     "pricing": str,
+    "batch": bool,
     "report": bool,
 }
 DATA_KEYS = {
@@ -71,8 +73,13 @@ DATA_KEYS = {
     "rows": list,
     "label": int,
 }
-PRICE_KEYS = {"prompt": (int, float), "cached_prompt": (int, float), "completion": (int, float)}
-#: [canaries.NAME] keys -> ``CanaryOptions`` fields (README "Audit specs"; ``blackbox-audit canary build``)
+PRICE_KEYS = {
+    "prompt": (int, float),
+    "cached_prompt": (int, float),
+    "completion": (int, float),
+    "batch": (int, float),
+}
+#: [canaries.NAME] keys -> ``CanaryOptions`` fields (docs/usage.md "Audit specs"; ``blackbox-audit canary build``)
 CANARY_KEYS = {
     "base": str,
     "corpus": str,
@@ -262,6 +269,8 @@ class SpecReader:
             self.typed(entry, PRICE_KEYS, ("prices", model), f"[prices.{model}]")
             if "prompt" not in entry or "completion" not in entry:
                 raise self.fail(("prices", model), None, f"price of '{model}' needs prompt and completion", "add both")
+            if "batch" in entry and not 0 <= entry["batch"] <= 1:
+                raise self.fail(("prices", model), "batch", "batch is a share of the price, in [0, 1]", "e.g. 0.5")
             prices[model] = {k: float(v) for k, v in entry.items()}
         canaries = {
             n: self.canary(n, v) for n, v in self.table(raw.get("canaries", {}), ("canaries",), "canaries").items()

@@ -89,6 +89,9 @@ class CachedTarget(Target):
     def generate(self, prompts: Sequence[str], **kwargs: Any) -> list[str]:
         return self.inner.generate(prompts, **kwargs)
 
+    def generate_seeds(self, prompts: Sequence[str], seeds: Sequence[int], **kwargs: Any) -> list[list[str]]:
+        return self.inner.generate_seeds(prompts, seeds, **kwargs)
+
     def describe(self) -> dict[str, Any]:
         return self.inner.describe()
 

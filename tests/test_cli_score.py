@@ -173,7 +173,7 @@ def test_run_json_never_holds_credentials(tmp_path, monkeypatch) -> None:
 
 @pytest.mark.slow
 def test_smollm2_on_shipped_wikimia_slice(smollm2_target, tmp_path, capsys, monkeypatch) -> None:
-    """The README's first command on the real model (loaded once per session via the fixture)."""
+    """docs/usage.md's first score command on the real model (loaded once per session via the fixture)."""
 
     monkeypatch.setattr(smollm2_target, "close", lambda: None)  # the session's model must outlive this test
     monkeypatch.setattr(adapters, "load_target", lambda spec, **kw: smollm2_target if spec == "smollm2" else None)

@@ -310,7 +310,7 @@ def run_method(bench, held, target, **cfg):
 
 def test_contaminated_benchmark_is_flagged_with_rate_and_list() -> None:
     bench, held, target = contaminated(60, 60, 120, lift=1.5)
-    res = run_method(bench, held, target, alpha=0.1)
+    res = run_method(bench, held, target, alpha=0.1, sequential=False)  # every item, one fixed-sample test
     v = res.verdict
     assert v.decision == "contaminated" and v.p_value < 1e-6
     lo, hi = v.estimate["rate_ci"]
@@ -366,7 +366,10 @@ def test_labels_are_for_evaluation_only_and_result_round_trips(tmp_path: Path) -
         "heldout.jsonl",
     }
     assert get_method("contamination") is Contamination
-    assert ContaminationConfig.from_mapping(a.config) == ContaminationConfig()
+    # the config echoed is the resolved one: score auto became the plan chosen (loss on a local model)
+    assert ContaminationConfig.from_mapping(a.config) == ContaminationConfig(score="loss")
+    assert a.provenance["contamination"]["plan_choice"]["chosen"] == "loss"
+    assert a.summary[0].startswith("score plan: loss (chosen: local model")
 
 
 def test_whole_items_and_plain_datasets() -> None:
@@ -382,8 +385,8 @@ def test_whole_items_and_plain_datasets() -> None:
 def test_budget_stop_keeps_what_was_bought() -> None:
     bench, held, target = contaminated(40, 40, 80, lift=1.5)
     target.fail_after = 60  # 60 items (one call each), then the cap
-    target.engine = "an API's request engine"  # API targets are scored two items at a time
-    res = run_method(bench, held, target)
+    target.engine = "an API's request engine"  # API targets are scored one item at a time
+    res = run_method(bench, held, target, sequential=False, score="loss")
     bought = res.verdict.details["budget"]
     assert bought["stopped"].startswith("budget cap reached")
     assert bought["benchmark_items"] + bought["heldout_items"] == 60 == len(res.ids) + len(res.extras["heldout.jsonl"])
@@ -391,8 +394,83 @@ def test_budget_stop_keeps_what_was_bought() -> None:
     assert any("stopped at the budget cap" in w for w in res.warnings)
     assert res.verdict.decision in ("contaminated", "not detected")  # computed on what was bought
     target.calls, target.fail_after = 0, 4
-    tiny = run_method(bench, held, target)
+    tiny = run_method(bench, held, target, score="loss")
     assert tiny.verdict.decision == "inconclusive"
+    assert tiny.verdict.details["budget"]["benchmark_items"] + tiny.verdict.details["budget"]["heldout_items"] == 4
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.cost_usd, self.requests_sent = 0.0, 0
+
+
+class _Engine:
+    """Stands in for an API target's request engine: every scoring call bills 10 requests, $0.001."""
+
+    def __init__(self) -> None:
+        self.stats = _Stats()
+
+
+class Billed(Memorising):
+    def conditional_logprobs(self, prefix, texts, *, progress=True):
+        self.engine.stats.cost_usd += 0.001 * len(texts)
+        self.engine.stats.requests_sent += 10 * len(texts)
+        return super().conditional_logprobs(prefix, texts, progress=progress)
+
+
+def test_sequential_run_stops_once_settled_and_says_what_finishing_would_cost() -> None:
+    bench, held, mem = contaminated(60, 60, 120, lift=1.5)
+    target = Billed(mem.members, lift=1.5)
+    target.engine = _Engine()
+    res = run_method(bench, held, target, score="loss")  # a stand-in engine: no plan to price
+    v, bought = res.verdict, res.verdict.details["budget"]
+    assert v.decision == "contaminated" and v.p_value <= 0.05 and bought["settled"] == "contaminated"
+    n = bought["benchmark_items"] + bought["heldout_items"]
+    assert n == v.details["dataset_test"]["stopped_after_items"] < 120 and target.calls == n  # one item per call
+    assert bought["spent_usd"] == pytest.approx(0.001 * n) and bought["requests"] == 10 * n
+    assert 0.001 * (240 - n) * 0.5 < bought["finish_usd_estimate"] < 0.001 * (240 - n) * 2
+    assert v.details["dataset_test"]["fixed_sample_rank_test"]["valid_under_stopping"] is False
+    lines = " ".join(res.summary)
+    assert f"spent ${0.001 * n:.4f}" in lines and "finishing all 120 + 120 items would have cost about $" in lines
+    assert "anytime-valid" in v.statement and "settled after" in v.statement
+
+
+def test_a_small_budget_completes_items_and_counts_the_unfinished_ones_spend() -> None:
+    bench, held, mem = contaminated(30, 30, 60, lift=1.5)
+    target = Billed(mem.members, lift=1.5, fail_after=6)  # the 7th item is billed, then the cap stops it
+    target.engine = _Engine()
+    res = run_method(bench, held, target, score="loss", sequential=False)
+    bought = res.verdict.details["budget"]
+    assert bought["benchmark_items"] + bought["heldout_items"] == 6 == len(res.ids) + len(res.extras["heldout.jsonl"])
+    assert bought["spent_usd"] == pytest.approx(0.007) and bought["requests"] == 70
+    assert bought["spent_on_unfinished_item_usd"] == pytest.approx(0.001)
+    assert "$0.0010 of it on an item the budget stop left unfinished" in " ".join(res.summary)
+
+
+def test_with_batch_an_api_target_buys_items_in_large_chunks() -> None:
+    from types import SimpleNamespace
+
+    from blackbox_audit.methods.contamination_purchase import BATCH_CHUNK, LOCAL_CHUNK, chunk_size
+
+    assert chunk_size(SimpleNamespace()) == LOCAL_CHUNK  # a local model: nothing billed
+    assert chunk_size(SimpleNamespace(engine=_Engine(), batch=None)) == 1  # an API: item by item
+    assert chunk_size(SimpleNamespace(engine=_Engine(), batch="options")) == BATCH_CHUNK > 1  # --batch
+    bench, held, mem = contaminated(0, 60, 60)
+    target = Billed(mem.members)
+    target.engine, target.batch = _Engine(), "the engine's batch options"
+    res = run_method(bench, held, target, score="loss", sequential=False)
+    assert len(res.ids) + len(res.extras["heldout.jsonl"]) == 120 and res.verdict.details["budget"]["requests"] == 1200
+
+
+def test_futility_stop_on_a_clean_benchmark_is_stated_with_its_assumption() -> None:
+    bench, held, target = contaminated(0, 200, 200)
+    res = run_method(bench, held, target, min_rate=0.5, item_auc=0.95)
+    v = res.verdict
+    assert v.decision == "not detected" and v.details["budget"]["settled"] == "futile"
+    assert len(res.ids) < 200 and "stopped for futility" in v.statement and "per-item AUC is >= 0.95" in v.statement
+    assert "(local model: nothing billed)" in " ".join(res.summary)
+    off = run_method(bench, held, target, min_rate=None)
+    assert off.verdict.details["budget"]["settled"] is None and len(off.ids) == 200  # no futility rule: every item
 
 
 def test_bad_heldout_sets_are_refused_before_scoring() -> None:
@@ -403,8 +481,7 @@ def test_bad_heldout_sets_are_refused_before_scoring() -> None:
         run_method(bench, unlabelled(bench).subset([0, 1]), target)
     with pytest.raises(UserError, match="'heldout' data set"):
         Contamination().run(AuditInputs(data=bench, target=target))
-    with pytest.raises(UserError, match="cannot use a synthetic held-out side yet"):
-        Contamination(heldout="synthetic").run(AuditInputs(data=bench, target=target))
+    assert Contamination(heldout="synthetic").needs().sets == ()  # the synthetic side needs no file
     assert target.calls == 0
 
 
@@ -424,7 +501,9 @@ def test_dry_run_sends_nothing_and_needs_no_key(monkeypatch, capsys, tmp_path: P
         assert main(args) == 0
     out = capsys.readouterr().out
     assert router.calls.call_count == 0 and connects == []
-    assert "1319 benchmark" in out and "cost:" in out and "$" in out
+    # no --heldout: the synthetic side; half of GSM8K's 1319 items fine-tune the generator locally
+    assert "659 benchmark + 659 held-out (synthetic)" in out and "cost:" in out and "$" in out
+    assert "held-out side SYNTHETIC" in out
     assert "recovery rung: not probed yet" in out and "nats per position" in out  # rung and precision
     assert "L*P + L^2/2" in out and "tokens (" in out  # cost by length
     assert "budget $5 buys" in out and "smallest contamination rate detectable" in out

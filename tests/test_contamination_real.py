@@ -53,6 +53,7 @@ def test_budget_cap_stops_cleanly_and_spend_matches_the_emulators_billing(smollm
         args = ["contamination", "--benchmark", str(bench), "--heldout", str(held), "--target", emu.target_spec]
         args += ["--tokenizer", "smollm2", "--pricing", str(pricing), "--out", str(tmp_path / "o")]
         args += ["--cache-dir", str(tmp_path / "c"), "--budget-usd", str(cap)]
+        args += ["--score", "loss"]  # full recovery (bisection): the plan whose items a small budget cuts short
         assert main(args + ["--dry-run"]) == 0
         plan = capsys.readouterr().out
         assert emu.stats()["requests"] == 0 and f"budget ${cap:g} buys" in plan

@@ -294,3 +294,16 @@ def test_artifact_store_partial_resume_and_atomic_folders(tmp_path) -> None:
     assert root.is_dir() and not temp.persistent
     temp.close()
     assert not root.exists()
+
+
+def test_default_is_the_single_split_and_crossfit_needs_a_baseline_model() -> None:
+    """The default calibrated test is the paper's single split (valid on the bench); cross-fitting alone
+    flagged non-member sets, so it is refused without a baseline model and accepted with one."""
+    from blackbox_audit.di.calibrated import CalibratedOptions, validate_options
+    from blackbox_audit.methods.di import CalibratedDIConfig
+
+    assert not CalibratedOptions().crossfit and not CalibratedDIConfig().options().crossfit
+    validate_options(CalibratedOptions())
+    with pytest.raises(UserError, match="baseline"):
+        validate_options(CalibratedOptions(crossfit=True))
+    validate_options(CalibratedOptions(crossfit=True, baseline_lm="hf:/some/model"))

@@ -102,7 +102,8 @@ def test_calibrated_di_runs_caches_and_is_deterministic(
         body["per_seed"][0]
     )
     assert body["mia_text"].startswith("suffix alone")
-    assert {"bow_auc", "classifier_auc", "mia_score_gap"} <= set(body["shift_check"])
+    assert {"bow_auc", "classifier_auc", "mia_score_gap", "self_baseline"} <= set(body["shift_check"])
+    assert body["shift_check"]["self_baseline"]["loss_gap"] is not None  # the target-free sampling check ran
     assert all(len(g) > 0 for g in first.heldout.generated)
     lengths = first.heldout.info["generation"]["token_counts"]  # generated tokens per pair
     assert lengths == [p.n_suffix for p in first.heldout.pairs]
@@ -147,11 +148,12 @@ def test_crossfit_pair_mean_and_reference_lm(
             options=small_options(f"hf:{tiny_llama_dir}", baseline_lm=f"hf:{tiny_llama_dir}"),
             store=store,
         )
-    with pytest.raises(UserError, match="without a baseline model"):
-        calibrated_di(target, texts[:80], options=small_options(f"hf:{tiny_llama_dir}", crossfit=True), store=store)
     with pytest.raises(UserError, match="crossfit"):
         calibrated_di(
-            target, texts[:80], options=small_options(f"hf:{tiny_llama_dir}", combine="pair_mean"), store=store
+            target,
+            texts[:80],
+            options=small_options(f"hf:{tiny_llama_dir}", combine="pair_mean", crossfit=False),
+            store=store,
         )
 
 
@@ -230,7 +232,7 @@ def test_methods_follow_the_contract(tiny_llama_dir: Path, texts: list[str], tar
     assert back.verdict.p_value == result.verdict.p_value
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     di_prov = next(v["di"] for v in _walk_dicts(run) if isinstance(v.get("di"), dict))
-    assert di_prov["adapter_id"] and di_prov["generation_id"]  # the README's "cache ids" reach run.json
+    assert di_prov["adapter_id"] and di_prov["generation_id"]  # docs/di.md's "cache ids" reach run.json
     # labels are for evaluation only: unlabelled data gives the same verdict
     unlabelled = Dataset([Sample(s.id, s.text) for s in data.samples])
     same = method.run(AuditInputs(data=unlabelled, target=target, cache_dir=tmp_path / "c", progress=False))
@@ -279,7 +281,12 @@ def test_cli(tiny_llama_dir: Path, tiny_lm_dir: Path, texts: list[str], tmp_path
     assert json.loads((tmp_path / "plain" / "di.json").read_text())["blind"]["auc"] is not None
     # dry-run on a local target: plans, sends nothing, writes nothing
     assert main([*common, "--suspect", str(suspect), *calibrated, "--dry-run", "--out", str(tmp_path / "dry")]) == 0
-    assert "scorings" in capsys.readouterr().out and not (tmp_path / "dry" / "run.json").exists()
+    dry = capsys.readouterr()
+    assert "scorings" in dry.out and not (tmp_path / "dry" / "run.json").exists()
+    assert "valid but weak" in dry.err and "--crossfit --baseline-lm" in dry.err  # the default's power, said first
+    # cross-fitting without a baseline model flagged non-member sets: refused in one line
+    assert main([*common, "--suspect", str(suspect), *calibrated, "--crossfit", "--out", str(tmp_path / "cf")]) == 2
+    assert "baseline" in capsys.readouterr().err
     # bad input: one line, exit 2
     assert (
         main([*common, "--suspect", str(suspect), "--generator", f"hf:{tmp_path}/nope", "--out", str(tmp_path / "x")])
@@ -305,3 +312,22 @@ def _walk_dicts(obj):
     elif isinstance(obj, list):
         for v in obj:
             yield from _walk_dicts(v)
+
+
+def test_self_baseline_check_flags_unmatched_sampling_only(texts: list[str], tmp_path: Path) -> None:
+    """The target-free sampling check: generated text unlike the suspect text is flagged as unmatched;
+    'generated' suffixes drawn from the same text are not; its scores are cached by content."""
+    import random
+
+    from blackbox_audit.di.self_baseline import self_baseline_check
+
+    store = ArtifactStore(tmp_path / "di")
+    train, real, same = texts[:60], texts[60:100], texts[100:140]
+    rng = random.Random(0)
+    noise = ["".join(rng.choice("qxzjvkw ") for _ in range(len(t))) for t in real]
+    bad = self_baseline_check(train, real, noise, store, seed=0)
+    assert bad["unmatched"] and bad["loss_gap"] < -1 and bad["p_generated_less_likely"] < 1e-6
+    good = self_baseline_check(train, real, same, store, seed=0)
+    assert not good["unmatched"] and abs(good["loss_gap"]) < 0.3
+    again = self_baseline_check(train, real, same, store, seed=0)
+    assert again == good and store.hits.get("self_baseline", 0) >= 1

@@ -191,7 +191,7 @@ def test_auto_precision_keeps_every_score_within_delta_of_the_ground_truth(tiny_
 
 
 def test_cli_precision_auto_records_its_choice_and_certified_bounds(tiny_target, tiny_lm_dir, tmp_path, capsys):
-    """``score --precision auto`` through the CLI (the README's command, on the tiny model): the
+    """``score --precision auto`` through the CLI (docs/api.md's command, on the tiny model): the
     dry-run prices the chosen eps, the run prints and records the choice, and every score's
     certified bound stays within its delta."""
     import json

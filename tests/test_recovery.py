@@ -10,7 +10,9 @@ import pytest
 from simulated_oracle import SimulatedOracle
 
 from blackbox_audit.adapters.recovery import (
+    FrozenStart,
     LadderConfig,
+    Prior,
     Semantics,
     recover_many,
     recover_position,
@@ -279,3 +281,49 @@ def test_unbiased_top_under_bias_is_not_used_on_noisy_endpoints():
     res = run(oracle, sem, jobs(3), LadderConfig(votes=1))
     assert all(r.status == Status.RECOVERED for r in res)
     assert len(first) == 3 and all(b == {} for b in first.values())
+
+
+class _FirstBias(SimulatedOracle):
+    """Remembers the bias of the first query (the request ``--batch`` buys ahead)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.first: dict | None = None
+
+    async def query(self, context, bias):
+        if self.first is None:
+            self.first = dict(bias)
+        return await super().query(context, bias)
+
+
+@pytest.mark.parametrize(
+    ("mode", "sem"),
+    [
+        ("chat", Semantics(top_n=20, integer_bias=True, top_under_bias=True)),
+        ("chat", Semantics(top_n=20, top_under_bias=True)),
+        ("reflect", Semantics(top_n=5, bias_reflecting=True)),
+        ("forced", Semantics(top_n=5, forced_token=True)),
+        ("argmax", Semantics(top_n=5)),
+    ],
+)
+@pytest.mark.parametrize(
+    "frozen", [None, FrozenStart(), FrozenStart(opening_bias=5.5, opening_offset=-0.7, reflect_aim=-3.0)]
+)
+@pytest.mark.parametrize("prior", [None, Prior(-7.0, -1.0), -6.0])
+def test_fixed_first_request_is_first_bias_whatever_the_run_learned(mode, sem, frozen, prior) -> None:
+    """Under ``fixed_first`` the ladder's first request is ``first_bias``'s, even after the run's
+    live statistics moved away from the frozen ones: so a batch can buy it ahead."""
+    from blackbox_audit.adapters.recovery import GapModel, LpGuess, first_bias
+
+    cfg = LadderConfig(fixed_first=True, frozen=frozen)
+    gaps, guess = GapModel.for_config(cfg), LpGuess()
+    for b in (20.0, 21.0, 22.0, 23.0):  # learned statistics the first requests must not read
+        gaps.update_flip(b)
+        gaps.flip_residuals.append(b / 2)
+        guess.update(-30.0)
+    for ctx, t in jobs(n=4, seed=7):
+        oracle = _FirstBias(lp_fn, top_n=sem.top_n, mode=mode, integer_bias=sem.integer_bias)
+        asyncio.run(recover_position(oracle, sem, ctx, t, cfg, prior, gaps, None, guess))
+        assert oracle.first == first_bias(sem, t, cfg, prior)
+    if mode == "chat" and prior is None and frozen is not None and frozen.opening_bias is not None:
+        assert first_bias(sem, 3, cfg, None) == {3: 6.0 if sem.integer_bias else 5.5}  # the frozen median

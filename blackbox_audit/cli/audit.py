@@ -1,6 +1,6 @@
 """``blackbox-audit audit SPEC.toml``: run every step of an audit spec into one report folder.
 
-The spec (``blackbox_audit.auditspec``; README "Audit specs") names targets, data sets, method
+The spec (``blackbox_audit.auditspec``; docs/usage.md "Audit specs") names targets, data sets, method
 steps (any registered method, configured by its own keys), the budget and the output folder;
 ``blackbox_audit.audit`` runs it through one cache and one budget and writes one folder per
 step, ``run.json`` and ``report.html``. A rerun of the same spec sends nothing new.

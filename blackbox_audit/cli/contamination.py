@@ -2,7 +2,8 @@
 
 Runs the ``contamination`` method (``blackbox_audit.methods.contamination``) on a benchmark
 (``gsm8k``, ``mmlu[:SUBJECT]`` or a file with question/answer fields, ``blackbox_audit.benchmarks``)
-against known non-members (``--heldout FILE``). It writes the result with the one result writer:
+against known non-members (``--heldout FILE``) or, by default, a synthetic held-out side
+(calibrated dataset inference: ``methods.contamination_heldout``). It writes the result with the one result writer:
 ``scores.jsonl`` (benchmark items: score, p_value, flagged), ``flagged.jsonl``, ``heldout.jsonl``,
 ``verdict.json`` (dataset-level test, the rate's lower confidence bound, flagged count, PAC-style rate, power, what
 the budget bought) and ``run.json`` (with the engine's spend ledger for API targets).
@@ -26,6 +27,7 @@ from blackbox_audit.cli.options import (
     add_engine_arguments,
     engine_options_from_args,
     fraction,
+    fraction_or_none,
     positive_int,
 )
 from blackbox_audit.methods.base import AuditInputs
@@ -42,6 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Has the target seen a benchmark? Compares the benchmark's membership scores with known "
         "non-members of the same distribution: a dataset-level test, a lower confidence bound on the "
         "contamination rate, the items flagged at FDR alpha, and (for comparison only) PAC's thresholded rate. "
+        "Without --heldout FILE the held-out side is synthetic (calibrated dataset inference): the set-level "
+        "test only. "
         "--dry-run prices it first; --budget-usd caps the spend and the run stops cleanly at the cap.",
     )
     b = p.add_argument_group("benchmark")
@@ -58,8 +62,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--heldout",
         default=SYNTHETIC,
         metavar="FILE|synthetic",
-        help="known non-members in the benchmark's format (items the model cannot have seen); 'synthetic' = "
-        "calibrated dataset inference's generated answers (default, for planning only: a run needs FILE)",
+        help="known non-members in the benchmark's format (items the model cannot have seen); 'synthetic' "
+        "(default) = calibrated dataset inference: a local generator fine-tuned on half the items writes answers "
+        "for the other half, and its calibrated test decides (no rate and no flagged list: they need FILE)",
+    )
+    b.add_argument(
+        "--generator",
+        default=ContaminationConfig.generator,
+        help="synthetic held-out side: the local model fine-tuned to write answers (smollm2, hf:DIR or gguf:FILE; "
+        "default smollm2)",
     )
     m = p.add_argument_group("method")
     m.add_argument(
@@ -69,7 +80,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="score the answer given the question (output) or the whole item (default auto: gsm8k output, "
         "mmlu whole, files output)",
     )
-    m.add_argument("--score", default="loss", help="membership score, fixed before the run (default loss)")
+    m.add_argument(
+        "--score",
+        default="auto",
+        help="membership score, fixed before the run; default auto: the plan with the most power per dollar on "
+        "this target (the dry-run compares them; loss on local models)",
+    )
+    m.add_argument(
+        "--positions",
+        metavar="all|randomM|lastM",
+        help="answer positions --score reads (default all): randomM = M seeded positions per answer, lastM = the "
+        "last M; the same on both sides",
+    )
     m.add_argument("--alpha", type=fraction, default=0.05, help="test level and FDR of the list (default 0.05)")
     m.add_argument(
         "--confidence", type=fraction, default=0.95, help="level of the rate's lower confidence bound (default 0.95)"
@@ -77,6 +99,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     m.add_argument("--lam", type=fraction, default=DEFAULT_LAMBDA, help=f"PTDI region size (default {DEFAULT_LAMBDA})")
     m.add_argument("--items", type=positive_int, help="score at most N random items per side (default all)")
     m.add_argument("--seed", type=int, default=0, help="item order seed (default 0)")
+    q = p.add_argument_group("sequential stopping (an anytime-valid test: the run stops once the verdict is settled)")
+    q.add_argument(
+        "--fixed-sample",
+        action="store_true",
+        help="no sequential stopping: score every item the budget buys, then one fixed-sample rank test",
+    )
+    q.add_argument(
+        "--min-rate",
+        type=fraction_or_none,
+        default=0.2,
+        help="futility: stop 'not detected' once a contamination rate of at least this is ruled out (default 0.2; "
+        "none = never)",
+    )
+    q.add_argument(
+        "--futility-beta",
+        type=fraction,
+        default=0.1,
+        help="futility confidence is 1 - this; the most power the rule may cost against --min-rate (default 0.1)",
+    )
+    q.add_argument(
+        "--item-auc",
+        type=float,
+        default=0.8,
+        help="per-item AUC the futility rule assumes for the score (default 0.8; a rate at a lower AUC is not "
+        "ruled out)",
+    )
     add_bounded_argument(m)
     add_common_arguments(p, data=False)
     add_engine_arguments(p)
@@ -89,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     method = Contamination(
         ContaminationConfig(
             score=args.score,
+            positions=args.positions,
             part=args.part,
             alpha=args.alpha,
             confidence=args.confidence,
@@ -97,6 +146,11 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             bounded=args.bounded,
             heldout="synthetic" if args.heldout == SYNTHETIC else "known",
+            generator=args.generator,
+            sequential=not args.fixed_sample,
+            min_rate=args.min_rate,
+            futility_beta=args.futility_beta,
+            item_auc=args.item_auc,
         )
     )
     fields = {
@@ -127,6 +181,6 @@ def run(args: argparse.Namespace) -> int:
         raise
     session = Session(dataset=bench, target=target, recorder=recorder, out_dir=out_dir, workspace=workspace)
     try:
-        return session.finish(method.run(session.inputs(sets=sets)))
+        return session.finish(method.run(session.inputs(sets=sets, cache_dir=args.cache_dir, no_cache=args.no_cache)))
     finally:
         session.close()

@@ -6,12 +6,13 @@ al.), which fine-tunes a local generator on part of the suspect set to synthesis
 set and calibrates against the shift that generation introduces. Both are methods in
 ``blackbox_audit.methods.di``; this module parses arguments and hands the result to the one
 result writer: ``scores.jsonl`` (the scored texts, side, MIA scores), ``verdict.json``,
-``di.json`` (the test; see the README), ``pairs.jsonl`` (calibrated) and ``run.json``.
+``di.json`` (the test; see docs/di.md), ``pairs.jsonl`` (calibrated) and ``run.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from types import SimpleNamespace
 
 from blackbox_audit.adapters import target_kind
@@ -25,7 +26,7 @@ from blackbox_audit.cli.options import (
 )
 from blackbox_audit.data import load_dataset
 from blackbox_audit.methods.base import AuditInputs
-from blackbox_audit.methods.di import CalibratedDI, CalibratedDIConfig, PlainDI, PlainDIConfig
+from blackbox_audit.methods.di import DEFAULT_POWER_NOTE, CalibratedDI, CalibratedDIConfig, PlainDI, PlainDIConfig
 
 _C = CalibratedDIConfig
 
@@ -75,9 +76,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     c.add_argument(
         "--crossfit",
-        action="store_true",
-        help="three folds in rotation: every pair tested once per seed, heads on out-of-sample outputs "
-        "(needs --baseline-lm; see docs/di.md)",
+        action=argparse.BooleanOptionalAction,
+        default=_C.crossfit,
+        help="three folds in rotation: every pair tested once per seed, heads on out-of-sample outputs (needs "
+        "--baseline-lm: alone it flags non-member sets; default off: the paper's one split per seed; docs/di.md)",
     )
     c.add_argument(
         "--baseline-lm",
@@ -179,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
             args.heldout, text_field=args.text_field, label_field=args.label_field, id_field=args.id_field
         )
     else:
+        if not args.baseline_lm:  # said up front: what the default can do, and what more power needs
+            print(f"note: {DEFAULT_POWER_NOTE}", file=sys.stderr)
         method.generator(progress=True)  # a generator that cannot be loaded fails before the target loads
     # the features' capabilities, from the target kind's static capabilities: refused before any load
     kind = target_kind(args.target)

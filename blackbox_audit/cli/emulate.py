@@ -42,6 +42,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="seconds each fine-tuning job waits in 'queued' (OpenAI-wire profiles serve /v1/files and "
         "/v1/fine_tuning/jobs; default 0)",
     )
+    p.add_argument(
+        "--batch-delay",
+        type=float,
+        default=0.0,
+        help="seconds each batch waits 'in_progress' before it is answered (OpenAI-wire profiles serve "
+        "/v1/batches; default 0)",
+    )
     p.add_argument("--adapter-cache", help="folder to cache fine-tuned LoRA adapters in (default: train every job)")
     p.set_defaults(func=run)
 
@@ -70,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
             background=False,
             fine_tune_delay_s=args.fine_tune_delay,
             adapter_cache=args.adapter_cache,
+            batch_delay_s=args.batch_delay,
         )
     except OSError as exc:
         raise UserError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}", "pick another --port or 0") from exc

@@ -86,6 +86,11 @@ def fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got '{text}'") from None
 
 
+def fraction_or_none(text: str) -> float | None:
+    """``fraction``, or ``none`` for "no such rule" (e.g. ``--min-rate none``: no futility stop)."""
+    return None if text.strip().lower() == "none" else fraction(text)
+
+
 # --------------------------------------------------------------------------- shared option groups
 
 
@@ -181,7 +186,7 @@ def add_api_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_chat_arguments(parser: argparse.ArgumentParser, prefix: str = "", which: str = "") -> None:
     """--chat/--system/--user-template (``prefix`` "a-" gives --a-chat ...): the conditioning that
-    makes a white-box target's numbers comparable with a chat API's (README "Chat conditioning")."""
+    makes a white-box target's numbers comparable with a chat API's (docs/usage.md "Chat conditioning")."""
     g = parser.add_argument_group(f"chat conditioning{which}")
     g.add_argument(
         f"--{prefix}chat",
@@ -245,8 +250,15 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = Tru
         default=None,
         metavar="FILE",
         help='JSON {"models": {MODEL: {"prompt", "cached_prompt", "completion"}}} in USD per 1M tokens, plus '
-        '"training" (per 1M trained tokens) and "fine_tuned" {...} for fine-tunable models; overrides the '
-        "bundled table",
+        '"training" (per 1M trained tokens) and "fine_tuned" {...} for fine-tunable models, "batch" (share of '
+        "the price the batch API bills); overrides the bundled table",
+    )
+    g.add_argument(
+        "--batch",
+        action="store_true",
+        help="buy the requests known before any answer (each position's first request, sampled continuations) "
+        "through the provider's Batch API at its batch price (OpenAI: half); bisection rounds then go direct. "
+        "Waits for the batch (up to the provider's 24 h); a killed run resumes it without buying it again",
     )
 
 
@@ -261,6 +273,7 @@ def engine_options_from_args(args: argparse.Namespace) -> EngineOptions:
         max_retries=args.max_retries,
         rate_limit_wait_s=args.rate_limit_wait,
         pricing=args.pricing,
+        batch=args.batch,
     )
 
 

@@ -49,6 +49,7 @@ from .features import default_features, feature_matrix, heldout_oriented
 from .generator import GeneratorConfig, LocalGenerator
 from .linear import fit_logistic
 from .segment import Pair, cut, fixed_pairs, segment, shuffle_split
+from .self_baseline import self_baseline_check
 from .stats import COMBINATION_TEXT, COMBINATIONS, auc_null_se, clip_outliers, normalise, paired_greater
 from .text_classifier import TextClassifierConfig, train_and_predict
 
@@ -71,6 +72,9 @@ PAIR_MEAN_TEXT = (
     "pair_mean: each pair's out-of-fold d_comb - d_text averaged over the seeds, one paired one-sided t-test"
 )
 MIA_TEXT = "suffix alone (as the authors' di.py scores the stored suffix, without its prefix)"
+MIA_PREFIX_TEXT = (
+    "suffix given its prefix (a benchmark's answer after its question, as the contamination check scores it)"
+)
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,7 @@ class CalibratedOptions:
     gen_train_fraction: float = 0.5
     prefix_ratio: float = 0.5
     test_fraction: float = 0.5
-    seeds: int = 5
+    seeds: int = 3
     combine: str = "sidak"
     seed: int = 0
     alpha: float = 0.05
@@ -94,6 +98,8 @@ class CalibratedOptions:
     features: tuple[str, ...] | None = None
     bounded: str = "error"
     max_suffix_tokens: int | None = None
+    mia_context: str = "suffix"
+    self_baseline: bool = True
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     classifier: TextClassifierConfig = field(default_factory=TextClassifierConfig)
 
@@ -110,6 +116,7 @@ class HeldoutSet:
     pairs: list[Pair]
     generated: list[str]
     info: dict[str, Any]
+    train_texts: list[str] = field(default_factory=list)  # the generator's training sequences (real text)
 
     @property
     def real(self) -> list[str]:
@@ -161,7 +168,7 @@ class CalibratedDIResult:
             "auc_text": float(np.mean([s["auc_text"] for s in self.per_seed])),
             "auc_comb": float(np.mean([s["auc_comb"] for s in self.per_seed])),
             "n_pairs": len(self.heldout.pairs),
-            "mia_text": MIA_TEXT,
+            "mia_text": MIA_TEXT if self.options.mia_context == "suffix" else MIA_PREFIX_TEXT,
             "baseline_lm": self.options.baseline_lm,
             "mia_features": (
                 "target score minus the baseline model's score, per feature"
@@ -258,12 +265,7 @@ def build_heldout(
     else:
         assert items is not None
         _check_sizes(len(items), opts, "items")
-        order = np.random.default_rng([opts.seed, 202]).permutation(len(items))
-        n_train = int(round(len(items) * opts.gen_train_fraction))
-        train_items = [items[int(i)] for i in order[:n_train]]
-        infer_items = [items[int(i)] for i in order[n_train:]]
-        train_ids = [tuple(generator.encode(p + s)[: max(opts.seq_tokens, 2)]) for _, p, s in train_items]
-        pairs = fixed_pairs(infer_items, generator.encode, generator.decode, max_suffix_tokens=opts.max_suffix_tokens)
+        train_ids, pairs = inference_items(items, opts, generator)
         info["segmentation"] = {"items": len(items), "fixed_splits": True, "max_suffix_tokens": opts.max_suffix_tokens}
     info["split"] = {"generator_train": len(train_ids), "generator_inference": len(pairs)}
     info["timings"]["segment"] = _since(t)
@@ -276,7 +278,24 @@ def build_heldout(
     generated, gen_info = generator.generate(adapter_dir, adapter_info["key"], pairs, opts.generator, opts.seed, store)
     info["generation"] = gen_info
     info["timings"]["generation"] = _since(t)
-    return HeldoutSet(pairs=pairs, generated=generated, info=info)
+    train_texts = [generator.decode(ids) for ids in train_ids]
+    return HeldoutSet(pairs=pairs, generated=generated, info=info, train_texts=train_texts)
+
+
+def inference_items(
+    items: Sequence[tuple[str, str, str]], opts: CalibratedOptions, generator: Any
+) -> tuple[list[tuple[int, ...]], list[Pair]]:
+    """Fixed ``(id, prefix, suffix)`` items split (seeded) into the generator's training sequences
+    (``prefix + suffix``, the suffix cut to ``max_suffix_tokens`` as the inference pairs' are: a
+    question longer than ``seq_tokens`` must not crowd its answer out) and the inference pairs."""
+    order = np.random.default_rng([opts.seed, 202]).permutation(len(items))
+    n_train = int(round(len(items) * opts.gen_train_fraction))
+    train_items = [items[int(i)] for i in order[:n_train]]
+    infer_items = [items[int(i)] for i in order[n_train:]]
+    keep = opts.max_suffix_tokens or 1_000_000
+    train_ids = [tuple(generator.encode(p + s)[: len(generator.encode(p)) + keep]) for _, p, s in train_items]
+    pairs = fixed_pairs(infer_items, generator.encode, generator.decode, max_suffix_tokens=opts.max_suffix_tokens)
+    return train_ids, pairs
 
 
 def _prepare_features(suspect: np.ndarray, heldout: np.ndarray, clip_frac: float) -> tuple[np.ndarray, np.ndarray]:
@@ -522,6 +541,7 @@ def baseline_lm_matrix(
     store: ArtifactStore,
     *,
     progress: bool,
+    prefixes: Sequence[str] | None = None,
 ) -> np.ndarray:
     """A local baseline model's scores (the MIA features ``names``) of every suffix, cached (``baseline_lm``).
 
@@ -541,13 +561,20 @@ def baseline_lm_matrix(
             "give --baseline-lm a different model (another family or training set), or leave it out",
         )
     lm = LocalGenerator(spec, progress=False)
-    key = content_key({"baseline_lm": lm.fingerprint(), "texts": texts_digest(texts), "names": list(names)})
+    key = content_key(
+        {
+            "baseline_lm": lm.fingerprint(),
+            "texts": texts_digest(texts),
+            "names": list(names),
+            **({"prefixes": texts_digest(list(prefixes))} if prefixes is not None else {}),
+        }
+    )
     found = store.read_json("baseline_lm", key)
     if found is None:
         from blackbox_audit.adapters.hf import load_hf
 
         base = load_hf(str(folder), device="cpu", progress=False)
-        x, _ = feature_matrix(base, texts, names, progress=progress)
+        x, _ = feature_matrix(base, texts, names, progress=progress, prefixes=prefixes)
         found = x.tolist()
         store.write_json("baseline_lm", key, found)
     return np.asarray(found, dtype=np.float64)
@@ -581,14 +608,16 @@ def calibrate(
 ) -> CalibratedDIResult:
     """Steps 3-4 on a built held-out set: MIA features from ``target``, classifiers, tests, combination."""
     opts = options
-    names = list(opts.features) if opts.features else list(default_features(reference))
+    conditional = opts.mia_context == "prefix"
+    names = list(opts.features) if opts.features else list(default_features(reference, conditional=conditional))
     n = len(heldout.pairs)
+    prefixes = [p.prefix for p in heldout.pairs] * 2 if conditional else None
     timings: dict[str, Any] = {}
     t = _clock()
     texts = heldout.real + heldout.generated
     ids = [f"{p.seq_id}/real" for p in heldout.pairs] + [f"{p.seq_id}/generated" for p in heldout.pairs]
     x, feat_info = feature_matrix(
-        target, texts, names, reference=reference, bounded=opts.bounded, progress=progress, ids=ids
+        target, texts, names, reference=reference, bounded=opts.bounded, progress=progress, ids=ids, prefixes=prefixes
     )
     timings["mia_scores"] = _since(t)
     raw_sus, raw_val = x[:n], x[n:]
@@ -597,7 +626,13 @@ def calibrate(
         t = _clock()
         own = [j for j, name in enumerate(feat_info["names"]) if name != "reference"]
         base = baseline_lm_matrix(
-            opts.baseline_lm, generator, texts, [feat_info["names"][j] for j in own], store, progress=progress
+            opts.baseline_lm,
+            generator,
+            texts,
+            [feat_info["names"][j] for j in own],
+            store,
+            progress=progress,
+            prefixes=prefixes,
         )
         rel = x.copy()
         rel[:, own] -= base  # the 'reference' feature (a target-vs-reference score already) is kept as is
@@ -629,6 +664,12 @@ def calibrate(
         for j, name in enumerate(feat_info["names"])
     }
     shift["mia_score_gap"] = gap
+    if opts.self_baseline and heldout.train_texts:
+        t = _clock()
+        shift["self_baseline"] = self_baseline_check(
+            heldout.train_texts, heldout.real, heldout.generated, store, seed=opts.seed
+        )
+        timings["self_baseline"] = _since(t)
     shift["mia_score_gap_note"] = (
         "raw scores, higher = member: a positive gap means generated suffixes look more member-like to the "
         "target than the real ones (the safe direction under the weight constraint)"
@@ -648,6 +689,15 @@ def calibrate(
             "text classifier captures the whole generation shift; where the target's scores see artifacts it "
             "misses, a 'member' verdict can come from the generator, not from training (measured with a random "
             "generator: see docs/di.md); use a better-fitting generator (more --gen-epochs, a larger model)"
+        )
+    sb = shift.get("self_baseline") or {}
+    if sb.get("unmatched"):
+        warnings.append(
+            f"generated suffixes are less likely than real ones to a small model trained only on the suspect set's "
+            f"own text (loss gap {sb['loss_gap']:+.3f} nats per token, p = {sb['p_generated_less_likely']:.2g}): the "
+            "sampling is not matched to this text, and a target that sees the same gap would read it as membership "
+            "(docs/di.md, 'Measured, session 5'); treat a 'member' verdict with suspicion, and try a lower "
+            "--temperature or --baseline-lm"
         )
     if feat_info["non_finite"]:
         warnings.append(f"{feat_info['non_finite']} non-finite MIA score(s) were replaced by their column's median")
@@ -731,12 +781,16 @@ def validate_options(opts: CalibratedOptions) -> None:
         )
     if opts.crossfit and not opts.baseline_lm:
         raise UserError(
-            "crossfit without a baseline model flags non-member sets: in the bench it flagged 10 of 10 (docs/di.md), "
-            "because the target's raw scores see the generation shift that the text classifier misses",
-            "add --baseline-lm hf:DIR (a model never trained on the suspect set, not the generator's base)",
+            "crossfit without a baseline model flags non-member sets: in the tiny-canary bench it flagged 3 of 10 at "
+            "temperature 0.8 and 10 of 10 at 1.0 (docs/di.md), because the target's scores see a generation shift "
+            "that the text classifier misses",
+            "add --baseline-lm hf:DIR (a model never trained on the suspect set, not the generator's base), or "
+            "leave out --crossfit",
         )
     if opts.combine == "pair_mean" and not opts.crossfit:
-        raise UserError("combine=pair_mean needs crossfit (every pair tested in every seed)", "add --crossfit")
+        raise UserError("combine=pair_mean needs crossfit (every pair tested in every seed)", "drop --no-crossfit")
+    if opts.mia_context not in ("suffix", "prefix"):
+        raise UserError(f"mia_context must be suffix or prefix, got {opts.mia_context!r}", "use 'suffix' (default)")
     if opts.heads not in HEADS:
         raise UserError(f"heads must be one of {', '.join(HEADS)}, got {opts.heads!r}", "use 'nested' (default)")
     if not 0 <= opts.clip_frac < 1:

@@ -29,8 +29,15 @@ MIN_K_LEVELS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 DEFAULT_FEATURES: tuple[str, ...] = ("loss", "zlib", "lowercase", *(f"min_k:k={k}" for k in MIN_K_LEVELS))
 
 
-def default_features(reference: Any = None) -> tuple[str, ...]:
-    """The default feature names (``reference`` added when a reference target is given)."""
+#: The default features that one conditional record serves (``lowercase`` needs a second text).
+CONDITIONAL_FEATURES: tuple[str, ...] = tuple(f for f in DEFAULT_FEATURES if f != "lowercase")
+
+
+def default_features(reference: Any = None, *, conditional: bool = False) -> tuple[str, ...]:
+    """The default feature names (``reference`` added when a reference target is given; with
+    ``conditional``, those a text scored given its prefix can have)."""
+    if conditional:
+        return CONDITIONAL_FEATURES
     return (*DEFAULT_FEATURES, "reference") if reference is not None else DEFAULT_FEATURES
 
 
@@ -43,17 +50,27 @@ def feature_matrix(
     bounded: str = "error",
     progress: bool = True,
     ids: Sequence[str] | None = None,
+    prefixes: Sequence[str] | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """``[n, d]`` scores (higher = member), one column per name, through ``compute_scores``.
 
+    With ``prefixes`` each text is scored *given* its prefix (``scores.output``: one conditional
+    record per text; only scores read from the text's own record, e.g. loss, zlib, min_k); a
+    benchmark's answer is then scored after its question, as the contamination check scores it.
     Non-finite values (a score undefined for a text) are replaced by the column's median of the
     finite ones and counted in the returned info (``non_finite``), never dropped silently.
     """
     from blackbox_audit.scores import compute_scores
+    from blackbox_audit.scores.output import compute_output_scores
 
-    table = compute_scores(
-        target, list(texts), list(names), reference=reference, bounded=bounded, progress=progress, ids=ids
-    )
+    if prefixes is not None:
+        table = compute_output_scores(
+            target, list(prefixes), list(texts), list(names), bounded=bounded, progress=progress, ids=ids
+        )
+    else:
+        table = compute_scores(
+            target, list(texts), list(names), reference=reference, bounded=bounded, progress=progress, ids=ids
+        )
     cols = [np.asarray(table[name], dtype=np.float64) for name in table]
     x = np.stack(cols, axis=1) if cols else np.zeros((len(texts), 0))
     bad = ~np.isfinite(x)

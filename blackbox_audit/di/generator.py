@@ -71,7 +71,7 @@ class GeneratorConfig:
     lr: float = 1e-3
     batch_size: int = 16
     warmup_ratio: float = 0.03
-    temperature: float = 1.0
+    temperature: float = 0.8
     top_p: float = 1.0
     top_k: int = 0
     repetition_penalty: float = 1.0

@@ -23,7 +23,8 @@ class EngineOptions:
     flight, retries of retryable failures, the seconds a request may wait on 429s' Retry-After
     (``engine/retry.py``), and prices: ``pricing`` is a price file over the bundled table,
     ``prices`` (model, price) pairs over both (an audit spec's ``[prices]``, recorded in the
-    table's sources as ``prices_source``). Immutable and hashable."""
+    table's sources as ``prices_source``), and ``batch``: buy the requests whose bodies are known
+    before any answer through the provider's Batch API at its batch price. Immutable and hashable."""
 
     budget_usd: float | None = None
     max_requests: int | None = None
@@ -35,6 +36,8 @@ class EngineOptions:
     pricing: str | None = None
     prices: tuple[tuple[str, ModelPrice], ...] = ()
     prices_source: str | None = None
+    # --batch: requests known before any answer go through the provider's Batch API (``batch.py``)
+    batch: bool = False
 
     def price_table(self) -> PricingTable:
         """The bundled table, then ``pricing``, then ``prices`` (a bad file is a ``UserError``)."""

@@ -4,7 +4,9 @@ An entry is ``{"prompt", "cached_prompt", "completion"}`` and, for models a prov
 optionally ``"training"`` (USD per 1M *trained* tokens: the training file's tokens times the
 epochs, as OpenAI bills a job) and ``"fine_tuned"`` (a nested ``{"prompt", "cached_prompt",
 "completion"}``: the inference price of models fine-tuned from it). A fine-tuned model's name
-(OpenAI's ``ft:BASE:ORG:SUFFIX:ID``) is priced by its base's ``fine_tuned`` entry.
+(OpenAI's ``ft:BASE:ORG:SUFFIX:ID``) is priced by its base's ``fine_tuned`` entry. ``"batch"`` is the
+share of these prices a provider's batch API bills (OpenAI, Anthropic: 0.5); ``--batch`` runs are
+priced with it (``ModelPrice.batched``).
 
 Prices go stale, so the bundled ``pricing.json`` is a default, never the truth: a user file
 (``--pricing FILE``, same format, or a flat ``{model: {...}}`` mapping) overrides it entry by
@@ -33,6 +35,14 @@ class ModelPrice:
     completion: float
     training: float | None = None
     fine_tuned: ModelPrice | None = None
+    batch: float | None = None  # share of the prices billed through the batch API (None: unknown)
+
+    def batched(self) -> ModelPrice | None:
+        """The price of a request sent through the provider's batch API (None: no batch discount known)."""
+        if self.batch is None:
+            return None
+        f = self.batch
+        return ModelPrice(self.prompt * f, self.cached_prompt * f, self.completion * f, batch=f)
 
     def training_cost(self, trained_tokens: float) -> float | None:
         """USD of a fine-tuning job that trains ``trained_tokens`` (tokens x epochs), if priced."""
@@ -58,16 +68,21 @@ def _parse(obj: Any, source: str) -> dict[str, ModelPrice]:
             continue
         try:
             ft = p.get("fine_tuned")
+            batch = None if p.get("batch") is None else _nonnegative(p["batch"])
+            if batch is not None and batch > 1:
+                raise ValueError(f"batch {batch!r} is a share of the list price, at most 1")
             out[name] = ModelPrice(
                 *_three(p),
                 training=None if p.get("training") is None else _nonnegative(p["training"]),
-                fine_tuned=None if ft is None else ModelPrice(*_three(ft)),
+                fine_tuned=None if ft is None else ModelPrice(*_three(ft), batch=batch),
+                batch=batch,
             )
         except (TypeError, KeyError, ValueError, AttributeError) as exc:
             raise UserError(
                 f"pricing file {source}: entry '{name}' is malformed ({exc!r})",
                 'give {"prompt": USD_per_1M, "cached_prompt": USD_per_1M, "completion": USD_per_1M} and optionally '
-                '"training": USD_per_1M_trained_tokens, "fine_tuned": {"prompt": ..., "completion": ...}',
+                '"training": USD_per_1M_trained_tokens, "fine_tuned": {"prompt": ..., "completion": ...}, '
+                '"batch": share_of_the_price_billed_by_the_batch_API (e.g. 0.5)',
             ) from exc
     return out
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from openai.types import FileObject
+from openai.types import Batch, FileObject
 from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob
 from openai.types.completion_usage import PromptTokensDetails
 from openai.types.fine_tuning import FineTuningJob
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class _Wire(BaseModel):
@@ -133,6 +133,24 @@ class FineTuningJobList(_Wire):
     has_more: bool = False
 
 
+class BatchAnswer(Batch):
+    """``/batches`` answers: the ``openai`` package's ``Batch``, read without its ``usage`` (the
+    batch's requests are billed by ``engine/batch.py`` from their own answers, never as tokens of
+    the status call that reports them)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _without_usage(cls, data: Any) -> Any:
+        return {k: v for k, v in data.items() if k != "usage"} if isinstance(data, dict) else data
+
+
+class BatchList(_Wire):
+    """``GET /batches``: a page of the account's batches, newest first."""
+
+    data: list[BatchAnswer]
+    has_more: bool = False
+
+
 class ProtocolError(ValueError):
     """A 200 answer that does not have the wire format's shape; ``field`` names the first bad one."""
 
@@ -152,6 +170,7 @@ def _first_error(exc: ValidationError) -> ProtocolError:
 
 
 _JOB_PATH = re.compile(r"/fine_tuning/jobs/[^/]+(/cancel)?$")
+_BATCH_PATH = re.compile(r"/batches/[^/]+(/cancel)?$")
 
 
 def model_for(path: str, method: str = "POST") -> type[BaseModel] | None:
@@ -166,6 +185,10 @@ def model_for(path: str, method: str = "POST") -> type[BaseModel] | None:
         return FineTuningJobList if method == "GET" else FineTuningJob
     if _JOB_PATH.search(path):
         return FineTuningJob
+    if path.endswith("/batches"):
+        return BatchList if method == "GET" else BatchAnswer
+    if _BATCH_PATH.search(path):
+        return BatchAnswer
     if path.endswith("/chat/completions"):
         return ChatAnswer
     if path.endswith("/completions"):
@@ -191,6 +214,8 @@ def validate_answer(path: str, data: Any, method: str = "POST") -> BaseModel | N
 
 
 __all__ = [
+    "BatchAnswer",
+    "BatchList",
     "ChatAnswer",
     "CompletionAnswer",
     "FineTuningJobList",

@@ -300,7 +300,7 @@ class Method(abc.ABC):
                 what = "; ".join(_CAPABILITY_WHAT.get(c, c) for c in missing)
                 raise CapabilityError(
                     f"{self.name} needs {what}, which target {target.name} does not provide",
-                    "use a target that provides it (see the README's target table) or another method",
+                    "use a target that provides it (see the target table in docs/usage.md) or another method",
                 )
 
     def refuse_text_only(self, inputs: AuditInputs) -> None:

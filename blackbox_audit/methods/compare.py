@@ -25,7 +25,7 @@ snapshots of one API. Both targets score every text through the usual cache and 
 
 **Conditioning.** A chat API scores a token as the first token of the assistant's reply to a
 user turn holding the text so far; a white-box target scores a plain continuation unless it is
-given the same chat conditioning (``chat=chatml|template``, README "Chat conditioning"). The
+given the same chat conditioning (``chat=chatml|template``, docs/usage.md "Chat conditioning"). The
 two differ by several nats per token, so when the sides' conditionings differ the verdict is
 ``not comparable`` and says how to make them match, instead of reporting those gaps as errors.
 

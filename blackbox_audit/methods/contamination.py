@@ -21,9 +21,9 @@ same distribution** (the held-out side) under one membership score, chosen befor
 
 **Held-out side.** ``known``: a set of items the model cannot have seen, written in the same
 format, for example items written after the model's cutoff or a private split (``--heldout
-FILE``). The rate and the list need these. ``synthetic``: the calibrated dataset-inference
-generator (SPEC §5). Calibrated DI exists (``blackbox_audit.di``, the ``di`` command) but is not
-wired into this check yet; the seam is ``synthetic_heldout``.
+FILE``). The rate and the list need these. ``synthetic`` (the default): calibrated dataset
+inference (SPEC §5) writes the held-out side and decides the set-level test; it gives no rate and
+no list (``contamination_heldout``: how and why).
 
 **Parts.** ``output``: the answer given the question (PAC §5.6's "output" setting; a
 conditional record per item, ``scores.output``). ``whole``: the whole item ``prompt + output``.
@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -63,6 +63,8 @@ from blackbox_audit.methods.base import (
     register_method,
     score_needs,
 )
+from blackbox_audit.methods.contamination_purchase import Purchase, buy, item_size
+from blackbox_audit.methods.contamination_sequential import SequentialDesign, SequentialRankTest, futility_auc
 from blackbox_audit.methods.contamination_stats import (
     ShareBound,
     member_share_lower_bound,
@@ -70,28 +72,48 @@ from blackbox_audit.methods.contamination_stats import (
     rank_test,
 )
 from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, check_level, fdp_and_power, select
-from blackbox_audit.planning import CostItem, CostPlan, PlanningView, price_plan
+from blackbox_audit.planning import CostPlan, PlanningView, price_plan
 from blackbox_audit.planning.contamination import ContaminationPlan, item_cost, probe_usd
 from blackbox_audit.planning.power import format_power, power_statement
+from blackbox_audit.planning.score_plans import (
+    DEFAULT_PLAN,
+    PlanChoice,
+    ScorePlan,
+    candidate_plans,
+    choose,
+    forced,
+    load_calibration,
+    plan_row,
+)
 from blackbox_audit.results import MethodResult, Verdict
 
 #: fewest items per side the statistics are computed on (below it the verdict is "inconclusive")
 MIN_ITEMS = 5
-#: items per scoring call: API targets score a pair at a time (a budget stop loses at most that;
-#: its answers stay cached), local models batch whole items
-API_CHUNK, LOCAL_CHUNK = 2, 16
+#: per-item AUC the futility rule assumes unless told (``item_auc``)
+ASSUMED_ITEM_AUC = 0.8
+#: ``score`` value that lets the check choose its plan by power per dollar
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
 class ContaminationConfig(MethodConfig):
-    """``score``: the membership score (higher = member), fixed before the run. ``part``: which text
+    """``score``: the membership score (higher = member), fixed before the run; ``auto`` (default)
+    takes the plan with the most power per dollar on the target (``planning.score_plans``: on an
+    API, cheap scores and position samples compete with full recovery; on a local model, ``loss``).
+    ``positions``: the answer positions the score reads (``all``; ``random16``, ``last16``). ``part``: which text
     is scored (module doc). ``alpha``: the level of the dataset-level test and the FDR of the
     flagged list. ``confidence``: the level of the rate's lower confidence bound. ``lam``: PTDI's
     region size (SPEC §4).
     ``items``: score at most this many items per side, drawn at random (seeded); None = all.
-    ``heldout``: ``known`` (a set of known non-members) or ``synthetic`` (DI's generator)."""
+    ``heldout``: ``known`` (a set of known non-members) or ``synthetic`` (calibrated DI's generator;
+    the CLI's default when no ``--heldout FILE`` is given).
+    ``sequential``: buy items one at a time and stop once the verdict is settled
+    (``contamination_sequential``: an anytime-valid e-process; False: score every item the budget
+    buys and test once). ``min_rate``: the futility rule stops once a contamination rate of at least
+    this is ruled out at confidence ``1 - futility_beta``, assuming the score's per-item AUC is
+    ``item_auc`` (None: no futility stop)."""
 
-    score: str = "loss"
+    score: str = "auto"
     part: Literal["auto", "output", "whole"] = "auto"
     alpha: float = 0.05
     confidence: float = 0.95
@@ -100,16 +122,37 @@ class ContaminationConfig(MethodConfig):
     seed: int = 0
     bounded: Literal["error", "upper"] = "error"
     heldout: Literal["known", "synthetic"] = "known"
+    generator: str = "smollm2"  # heldout="synthetic": the local model that writes the generated answers
+    positions: str | None = None
+    sequential: bool = True
+    min_rate: float | None = 0.2
+    futility_beta: float = 0.1
+    item_auc: float = ASSUMED_ITEM_AUC
 
     def validate(self) -> None:
         check_fraction_open(self.alpha, "alpha")
+        check_fraction_open(self.futility_beta, "futility_beta")
+        if self.min_rate is not None:
+            check_fraction_open(self.min_rate, "min_rate")
+        if not 0.5 < self.item_auc < 1:
+            raise UserError(f"item_auc must be in (0.5, 1), got {self.item_auc!r}", "use e.g. item_auc=0.8")
         check_fraction_open(self.confidence, "confidence")
         check_level(self.lam, "lambda", "--lam")
         if self.items is not None:
             check_positive(self.items, "items")
         from blackbox_audit.scores import parse_specs
 
-        parse_specs([self.score])  # an unknown score fails here, before any work
+        if self.score != AUTO:
+            parse_specs([self.score])  # an unknown score fails here, before any work
+        if self.positions is not None:
+            from blackbox_audit.reads import parse_positions
+
+            parse_positions(self.positions)
+            if self.score == AUTO:
+                raise UserError(
+                    f"a position sample ({self.positions}) was given without a score",
+                    "name the score too (e.g. --score loss_cens --positions random16) or leave both to the plan choice",
+                )
 
 
 def as_benchmark(data: Dataset, role: str) -> Benchmark:
@@ -137,19 +180,6 @@ def interleave(n_a: int, n_b: int) -> list[tuple[int, int]]:
     return [(side, i) for _, side, i in sorted(keys)]
 
 
-def synthetic_heldout(benchmark: Benchmark, config: ContaminationConfig) -> Any:
-    """Seam for the calibrated-DI held-out side (SPEC §5): generated answers paired with real ones.
-
-    Not wired yet: calibrated DI (``blackbox_audit.di``) works on documents; this check does not yet
-    pass it question/answer pairs. Until it does, ``di --suspect`` on the benchmark's answers is the route.
-    """
-    raise UserError(
-        "the contamination check cannot use a synthetic held-out side yet (calibrated DI is not wired into it)",
-        "pass --heldout FILE with known non-members in the benchmark's format (e.g. items written after the "
-        "model's cutoff), or run calibrated DI on the benchmark's texts with `blackbox-audit di`",
-    )
-
-
 @dataclass
 class SideScores:
     """Scores of one side (benchmark or held-out) for the items bought, in scoring order."""
@@ -160,11 +190,12 @@ class SideScores:
     n_tokens: list[int] = field(default_factory=list)
     n_bounded: list[int] = field(default_factory=list)
 
-    def add(self, idx: Sequence[int], table: Any, field_name: str) -> None:
-        self.order += list(idx)
-        self.score += [float(v) for v in table[field_name]]
-        self.n_tokens += [int(v) for v in table.n_tokens]
-        self.n_bounded += [int(v) for v in table.n_bounded]
+    def add(self, index: int, table: Any, row: int, field_name: str) -> None:
+        """Record item ``index`` of this side from row ``row`` of a score ``table``."""
+        self.order.append(int(index))
+        self.score.append(float(table[field_name][row]))
+        self.n_tokens.append(int(table.n_tokens[row]))
+        self.n_bounded.append(int(table.n_bounded[row]))
 
     @property
     def values(self) -> np.ndarray:
@@ -191,7 +222,7 @@ class Contamination(Method):
     # ------------------------------------------------------------------ inputs
     def needs(self) -> Needs:
         sets = ("heldout",) if self.config.heldout == "known" else ()
-        caps = {*score_needs([self.config.score]), *(("conditional",) if self.config.part == "output" else ())}
+        caps = {*score_needs([self.effective_plan.score]), *(("conditional",) if self.config.part == "output" else ())}
         return Needs(sets=sets, capabilities=tuple(sorted(caps)))
 
     def part_for(self, bench: Benchmark) -> str:
@@ -209,8 +240,8 @@ class Contamination(Method):
         if inputs.data is None:
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
         bench = as_benchmark(inputs.data, "benchmark")
-        if self.config.heldout == "synthetic":
-            held = synthetic_heldout(bench, self.config)
+        if self.config.heldout == "synthetic":  # generated inside the run (contamination_heldout)
+            return self._sample(bench, 0), self._sample(bench.subset([]), 1)
         else:
             held = as_benchmark(inputs.side("heldout"), "heldout")
             labels = held.labels
@@ -244,48 +275,108 @@ class Contamination(Method):
         from blackbox_audit.scores.output import plan_output_calls
 
         idx = range(len(bench)) if indices is None else indices
-        score = [self.config.score]  # its read (sampled positions, top-n only) decides what a call costs
+        plan = self.effective_plan  # its read (sampled positions, top-n only) decides what a call costs
+        score, positions = [plan.score], plan.positions
         if part == "output":
-            return plan_output_calls([bench.prompts[i] for i in idx], [bench.outputs[i] for i in idx], score)
+            prompts, outputs = [bench.prompts[i] for i in idx], [bench.outputs[i] for i in idx]
+            return plan_output_calls(prompts, outputs, score, positions=positions)
         texts = tuple(bench.texts[i] for i in idx)
-        return list(plan_requests(texts, score).calls) if texts else []
+        return list(plan_requests(texts, score, positions=positions).calls) if texts else []
 
     def plan(self, inputs: AuditInputs) -> CostPlan:
         bench = as_benchmark(inputs.data, "benchmark") if inputs.data is not None else None
         if bench is None:
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
         part = self.part_for(bench)
-        notes: list[str] = []
-        items: list[CostItem] = []
-        if self.config.heldout == "known":
-            bench, held = self.sides(inputs)
-        else:  # the generated answers are as long as the real ones they pair with: price those
-            bench, held = self._sample(bench, 0), self._sample(bench, 0)
-            notes.append("held-out side priced as generated answers of the benchmark's own lengths (DI generator)")
-            items.append(CostItem("DI generator fine-tune and generation (local model, no API cost)", usd=(0.0, 0.0)))
-        return CostPlan(calls=self._calls(bench, part) + self._calls(held, part), items=items, notes=notes)
+        if self.config.heldout == "synthetic":
+            from blackbox_audit.methods.contamination_heldout import plan_synthetic
+
+            return plan_synthetic(self._sample(bench, 0), self.config, part)
+        bench, held = self.sides(inputs)
+        return CostPlan(calls=self._calls(bench, part) + self._calls(held, part))
 
     def budget_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> ContaminationPlan:
-        """The dry-run: price every item on ``view`` (nothing sent); see ``planning.contamination``."""
+        """The dry-run: the score plans compared (API targets), then every item of the chosen plan
+        priced on ``view`` (nothing sent); see ``planning.contamination`` and ``planning.score_plans``."""
+        # the synthetic side's test reads calibrated DI's own MIA features, not a chosen score plan
+        synthetic = self.config.heldout == "synthetic"
+        choice = None if synthetic else self.choose_plan(inputs, view, budget_usd)
+        method = self if choice is None else self.with_plan(choice.chosen.plan)
+        plan = method._priced(inputs, view, budget_usd)
+        plan.choice = choice
+        return plan
+
+    def with_plan(self, plan: ScorePlan) -> Contamination:
+        """This check with ``plan``'s score and positions (everything else as configured)."""
+        return Contamination(replace(self.config, score=plan.score, positions=plan.positions))
+
+    @property
+    def effective_plan(self) -> ScorePlan:
+        """The plan scored and priced: the configured one, or the default while ``score`` is ``auto``."""
+        return self.score_plan or DEFAULT_PLAN
+
+    @property
+    def score_plan(self) -> ScorePlan | None:
+        """The configured plan (None while ``score`` is ``auto``)."""
+        cfg = self.config
+        return None if cfg.score == AUTO else ScorePlan(cfg.score, cfg.positions)
+
+    def choose_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> PlanChoice | None:
+        """Price every candidate plan on ``view`` and take the one with the most power per dollar
+        (``planning.score_plans``), or show them beside the plan ``score`` names. None on a local
+        model (nothing is billed: ``auto`` means ``loss`` on every position, recovered exactly)."""
+        if not view.api:
+            return None
+        calibration = load_calibration()
+        plans = candidate_plans(calibration)
+        mine = self.score_plan
+        if mine is not None and mine not in plans:
+            plans.append(mine)
+        rows = []
+        for plan in plans:
+            priced = self.with_plan(plan)._priced(inputs, view, budget_usd)
+            if any(r.usd is None for r in priced.items):  # no price known: nothing to compare
+                return None
+            probe = priced.probe_usd[0] + (priced.probe_usd[1] - priced.probe_usd[0]) / 2
+            rows.append(
+                plan_row(
+                    plan,
+                    priced.items,
+                    alpha=self.config.alpha,
+                    budget_usd=budget_usd,
+                    probe_usd=probe,
+                    calibration=calibration,
+                )
+            )
+        if mine is not None:
+            return forced(rows, mine, budget_usd=budget_usd, calibration=calibration)
+        return choose(rows, budget_usd=budget_usd, calibration=calibration)
+
+    def _priced(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> ContaminationPlan:
+        """Every item of the configured plan priced on ``view``, in buying order."""
         bench = as_benchmark(inputs.data, "benchmark") if inputs.data is not None else None
         if bench is None:
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
         part = self.part_for(bench)
         plan = self.plan(inputs)
         total = price_plan(plan, view)
-        if self.config.heldout == "known":
-            b, h = self.sides(inputs)
-        else:
-            b = h = self._sample(bench, 0)
         rows = []
-        for side, i in interleave(len(b), len(h)):
-            src = b if side == 0 else h
-            prompt = src.prompts[i] if part == "output" else None
-            rows.append(item_cost(side, self._calls(src, part, [i]), view, prompt=prompt))
+        if self.config.heldout == "synthetic":  # each scored real answer and its generated twin
+            calls = plan.calls
+            half = len(calls) // 2
+            for side, i in interleave(half, half):
+                call = calls[i + side * half]
+                rows.append(item_cost(side, [call], view, prompt=call.prefix if part == "output" else None))
+        else:
+            b, h = self.sides(inputs)
+            for side, i in interleave(len(b), len(h)):
+                src = b if side == 0 else h
+                prompt = src.prompts[i] if part == "output" else None
+                rows.append(item_cost(side, self._calls(src, part, [i]), view, prompt=prompt))
         return ContaminationPlan(
             benchmark=bench.name,
             part=part,
-            score=self.config.score,
+            score=self.effective_plan.key,
             heldout=self.config.heldout,
             alpha=self.config.alpha,
             view=view,
@@ -296,74 +387,85 @@ class Contamination(Method):
         )
 
     # ------------------------------------------------------------------ run
-    def _score_all(
-        self, target: Any, bench: Benchmark, held: Benchmark, part: str, progress: bool
-    ) -> tuple[SideScores, SideScores, str | None]:
-        """Score both sides in the interleaved order until done or a budget cap stops it."""
-        from blackbox_audit.engine.budget import BudgetExceeded
-        from blackbox_audit.progress import progress_bar
+    def _score_items(self, target: Any, src: Benchmark, idx: list[int], part: str) -> Any:
+        """One side's items ``idx`` scored with the configured score (a ``ScoreTable``)."""
         from blackbox_audit.scores import compute_scores
         from blackbox_audit.scores.output import compute_output_scores
 
+        ids = [src.ids[i] for i in idx]
+        plan = self.effective_plan
+        kw = {"bounded": self.config.bounded, "progress": False, "ids": ids, "positions": plan.positions}
+        if part == "output":
+            prompts, outputs = [src.prompts[i] for i in idx], [src.outputs[i] for i in idx]
+            return compute_output_scores(target, prompts, outputs, [plan.score], **kw)
+        return compute_scores(target, [src.texts[i] for i in idx], [plan.score], **kw)
+
+    def design(self) -> SequentialDesign | None:
+        """The sequential test's stopping rules, fixed before any item is bought (None: fixed sample)."""
+        cfg = self.config
+        if not cfg.sequential:
+            return None
+        theta = None if cfg.min_rate is None else futility_auc(cfg.min_rate, cfg.item_auc)
+        return SequentialDesign(alpha=cfg.alpha, futility_auc=theta, futility_beta=cfg.futility_beta, seed=cfg.seed)
+
+    def _score_all(
+        self, target: Any, bench: Benchmark, held: Benchmark, part: str, progress: bool
+    ) -> tuple[SideScores, SideScores, Purchase, SequentialRankTest | None]:
+        """Buy items in the interleaved order until done, settled or stopped by a budget cap
+        (``contamination_purchase.buy``)."""
         sides = (SideScores(bench), SideScores(held))
-        order = interleave(len(bench), len(held))
-        chunk = API_CHUNK if getattr(target, "engine", None) is not None else LOCAL_CHUNK
+        design = self.design()
+        test = None if design is None else SequentialRankTest(design)
         field_name = self.config.score
-        stopped: str | None = None
-        bar = progress_bar(total=len(order), desc=f"contamination ({part})", unit="item", disable=not progress)
-        try:
-            for start in range(0, len(order), chunk):
-                part_order = order[start : start + chunk]
-                tables = []
-                try:
-                    for side in (0, 1):
-                        idx = [i for s, i in part_order if s == side]
-                        if not idx:
-                            continue
-                        src = sides[side].bench
-                        ids = [src.ids[i] for i in idx]
-                        if part == "output":
-                            table = compute_output_scores(
-                                target,
-                                [src.prompts[i] for i in idx],
-                                [src.outputs[i] for i in idx],
-                                [field_name],
-                                bounded=self.config.bounded,
-                                progress=False,
-                                ids=ids,
-                            )
-                        else:
-                            texts = [src.texts[i] for i in idx]
-                            table = compute_scores(
-                                target, texts, [field_name], bounded=self.config.bounded, progress=False, ids=ids
-                            )
-                        tables.append((side, idx, table))
-                except BudgetExceeded as exc:
-                    stopped = exc.problem
-                    break
-                for side, idx, table in tables:  # a chunk counts only when all of it was scored
-                    sides[side].add(idx, table, field_name)
-                bar.update(len(part_order))
-        finally:
-            bar.close()
-        return sides[0], sides[1], stopped
+        purchase = buy(
+            target,
+            (bench, held),
+            interleave(len(bench), len(held)),
+            lambda t, src, idx: self._score_items(t, src, idx, part),
+            lambda side, i, table, row: sides[side].add(i, table, row, field_name),
+            test=test,
+            score_of=lambda table, row: float(table[field_name][row]),
+            progress=progress,
+            desc=f"contamination ({part})",
+        )
+        return sides[0], sides[1], purchase, test
 
     def run(self, inputs: AuditInputs) -> MethodResult:
+        self.check(inputs)
+        if self.config.score != AUTO:
+            return self._run(inputs)
+        # the plan is fixed here, before any scoring request: priced on the loaded target's view
+        view, budget = run_view(inputs.target)
+        choice = self.choose_plan(inputs, view, budget)
+        result = self.with_plan(DEFAULT_PLAN if choice is None else choice.chosen.plan)._run(inputs)
+        record = (
+            choice.to_json()
+            if choice is not None
+            else {"chosen": DEFAULT_PLAN.key, "rule": "local model: nothing is billed, loss on every position"}
+        )
+        result.provenance.setdefault("contamination", {})["plan_choice"] = record
+        result.summary.insert(0, f"score plan: {record['chosen']} (chosen: {record['rule']})")
+        return result
+
+    def _run(self, inputs: AuditInputs) -> MethodResult:
         from blackbox_audit.metrics import evaluation_metrics
 
-        self.check(inputs)
         cfg = self.config
         full_bench = as_benchmark(inputs.data, "benchmark")  # type: ignore[arg-type]
         part = self.part_for(full_bench)
+        if cfg.heldout == "synthetic":
+            from blackbox_audit.methods.contamination_heldout import run_synthetic
+
+            return run_synthetic(self, inputs, self._sample(full_bench, 0), part)
         bench, held = self.sides(inputs)
-        b, h, stopped = self._score_all(inputs.target, bench, held, part, inputs.progress)
-        bought = {
-            "benchmark_items": len(b.order),
-            "heldout_items": len(h.order),
-            "benchmark_planned": len(bench),
-            "heldout_planned": len(held),
-            "stopped": stopped,
-        }
+        b, h, purchase, seq = self._score_all(inputs.target, bench, held, part, inputs.progress)
+        sizes = [
+            item_size(src.prompts[i], src.outputs[i], part)
+            for side, i in purchase.order
+            for src in ((bench, held)[side],)
+        ]
+        bought = purchase.to_json(sizes)
+        stopped = purchase.stopped
         labels = None if bench.labels is None else [bench.labels[i] for i in b.order]
         provenance: dict[str, Any] = {
             "contamination": {
@@ -371,10 +473,12 @@ class Contamination(Method):
                 "heldout": held.describe() if cfg.heldout == "known" else {"kind": "synthetic"},
                 "part": part,
                 "score": cfg.score,
+                "positions": cfg.positions or "all",
                 "budget": bought,
+                "sequential": None if seq is None else seq.design.to_json(),
             }
         }
-        summary: list[str] = []
+        summary: list[str] = spend_lines(bought)
         warnings: list[str] = []
         if stopped:
             warnings.append(
@@ -400,6 +504,7 @@ class Contamination(Method):
                 verdict=verdict,
                 extras={"heldout.jsonl": _side_rows(h, cfg.score)},
                 provenance=provenance,
+                summary=summary,
                 warnings=warnings,
             )
         bv, hv = b.values, h.values
@@ -419,17 +524,17 @@ class Contamination(Method):
         power = power_statement(len(bv), len(hv), cfg.alpha)
         k = int(mask.sum())
         name = full_bench.name
-        decision = "contaminated" if test.flagged else "not detected"
+        outcome = set_test_outcome(test, seq, cfg)
         statement = (
-            f"{name} is {'' if test.flagged else 'not '}distinguishable from known non-members of the same "
-            f"distribution (one-sided rank test p = {test.p_value:.3g}, level {cfg.alpha:g}); contamination rate "
-            f"{rate_text}; {k} of {len(bv)} items flagged at FDR {cfg.alpha:g}"
+            f"{name} is {'' if outcome['flagged'] else 'not '}distinguishable from known non-members of the same "
+            f"distribution ({outcome['test']} p = {outcome['p_value']:.3g}, level {cfg.alpha:g}){outcome['why']}; "
+            f"contamination rate {rate_text}; {k} of {len(bv)} items flagged at FDR {cfg.alpha:g}"
         )
         verdict = Verdict(
-            decision=decision,
+            decision="contaminated" if outcome["flagged"] else "not detected",
             statement=statement,
             alpha=cfg.alpha,
-            p_value=test.p_value,
+            p_value=outcome["p_value"],
             estimate={
                 "rate_lower_bound": share.lower,
                 "rate_ci": [share.lower, share.upper],
@@ -440,7 +545,7 @@ class Contamination(Method):
                 "n_items": len(bv),
             },
             details={
-                "dataset_test": test.to_json(),
+                "dataset_test": outcome["details"],
                 "rate": share.to_json(),
                 "flagged_list": {**sel.summary(), "rule": "PTDI subtraction + Benjamini-Hochberg"},
                 "pac_style": pac,
@@ -449,13 +554,14 @@ class Contamination(Method):
                 "budget": bought,
                 "part": part,
                 "score": cfg.score,
+                "positions": cfg.positions or "all",
             },
         )
         summary += [
-            f"scored {len(bv)} benchmark and {len(hv)} held-out items ({part}, score {cfg.score}; AUC benchmark vs "
-            f"held-out {test.auc:.3f})",
-            f"dataset-level test: p = {test.p_value:.3g} -> {'FLAGGED' if test.flagged else 'not flagged'} "
-            f"at {cfg.alpha:g}",
+            f"scored {len(bv)} benchmark and {len(hv)} held-out items ({part}, score plan {self.effective_plan.key}; "
+            f"AUC benchmark vs held-out {test.auc:.3f})",
+            f"dataset-level test ({outcome['test']}): p = {outcome['p_value']:.3g} -> "
+            f"{'FLAGGED' if outcome['flagged'] else 'not flagged'} at {cfg.alpha:g}{outcome['why']}",
             f"contamination rate: {rate_text}: members that score like non-members cannot be counted, so scores "
             f"bound the share only from below; PTDI's conservative point estimate {share.estimate:.1%}",
             f"flagged at FDR {cfg.alpha:g}: {k} items (flagged.jsonl)",
@@ -540,3 +646,71 @@ def _side_rows(side: SideScores, score: str) -> list[dict[str, Any]]:
         {"id": sid, "n_tokens": nt, "n_bounded": nb, score: v if math.isfinite(v) else None}
         for sid, nt, nb, v in zip(side.ids, side.n_tokens, side.n_bounded, side.score, strict=True)
     ]
+
+
+def set_test_outcome(fixed: Any, seq: SequentialRankTest | None, cfg: ContaminationConfig) -> dict[str, Any]:
+    """The dataset-level test's reading: the sequential e-process when the run stopped on it (its
+    p-value is the one valid under that stopping), else the fixed-sample rank test."""
+    if seq is None:
+        return {
+            "flagged": fixed.flagged,
+            "p_value": fixed.p_value,
+            "test": "one-sided rank test",
+            "why": "",
+            "details": fixed.to_json(),
+        }
+    why = ""
+    if seq.state == "contaminated":
+        why = f"; settled after {seq.stopped_at} items"
+    elif seq.state == "futile":
+        theta = seq.design.futility_auc
+        why = (
+            f"; stopped for futility after {seq.stopped_at} items: a benchmark-vs-held-out AUC >= {theta:.3f} (a "
+            f"contamination rate >= {cfg.min_rate:.0%} if the score's per-item AUC is >= {cfg.item_auc:g}) is ruled "
+            f"out at confidence {1 - cfg.futility_beta:.0%}"
+        )
+    details = {**seq.to_json(), "fixed_sample_rank_test": {**fixed.to_json(), "valid_under_stopping": False}}
+    return {
+        "flagged": seq.state == "contaminated",
+        "p_value": seq.p_value,
+        "test": "sequential rank e-process, anytime-valid",
+        "why": why,
+        "details": details,
+    }
+
+
+def spend_lines(bought: dict[str, Any]) -> list[str]:
+    """What the purchase spent, and what finishing the planned items would have cost (API targets)."""
+    nb, nh, pb, ph = (bought[k] for k in ("benchmark_items", "heldout_items", "benchmark_planned", "heldout_planned"))
+    if "spent_usd" not in bought:
+        return [f"bought {nb} of {pb} benchmark and {nh} of {ph} held-out items (local model: nothing billed)"]
+    line = f"spent ${bought['spent_usd']:.4f} ({bought['requests']:,} requests) on {nb} + {nh} items"
+    if bought.get("spent_on_unfinished_item_usd"):
+        line += f" (${bought['spent_on_unfinished_item_usd']:.4f} of it on an item the budget stop left unfinished)"
+    est = bought.get("finish_usd_estimate")
+    if nb + nh < pb + ph:
+        rest = "unknown" if est is None else f"about ${est:.4f} more"
+        line += (
+            f"; finishing all {pb} + {ph} items would have cost {rest} (the spend per item so far, scaled by the "
+            "remaining items' lengths)"
+        )
+    return [line]
+
+
+def run_view(target: Any) -> tuple[PlanningView, float | None]:
+    """The loaded target's planning view, priced with the run's own price table, and what is left of
+    its ``--budget-usd`` (None: no cap or a local model)."""
+    from dataclasses import replace as _replace
+
+    from blackbox_audit.planning import view_of_target
+
+    view = view_of_target(target)
+    engine = getattr(target, "engine", None)
+    pricing = getattr(engine, "pricing", None)
+    if view.api and pricing is not None:
+        view = _replace(view, price=pricing.get(view.model))
+    budget = getattr(engine, "budget", None)
+    cap = getattr(budget, "max_usd", None)
+    if cap is None:
+        return view, None
+    return view, max(0.0, float(cap) - float(budget.spent_usd) - float(budget.reserved_usd))

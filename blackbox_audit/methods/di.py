@@ -10,7 +10,7 @@ capabilities are checked before any request), a cost plan for ``--dry-run`` and 
 
 Per-text rows (``scores.jsonl``) are the texts the target scored, with a ``side`` field
 (``suspect``/``heldout``) and one column per MIA feature (higher = member). ``di.json`` (documented
-in the README) holds the test: p-values, AUCs, the verdict, the shift checks and everything
+in docs/di.md) holds the test: p-values, AUCs, the verdict, the shift checks and everything
 needed to re-run it; calibrated DI also writes ``pairs.jsonl`` (prefix, real and generated suffix).
 Verdicts: ``member`` (p < alpha) or ``inconclusive``; neither method ever concludes "not trained".
 """
@@ -178,6 +178,15 @@ class PlainDI(Method):
 
 # --------------------------------------------------------------------------- calibrated DI
 
+#: Said before a calibrated run without a baseline model: what the default can and cannot do,
+#: measured (docs/di.md, "Measured, session 5"), and what would give it power.
+DEFAULT_POWER_NOTE = (
+    "calibrated DI without --baseline-lm runs the paper's single split per seed: valid but weak (tiny-canary "
+    "bench: 1 of 5 member sets and 0 of 10 non-member sets flagged). More power needs a local model never trained "
+    "on the suspect set (not the generator's base): --crossfit --baseline-lm hf:DIR (docs/di.md). Cross-fitting "
+    "without it is refused: it flagged 3 of 10 non-member sets."
+)
+
 
 @dataclass(frozen=True)
 class CalibratedDIConfig(MethodConfig):
@@ -197,7 +206,7 @@ class CalibratedDIConfig(MethodConfig):
     features: tuple[str, ...] = ()
     alpha: float = 0.05
     seed: int = 0
-    seeds: int = 5
+    seeds: int = 3
     combine: Literal["sidak", "cauchy", "pair_mean"] = "sidak"
     crossfit: bool = False
     baseline_lm: str = ""
@@ -217,7 +226,7 @@ class CalibratedDIConfig(MethodConfig):
     lora_r: int = 16
     lora_alpha: int = 32
     lora_layers: int = 4
-    temperature: float = 1.0
+    temperature: float = 0.8
     top_p: float = 1.0
     top_k: int = 0
     repetition_penalty: float = 1.0
@@ -411,6 +420,13 @@ class CalibratedDI(Method):
             f"generator shift check (real vs generated suffix): bag-of-words AUC {shift['bow_auc']:.3f}, "
             f"text classifier AUC {shift['classifier_auc']:.3f}",
         ]
+        sb = shift.get("self_baseline") or {}
+        if sb.get("loss_gap") is not None:
+            summary.append(
+                f"sampling check (a small LM trained only on the suspect text): generated minus real suffix "
+                f"{sb['loss_gap']:+.3f} ± {sb['se']:.3f} nats per token "
+                f"({'NOT matched' if sb['unmatched'] else 'matched'})"
+            )
         verdict = Verdict(
             decision=res.decision,
             statement=res.statement(),

@@ -49,6 +49,7 @@ class ContaminationPlan:
     items: list[ItemCost]
     probe_usd: tuple[float, float]
     budget_usd: float | None
+    choice: Any = None  # ``score_plans.PlanChoice``: the plans compared (API targets), printed first
 
     def affordable(self) -> dict[str, Any] | None:
         """Items bought in scoring order if every item costs its high (low) end; None without a budget."""
@@ -113,6 +114,8 @@ class ContaminationPlan:
             f"contamination check of {self.benchmark} on {v.name}: {n_b} benchmark + {n_h} held-out "
             f"({self.heldout}) items, part '{self.part}', score {self.score}",
         ]
+        if self.choice is not None:
+            lines += self.choice.format()
         if v.api:
             rung = v.shape_source if not v.probed else f"{getattr(v.shape, 'label', '?')} ({v.shape_source})"
             lines.append(
@@ -152,8 +155,11 @@ class ContaminationPlan:
                 lines.append(format_power(power_statement(nb, nh, self.alpha)))
         if self.heldout == "synthetic":
             lines.append(
-                "  (power of the rank test against known non-members of the same size; a synthetic held-out side "
-                "cannot run yet: the run needs --heldout FILE with known non-members)"
+                "  (held-out side SYNTHETIC: the items above are the scored real answers and their generated twins; "
+                "the other half of the benchmark fine-tunes the local generator, at no API cost. The power line is "
+                "the rank test's against known non-members of the same size; the synthetic side's calibrated test "
+                "has less, and gives no rate and no flagged list; its test needs every pair scored, so a stop at "
+                "the cap ends 'inconclusive' with the answers cached: choose --items so that the worst case fits)"
             )
         return "\n".join(lines)
 

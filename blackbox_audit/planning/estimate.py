@@ -21,6 +21,11 @@ extra requests of a miss are priced from that measurement instead: a prediction 
 like the measured ones. Every estimate states the assumption behind each end (``Estimate.basis``).
 Chat endpoints add the chat template's tokens to every prompt (``prompt_overhead``). Answers
 already in the cache cost nothing, so a resumed run costs less than estimated.
+
+Every estimate is also priced with ``--batch`` (``batch_cost_usd``): the requests known before any
+answer -- each position's first request, every sampled continuation -- at the model's batch price
+(``ModelPrice.batched``), the rest (bisection rounds, the probe) at the list price. Echo endpoints
+are not batched (their one request per text goes direct), so there both prices are the same.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ class Estimate:
     completion_tokens: tuple[int, int]
     cost_usd: tuple[float, float] | None  # None: no price known for the model
     basis: tuple[str, ...] = ()  # the assumption behind each end of the range
+    # with --batch: independent requests at the batch price (None: no price or no batch share known)
+    batch_cost_usd: tuple[float, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -60,14 +67,19 @@ class Estimate:
             return f.format(a) if a == b else f"{f.format(a)} – {f.format(b)}"
 
         cost = "unknown (no price for this model; pass --pricing FILE)"
+        batch = ""
         if self.cost_usd is not None:
             cost = rng(*self.cost_usd, f="${:,.4f}")
+            batch = '  cost with --batch: unknown (no batch price: add "batch" to its --pricing entry)\n'
+        if self.batch_cost_usd is not None:
+            batch = f"  cost with --batch: {rng(*self.batch_cost_usd, f='${:,.4f}')}\n"
         return (
             f"dry run ({self.label}): {self.texts} texts, {self.positions} scored positions\n"
             f"  requests:          {rng(*self.requests)}\n"
             f"  prompt tokens:     {rng(*self.prompt_tokens)}\n"
             f"  completion tokens: {rng(*self.completion_tokens)}\n"
             f"  cost:              {cost}\n"
+            + batch
             + "".join(f"  {line}\n" for line in self.basis)
             + "  (before cache hits; nothing was sent)"
         )
@@ -158,16 +170,38 @@ def estimate_records(
     req = (req[0] + p_lo, req[1] + p_hi)
     prompt = (prompt[0] + p_lo * (8 + prompt_overhead), prompt[1] + p_hi * (8 + prompt_overhead))
     completion = (req[0] * max_tokens, req[1] * max_tokens)
-    cost = None
+    cost = batch = None
     if price is not None:
         cost = (price.cost(prompt[0], completion[0]), price.cost(prompt[1], completion[1]))
+        batched = price.batched()
+        if shape.echo and not read_positions:  # one request per text, not batched: the same price both ways
+            batch = cost
+        elif batched is not None:
+            # the first request of each position (or each text's echo request, which is not
+            # batched) and every top-n read are known before any answer: those are batched
+            if shape.echo:
+                first_req = read_positions
+                first_prompt = read_context_tokens + read_positions * prompt_overhead
+            else:
+                first_req, first_prompt = base_req, base_prompt
+            first = batched.cost(first_prompt, first_req * max_tokens)
+            rest = [price.cost(prompt[i] - first_prompt, completion[i] - first_req * max_tokens) for i in (0, 1)]
+            batch = (first + rest[0], first + rest[1])
     if read_positions and not positions:
         label = "top-n reads, no recovery"
     if read_positions:
         basis.append(f"{read_positions:,} position(s) read without recovery: exactly 1 request each")
     total = positions + read_positions
     return Estimate(
-        label, scorings if texts is None else texts, total, req, prompt, completion, cost, basis=tuple(basis)
+        label,
+        scorings if texts is None else texts,
+        total,
+        req,
+        prompt,
+        completion,
+        cost,
+        basis=tuple(basis),
+        batch_cost_usd=batch,
     )
 
 
@@ -184,8 +218,13 @@ def estimate_generation(
     n = len(prompt_token_counts) * samples
     prompt = sum(c + prompt_overhead for c in prompt_token_counts) * samples
     completion = (n, n * max_new_tokens)
-    cost = None
+    cost = batch = None
     if price is not None:
         cost = (price.cost(prompt, completion[0]), price.cost(prompt, completion[1]))
+        batched = price.batched()  # every sample is independent: all batched with --batch
+        if batched is not None:
+            batch = (batched.cost(prompt, completion[0]), batched.cost(prompt, completion[1]))
     label = f"sampling, {samples} per text"
-    return Estimate(label, len(prompt_token_counts), 0, (n, n), (prompt, prompt), completion, cost)
+    return Estimate(
+        label, len(prompt_token_counts), 0, (n, n), (prompt, prompt), completion, cost, batch_cost_usd=batch
+    )

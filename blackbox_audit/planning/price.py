@@ -48,6 +48,19 @@ class PlanEstimate:
             return None
         return (sum(p[0] for p in parts), sum(p[1] for p in parts))
 
+    @property
+    def usd_batch(self) -> tuple[float, float] | None:
+        """Total cost range with ``--batch`` (independent requests at the batch price), or None
+        when some part has no known (batch) price. Fine-tuning and other items are not batched."""
+        parts = [] if self.estimate is None else [self.estimate.batch_cost_usd]
+        parts += [] if self.fine_tuned is None else [self.fine_tuned.batch_cost_usd]
+        parts += [e.batch_cost_usd for e in self.sampling] + [i.usd for i in self.items]
+        if not self.view.api:
+            return self.usd
+        if any(p is None for p in parts):
+            return None
+        return (sum(p[0] for p in parts), sum(p[1] for p in parts))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "target": self.view.name,
@@ -58,6 +71,7 @@ class PlanEstimate:
             "fine_tuned": None if self.fine_tuned is None else self.fine_tuned.to_json(),
             "items": [i.__dict__ for i in self.items],
             "usd": None if self.usd is None else list(self.usd),
+            "usd_batch": None if self.usd_batch is None else list(self.usd_batch),
             "notes": self.notes,
         }
 
@@ -87,6 +101,8 @@ class PlanEstimate:
             lines.append(f"  + then, on the fine-tuned model: {c.scorings} scorings, {c.positions} token positions")
         if (self.items or self.fine_tuned is not None) and self.usd is not None and self.view.api:
             lines.append(f"  total: ${self.usd[0]:,.4f} – ${self.usd[1]:,.4f}")
+            if self.usd_batch is not None:
+                lines.append(f"  total with --batch: ${self.usd_batch[0]:,.4f} – ${self.usd_batch[1]:,.4f}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 

@@ -42,7 +42,7 @@ errors are spread over the bracket, so a mean over many tokens is much closer th
 there every bisected value moves with eps (uniformly within its final bracket), while on
 integer-only endpoints the reference refinement mostly ends where full precision would, so auto's
 values there mostly coincide with full precision's. Measured with ``bench/precision_auto.py`` on a
-120+120 tiny canary, texts cut to 40 tokens (the README gives the table): 100 texts, requests saved
+120+120 tiny canary, texts cut to 40 tokens (docs/api.md gives the table): 100 texts, requests saved
 and the largest AUC change against full precision over loss, zlib and min_k -- ``openai-chat``
 (integer biases) delta 0.05: 4.9 %, 0.0004; ``openai-chat-float`` delta 0.02: 20.7 %, 0.0012;
 ``openai-chat-float`` delta 0.05: 34.3 %, 0.0028, but 0.0133 on 30 texts (3 of 225

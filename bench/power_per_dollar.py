@@ -1,0 +1,741 @@
+"""Power per dollar of the contamination check's score plans, on GSM8K canaries behind a chat API.
+
+A canary trained on GSM8K test items (``blackbox_audit.sim.canary``, corpus ``benchmark:gsm8k``)
+is served by the provider emulator under the ``openai-chat`` profile (chat conditioning, top-20
+logprobs, integer logit biases: every answer token outside the top 20 is bisected) and priced as
+``--price-as`` (default gpt-4o-mini) through ``--pricing``. Two canaries:
+
+- ``tiny`` (fast): a 2-layer GPT trained from scratch on 200 GSM8K items. The benchmark is those
+  200 items (fully contaminated), the held-out side 200 never-trained items;
+- ``smollm2``: SmolLM2-135M's top layers fine-tuned on 64 items. Each order's benchmark is the
+  64 members and 64 of the 192 never-trained items (a true rate of 50%), the held-out side the
+  other 128.
+
+**Scoring once, simulating the runs.** At temperature 0 every item's score and cost under a plan
+are deterministic. So the script reads once, per item and answer position, what the emulator
+answers there: the backend's own next-token distribution after the chat-rendered context (the true
+token's logprob, the top-20 list, the billed prompt tokens; ``truth_pass``, kept in ``--work``).
+Every plan's per-item score and USD follow from it: a top-n plan applies the registered score to
+the record its API read builds (``cheap_rows``: one request per kept position); full recovery
+(``loss``, ``loss@lastM``...) scores the exact loss, one top-20 read per kept position plus the
+bisection requests per miss measured on ``--loss-real`` items recovered for real through the emulator
+(``full_recovery_rows``). Both are checked in the same run against items scored through the
+emulator (``--check-real`` per plan): USD modelled / billed, requests modelled / sent, largest
+score difference. The runs are then simulated from the per-item numbers: ``--orders`` seeded buying
+orders (benchmark and held-out items shuffled and interleaved as the check does), and per order and
+budget the items bought in that order until the budget is spent. Per plan the script prints:
+
+- requests and USD per item (mean), the share of answer positions that needed bisection, and the
+  per-item AUC (members vs never-trained items);
+- **fixed-sample**: the smallest budget (on a geometric grid) at which the one rank test on
+  the items bought flags the benchmark in >= 80% of orders (the check before sequential stopping);
+- **sequential**: the e-process of ``methods.contamination_sequential`` with the check's default
+  futility rule, fed in each order; a run flags at budget B when its wealth crosses 1/alpha
+  before B is spent (its path does not depend on B), so the budget flagging >= 80% of orders is
+  the 80th percentile of the spend at the crossing; also the median spend when it stops;
+- the ratio of the current default plan's fixed-sample budget (``loss``, every position
+  recovered) to each plan's sequential budget, side by side in this one run.
+
+**Clean model.** The plans are also scored on items nobody trained on (tiny: 400 of the
+canary's never-trained items, a canary trained on other items; smollm2: unmodified SmolLM2
+on the same 256 items); each of ``--redraws`` redraws splits them at random into a benchmark and a
+held-out side and runs the sequential test (futility on) over all of them: the flag rate, with
+its standard error, must stay <= alpha + 2 SE. The redraws share one pool of items, so they are
+not fully independent draws.
+
+``--write-calibration`` writes the per-plan AUCs, miss shares and costs measured here into
+``blackbox_audit/planning/plan_calibration.json`` (what the dry-run's plan choice reads), with
+the canary, profile, command and git revision.
+
+Run: ``.venv/bin/python bench/power_per_dollar.py --canary tiny`` (the white-box pass over 600 items
+is the slow part: about 20 minutes on one shared core, done once; the rest takes a few minutes).
+``--canary smollm2`` runs the same on the SmolLM2 canary, whose white-box pass (a SmolLM2-135M
+forward per answer position, canary and unmodified model) takes hours on CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: plans compared by default: the pre-issue default (every answer position recovered), and the cheap ones
+DEFAULT_PLANS = (
+    "loss,loss@random16,loss@random8,loss@random4,loss@last16,loss@last8,loss@last4,"
+    "loss_cens,min_k_cens,log_rank,top_k_hits,top1_gap"
+)
+#: the plans written to the shipped calibration (each dry-run prices every one: a few, one per family)
+CALIBRATION_PLANS = "loss,loss@last4,loss@last8,loss@last16,loss@random4,loss@random8,log_rank,loss_cens,top1_gap"
+PRICE_MODEL = "emu-openai-chat"
+#: the tiny canary's epochs: at the canary's default 5 (65 steps on 200 items) it barely memorises them
+#: (loss AUC 0.56 on 200 members vs 120 never-trained items, 2.6% of answer tokens in the top 20)
+TINY_EPOCHS = 20
+#: requests in flight (the positions of one item are sent concurrently)
+CONCURRENCY = 16
+#: backend spec -> base URL of an emulator already serving it (``--emulator SPEC=URL``)
+EMULATOR_URLS: dict[str, str] = {}
+
+
+@dataclass
+class Item:
+    id: str
+    prompt: str
+    output: str
+    member: bool
+
+
+def gsm_items(rows: list[dict[str, Any]], member: bool) -> list[Item]:
+    """Canary rows (``gsm8k-<index>``) as GSM8K items, split into question and answer."""
+    from blackbox_audit.benchmarks import load_gsm8k
+
+    gsm = load_gsm8k()
+    out = []
+    for r in rows:
+        i = int(str(r["id"]).rsplit("-", 1)[1])
+        if gsm.texts[i] != r["text"]:
+            raise SystemExit(f"canary row {r['id']} is not GSM8K item {i} as formatted now: rebuild the canary")
+        out.append(Item(f"gsm8k-{i}", gsm.prompts[i], gsm.outputs[i], member))
+    return out
+
+
+def canary_setup(name: str, cache_dir: str | None, epochs: int | None):
+    """(canary options, members, never-trained items, backend spec, clean backend spec or None, tokenizer)."""
+    from dataclasses import replace
+
+    from blackbox_audit.sim.canary import CanaryOptions, build_canary, default_train_config
+
+    if name == "tiny":
+        train = replace(default_train_config("tiny"), epochs=epochs or TINY_EPOCHS)
+        opts = CanaryOptions(
+            corpus="benchmark:gsm8k",
+            base="tiny",
+            n_members=200,
+            n_nonmembers=200,
+            n_calibration=400,
+            n_shifted=0,
+            train=train,
+        )
+    else:
+        train = default_train_config("smollm2")
+        if epochs:
+            train = replace(train, epochs=epochs)
+        opts = CanaryOptions(
+            corpus="benchmark:gsm8k",
+            base="smollm2",
+            n_members=64,
+            n_nonmembers=64,
+            n_calibration=128,
+            n_shifted=0,
+            train=train,
+        )
+    t0 = time.perf_counter()
+    canary = build_canary(opts, cache_dir=cache_dir)
+    print(
+        f"canary {name}: {canary.path} ({time.perf_counter() - t0:.0f} s; {canary.card['sizes']}, epochs "
+        f"{canary.card.get('epochs')}, final train loss {canary.card.get('final_train_loss'):.3f})"
+    )
+    members = gsm_items(canary.members, True)
+    never = gsm_items(canary.nonmembers + canary.calibration, False)
+    if name == "tiny":
+        return opts, canary, members, never, canary.target_spec, None, str(canary.model_dir)
+    return opts, canary, members, never, canary.target_spec, "smollm2", "smollm2"
+
+
+# ----------------------------------------------------------------------------- scoring once per plan
+class Scorer:
+    """Scores items under a plan through an emulated API target, one item at a time, and keeps a
+    per-item table (score, USD, requests, positions, bisected positions) in ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows: dict[str, dict[str, Any]] = json.loads(path.read_text()) if path.is_file() else {}
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.rows))
+        tmp.replace(self.path)
+
+    def score(self, target: Any, items: list[Item], plan: Any, label: str) -> dict[str, dict[str, Any]]:
+        from tqdm.auto import tqdm
+
+        from blackbox_audit.methods.contamination_purchase import engine_spend
+        from blackbox_audit.scores.output import compute_output_scores
+
+        todo = [it for it in items if f"{plan.key}|{it.id}" not in self.rows]
+        kw = {} if plan.positions in (None, "all") else {"positions": plan.positions}
+        t0 = time.perf_counter()
+        for it in tqdm(todo, desc=f"{label} {plan.key}", unit="item", mininterval=30):
+            before = engine_spend(target)
+            hits0 = target.engine.stats.cache_hits
+            use0 = target.usage()
+            table = compute_output_scores(target, [it.prompt], [it.output], [plan.score], progress=False, **kw)
+            after = engine_spend(target)
+            use1 = target.usage()
+            if target.engine.stats.cache_hits != hits0:
+                raise SystemExit(
+                    f"answers for {it.id} came from the request cache, so its cost cannot be measured: delete "
+                    f"{self.path.parent / 'requests'} (the per-item table {self.path.name} is what a re-run re-uses)"
+                )
+            pos = {
+                k2: use1["positions_by_strategy"].get(k2, 0) - use0["positions_by_strategy"].get(k2, 0)
+                for k2 in use1["positions_by_strategy"]
+            }
+            self.rows[f"{plan.key}|{it.id}"] = {
+                "score": float(table[plan.score][0]),
+                "usd": after[0] - before[0],
+                "requests": after[1] - before[1],
+                "positions": int(sum(pos.values())),
+                "bisected": int(pos.get("bisection", 0)),
+            }
+            self.save()  # every item: a stopped run re-uses it (its answers are in the request cache)
+        if todo:
+            print(f"  scored {len(todo)} items under {plan.key} in {time.perf_counter() - t0:.0f} s")
+        return {it.id: self.rows[f"{plan.key}|{it.id}"] for it in items}
+
+
+def serve_and_score(
+    spec: str, tokenizer: str, items: list[Item], plans: list[Any], scorer: Scorer, work: Path, label: str
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every plan's per-item rows for ``items`` on the model ``spec`` behind the openai-chat emulator."""
+    need = [p for p in plans if any(f"{p.key}|{it.id}" not in scorer.rows for it in items)]
+    if need:
+        from blackbox_audit.adapters import load_target
+        from blackbox_audit.engine.options import EngineOptions
+        from blackbox_audit.sim.emulator import run_emulator
+        from blackbox_audit.workspace import Workspace
+
+        pricing = work / "pricing.json"
+        options = EngineOptions(pricing=str(pricing), concurrency=CONCURRENCY)
+
+        def score_on(target_spec: str) -> None:
+            for plan in need:  # a request cache per plan: plans share their top-20 reads, each must pay for its own
+                cache = work / "requests" if plan.key == "loss" else work / f"requests-{plan.key.replace('@', '-')}"
+                ws = Workspace.open(cache_dir=cache, engine=options)
+                try:
+                    scorer.score(ws.load_target(target_spec, tokenizer=tokenizer), items, plan, label)
+                finally:
+                    ws.close()
+
+        url = EMULATOR_URLS.get(spec)
+        if url:  # served by `blackbox-audit emulate` in another process (two cores instead of one)
+            score_on(f"compat:{url}#{PRICE_MODEL}")
+        else:
+            backend = load_target(spec, device="cpu", progress=False)
+            with run_emulator(backend, "openai-chat", model=PRICE_MODEL) as emu:
+                score_on(emu.target_spec)
+    return {p.key: {it.id: scorer.rows[f"{p.key}|{it.id}"] for it in items} for p in plans}
+
+
+# ----------------------------------------------------------------------------- white-box truth
+TOP_N = 20
+
+
+def truth_pass(spec: str, tokenizer: str, items: list[Item], path: Path) -> dict[str, dict[str, np.ndarray]]:
+    """Per item and answer position, what the openai-chat emulator answers there, from the backend
+    itself: the true token's clean logprob, the top-20 list (descending) and the billed prompt
+    tokens of a request at that position (the chat-rendered context). Kept in ``path`` (npz)."""
+    from blackbox_audit.adapters import load_target
+    from blackbox_audit.sim.emulator import run_emulator
+    from blackbox_audit.sim.emulator.backend import ModelView
+    from blackbox_audit.sim.emulator.chat import chat_prompt_ids
+
+    rows: dict[str, dict[str, np.ndarray]] = {}
+    if path.is_file():
+        with np.load(path) as z:
+            for k in z.files:
+                i, _, f = k.rpartition("/")
+                rows.setdefault(i, {})[f] = z[k]
+    todo = [it for it in items if it.id not in rows]
+    if not todo:
+        return rows
+    backend = load_target(spec, device="cpu", progress=False)
+    view = ModelView(backend)
+    with run_emulator(view, "openai-chat", model=PRICE_MODEL) as emu:  # to read the adapter's own conditioning
+        api = load_target(emu.target_spec, tokenizer=tokenizer, cache=None)
+        cond, table = api.cond, api.table
+        api.close()
+
+    def save() -> None:
+        flat = {f"{i}/{f}": v for i, r in rows.items() for f, v in r.items()}
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(tmp, **flat)
+        tmp.replace(path)
+
+    t0 = time.perf_counter()
+    for k, it in enumerate(todo):
+        pre, ids = table.encode(it.prompt), table.encode(it.output)
+        ctxs = [chat_prompt_ids(view.tokenize, cond.messages(table.decode(pre + ids[:j]))) for j in range(len(ids))]
+        lp, top = [], []
+        for start in range(0, len(ctxs), 16):  # batched forward passes
+            mat = np.asarray(backend.next_token_logprobs(ctxs[start : start + 16]), dtype=np.float64)
+            for row, t in zip(mat, ids[start : start + 16], strict=True):
+                lp.append(float(row[t]))
+                top.append(-np.sort(-np.partition(row, -TOP_N)[-TOP_N:]))
+        rows[it.id] = {
+            "lp": np.asarray(lp),
+            "top": np.asarray(top, dtype=np.float64).reshape(len(lp), TOP_N),
+            "n_ctx": np.asarray([len(c) for c in ctxs], dtype=np.int64),
+        }
+        if k % 20 == 19 or k == len(todo) - 1:
+            save()
+            print(f"  truth: {k + 1}/{len(todo)} items, {time.perf_counter() - t0:.0f} s", flush=True)
+    return rows
+
+
+def _hit(t: dict[str, np.ndarray]) -> np.ndarray:
+    """Positions whose true token is in the top-20 list (answered by the one unbiased read)."""
+    return t["lp"] >= t["top"][:, -1]
+
+
+def full_recovery_rows(
+    truth, items: list[Item], real: dict[str, dict[str, Any]], price, plan: Any = None
+) -> tuple[dict, dict]:
+    """The ``loss`` plan's per-item rows from the white-box truth: its score is the exact loss (what
+    recovery converges to, within 0.01 nats per position), its cost one top-20 read per position
+    plus ``b`` bisection requests per position outside the top 20, each billed at its context's
+    prompt tokens + 1 completion token; ``b`` is measured on the items scored for real (``real``),
+    and the modelled cost is checked against their billed cost."""
+    done = [it for it in items if it.id in real]
+    if not done:
+        raise SystemExit("no item was scored for real under loss: run with --loss-real >= 1")
+    bis = sum(real[it.id]["bisected"] for it in done)
+    extra = sum(real[it.id]["requests"] - real[it.id]["positions"] for it in done)
+    b = extra / bis if bis else 0.0
+
+    from blackbox_audit.reads import parse_positions
+
+    sample = None if plan is None else parse_positions(plan.positions)
+
+    def row(it: Item) -> dict[str, Any]:
+        t = truth[it.id]
+        keep = np.arange(len(t["lp"])) if sample is None else sample.select(len(t["lp"]), it.output)
+        hit = _hit(t)[keep]
+        reqs = 1.0 + np.where(hit, 0.0, b)
+        usd = float(np.sum(reqs * (t["n_ctx"][keep] * price.prompt + price.completion)) / 1e6)
+        return {
+            "score": float(np.mean(t["lp"][keep])),
+            "usd": usd,
+            "requests": float(reqs.sum()),
+            "positions": len(reqs),
+            "bisected": int((~hit).sum()),
+            "modelled": True,
+        }
+
+    rows = {it.id: row(it) for it in items}
+    return rows, _check(rows, real, done, bisection_requests_per_miss=b)
+
+
+def _check(rows, real, done, **extra) -> dict[str, Any]:
+    """Modelled against real (through the emulator) on the items ``done``."""
+    return {
+        "items": len(done),
+        **extra,
+        "usd_modelled_over_billed": sum(rows[it.id]["usd"] for it in done) / sum(real[it.id]["usd"] for it in done),
+        "requests_modelled_over_sent": sum(rows[it.id]["requests"] for it in done)
+        / sum(real[it.id]["requests"] for it in done),
+        "max_abs_score_diff": max(abs(rows[it.id]["score"] - real[it.id]["score"]) for it in done),
+    }
+
+
+def cheap_rows(truth, items: list[Item], plan: Any, price) -> dict[str, dict[str, Any]]:
+    """A top-n plan's per-item rows from the white-box truth: the registered score applied to the
+    record the API read builds (the kept positions, each with its top-20 list: exact inside, censored
+    outside), one request per kept position, billed at its context's prompt tokens + 1 completion."""
+    from blackbox_audit.reads import parse_positions
+    from blackbox_audit.scores.censored import censor
+    from blackbox_audit.scores.registry import get_score
+    from blackbox_audit.types import Status, Strategy, TokenLogprobs
+
+    score = get_score(plan.score)
+    params = dict(score.defaults)
+    sample = parse_positions(plan.positions if plan.positions not in (None, "all") else None)
+    out = {}
+    for it in items:
+        t = truth[it.id]
+        n = len(t["lp"])
+        keep = np.arange(n) if sample is None else sample.select(n, it.output)
+        rec = TokenLogprobs(
+            text=it.output,
+            token_ids=np.zeros(len(keep), dtype=np.int64),
+            tokens=[""] * len(keep),
+            logprobs=t["lp"][keep],
+            status=[Status.EXACT] * len(keep),
+            error_bound=np.zeros(len(keep)),
+            strategy=[Strategy.TOP_N] * len(keep),
+            top_logprobs=t["top"][keep],
+        )
+        view = censor(rec, int(params.get("n", TOP_N)))
+        out[it.id] = {
+            "score": score.reduce(view, params) if len(view) else float("nan"),
+            "usd": float(np.sum(t["n_ctx"][keep] * price.prompt + price.completion) / 1e6),
+            "requests": float(len(keep)),
+            "positions": int(len(keep)),
+            "bisected": 0,
+            "miss": int((~view.in_top).sum()),
+            "modelled": True,
+        }
+    return out
+
+
+# ----------------------------------------------------------------------------- simulation
+def orders_for(canary: str, members: list[Item], never: list[Item], n_orders: int, seed: int):
+    """Per order: (benchmark ids, held-out ids) in buying order, interleaved (side, id) list."""
+    from blackbox_audit.methods.contamination import interleave
+
+    out = []
+    for o in range(n_orders):
+        rng = np.random.default_rng([seed, 77, o])
+        if canary == "tiny":  # the 200 members against the canary's 200 non-members, each shuffled
+            bench = [members[i].id for i in rng.permutation(len(members))]
+            held = [never[i].id for i in rng.permutation(len(members))]
+        else:
+            perm = rng.permutation(len(never))
+            n_m = len(members)
+            bench_ids = [m.id for m in members] + [never[i].id for i in perm[:n_m]]
+            held_ids = [never[i].id for i in perm[n_m:]]
+            bench = [bench_ids[i] for i in rng.permutation(len(bench_ids))]
+            held = [held_ids[i] for i in rng.permutation(len(held_ids))]
+        order = [(s, (bench, held)[s][i]) for s, i in interleave(len(bench), len(held))]
+        out.append(order)
+    return out
+
+
+def fixed_budget(orders, rows, alpha: float, grid: np.ndarray, target: float = 0.8) -> tuple[float, dict[float, float]]:
+    """Smallest budget on ``grid`` at which the fixed-sample rank test on the items bought flags
+    >= ``target`` of orders (inf if none), by bisection on the grid (the flag rate grows with the
+    budget); and the flag rates evaluated."""
+    from scipy.stats import mannwhitneyu
+
+    prepared = []
+    for order in orders:
+        cost = np.cumsum([rows[i]["usd"] for _, i in order])
+        side = np.asarray([s for s, _ in order])
+        score = np.asarray([rows[i]["score"] for _, i in order])
+        prepared.append((cost, side, score))
+
+    def rate(b: float) -> float:
+        flags = 0
+        for cost, side, score in prepared:
+            n = int(np.searchsorted(cost, b + 1e-12, side="right"))
+            xs, ys = score[:n][side[:n] == 0], score[:n][side[:n] == 1]
+            if len(xs) >= 5 and len(ys) >= 5:
+                flags += mannwhitneyu(xs, ys, alternative="greater").pvalue < alpha
+        return flags / len(prepared)
+
+    seen: dict[float, float] = {}
+    lo, hi = 0, len(grid) - 1
+    seen[float(grid[hi])] = rate(float(grid[hi]))
+    if seen[float(grid[hi])] < target:
+        return math.inf, seen
+    while lo < hi:
+        mid = (lo + hi) // 2
+        seen[float(grid[mid])] = rate(float(grid[mid]))
+        if seen[float(grid[mid])] >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(grid[hi]), seen
+
+
+def sequential_spend(orders, rows, design) -> tuple[np.ndarray, np.ndarray]:
+    """Per order: the spend when the e-process crossed (inf if it never did) and when it stopped."""
+    from blackbox_audit.methods.contamination_sequential import SequentialRankTest
+
+    cross, stop = [], []
+    for order in orders:
+        test = SequentialRankTest(design)
+        spent = 0.0
+        for s, i in order:
+            spent += rows[i]["usd"]
+            if test.add(s, rows[i]["score"]) != "continue":
+                break
+        cross.append(spent if test.state == "contaminated" else math.inf)
+        stop.append(spent)
+    return np.asarray(cross), np.asarray(stop)
+
+
+def auc(pos: list[float], neg: list[float]) -> float:
+    from blackbox_audit.metrics import membership_metrics
+
+    return float(membership_metrics(np.asarray(pos + neg), np.asarray([1] * len(pos) + [0] * len(neg)))["auc"])
+
+
+def clean_flags(pool_ids: list[str], rows, n_side: int, redraws: int, design, seed: int) -> tuple[float, float, float]:
+    """Flag rate (and SE) of the sequential test over redraws of a clean pool; median items bought."""
+    from blackbox_audit.methods.contamination import interleave
+    from blackbox_audit.methods.contamination_sequential import SequentialRankTest
+
+    flags, bought = 0, []
+    for r in range(redraws):
+        rng = np.random.default_rng([seed, 99, r])
+        perm = [pool_ids[i] for i in rng.permutation(len(pool_ids))]
+        bench, held = perm[:n_side], perm[n_side : 2 * n_side]
+        test = SequentialRankTest(design)
+        n = 0
+        for s, i in interleave(len(bench), len(held)):
+            n += 1
+            if test.add(s, rows[(bench, held)[s][i]]["score"]) != "continue":
+                break
+        flags += test.state == "contaminated"
+        bought.append(n)
+    rate = flags / redraws
+    se = math.sqrt(max(rate * (1 - rate), design.alpha * (1 - design.alpha)) / redraws)
+    return rate, se, float(np.median(bought))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--canary", choices=("tiny", "smollm2"), default="tiny")
+    p.add_argument("--plans", default=DEFAULT_PLANS, help="comma-separated plan keys (score or score@positions)")
+    p.add_argument("--clean-plans", help="plans run on the clean model (default: every plan)")
+    p.add_argument("--orders", type=int, default=200, help="seeded buying orders (default 200)")
+    p.add_argument("--redraws", type=int, default=50, help="clean-model redraws (>= 20; default 50)")
+    p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--epochs", type=int, help=f"canary epochs (default: tiny {TINY_EPOCHS}, smollm2 its default)")
+    p.add_argument("--price-as", default="gpt-4o-mini")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cache-dir", help="canary cache (default $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
+    p.add_argument(
+        "--work", help="per-item tables and the request cache (default: a folder per canary in the temp dir)"
+    )
+    p.add_argument("--write-calibration", action="store_true", help="write planning/plan_calibration.json")
+    p.add_argument("--calibration-plans", default=CALIBRATION_PLANS, help="the plans written to the calibration")
+    p.add_argument(
+        "--loss-real",
+        type=int,
+        default=6,
+        help="items recovered through the emulator under loss (the rest from white-box truth, module doc); "
+        "a number >= the items audited recovers all of them (slow: ~7 requests per answer token)",
+    )
+    p.add_argument(
+        "--check-real",
+        type=int,
+        default=4,
+        help="items scored for real through the emulator under each top-n plan, to check its modelled rows",
+    )
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--emulator",
+        action="append",
+        default=[],
+        metavar="SPEC=URL",
+        help="score SPEC (hf:DIR of the canary, or smollm2) on an emulator already serving it at URL "
+        f"(`blackbox-audit emulate --backend SPEC --model {PRICE_MODEL}`): a second process, a second core",
+    )
+    a = p.parse_args(argv)
+    for pair in a.emulator:
+        spec_, _, url_ = pair.partition("=")
+        EMULATOR_URLS[spec_] = url_.rstrip("/")
+    if a.redraws < 20:
+        p.error("--redraws must be at least 20")
+    import torch
+
+    torch.set_num_threads(a.threads)
+    from blackbox_audit.engine import PricingTable
+    from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
+    from blackbox_audit.planning.score_plans import ScorePlan
+
+    command = ".venv/bin/python bench/power_per_dollar.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    print(f"$ {command}")
+    plans = [ScorePlan.from_key(k) for k in a.plans.split(",")]
+    if plans[0].key != "loss":
+        plans.insert(0, ScorePlan("loss"))
+    clean_keys = a.clean_plans.split(",") if a.clean_plans else [pl.key for pl in plans]
+    work = Path(a.work or Path(tempfile.gettempdir()) / f"power_per_dollar-{a.canary}")
+    work.mkdir(parents=True, exist_ok=True)
+    price = PricingTable.load().get(a.price_as)
+    if price is None:
+        raise SystemExit(f"no bundled price for {a.price_as}")
+    (work / "pricing.json").write_text(
+        json.dumps(
+            {
+                "models": {
+                    PRICE_MODEL: {
+                        "prompt": price.prompt,
+                        "cached_prompt": price.cached_prompt,
+                        "completion": price.completion,
+                    }
+                }
+            }
+        )
+    )
+    opts, canary, members, never, spec, clean_spec, tokenizer = canary_setup(a.canary, a.cache_dir, a.epochs)
+    key = opts.key()
+    scorer = Scorer(work / f"items-{key}.json")
+    if a.canary == "tiny":
+        audited = members + never[: len(members)]  # the benchmark and the held-out side (the canary's non-members)
+        clean_pool = never[: 2 * len(members)]  # 400 never-trained items, redrawn into two sides of 200
+    else:
+        audited = members + never
+        clean_pool = members + never
+    extra = [it for it in clean_pool if it.id not in {x.id for x in audited}]
+    truth = truth_pass(spec, tokenizer, audited + extra, work / f"truth-{key}.npz")
+    pool = audited + extra
+    # full recovery: modelled from the truth, its cost model checked on items recovered for real
+    pick = [audited[i] for i in np.random.default_rng([a.seed, 5]).permutation(len(audited))]
+    real = [it for it in audited if f"loss|{it.id}" in scorer.rows]
+    real += [it for it in pick if it not in real][: max(0, a.loss_real - len(real))]
+    real_loss = serve_and_score(spec, tokenizer, real, [ScorePlan("loss")], scorer, work, "canary")["loss"]
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    checks: dict[str, dict[str, Any]] = {}
+    for pl in plans:
+        if pl.score == "loss":
+            rows[pl.key], chk = full_recovery_rows(truth, pool, real_loss, price, pl)
+            if pl.key == "loss":
+                checks[pl.key] = chk
+        else:
+            rows[pl.key] = cheap_rows(truth, pool, pl, price)
+    # the top-n plans' modelled scores and costs checked on a few items scored for real
+    sample = pick[: a.check_real]
+    for pl in plans:
+        if pl.key != "loss" and a.check_real > 0:
+            got = serve_and_score(spec, tokenizer, sample, [pl], scorer, work, "check")[pl.key]
+            checks[pl.key] = _check(rows[pl.key], got, sample)
+    for k_, c in checks.items():
+        print(
+            f"modelled vs through the emulator, {k_}: {c['items']} items; USD modelled/billed "
+            f"{c['usd_modelled_over_billed']:.3f}, requests modelled/sent {c['requests_modelled_over_sent']:.3f}, "
+            f"max |score difference| {c['max_abs_score_diff']:.4f}"
+            + (
+                f"; {c['bisection_requests_per_miss']:.2f} bisection requests per position outside the top 20"
+                if "bisection_requests_per_miss" in c
+                else ""
+            )
+        )
+    loss_check = checks
+    clean_plans = [pl for pl in plans if pl.key in clean_keys]
+    clean_rows = None
+    if clean_spec is not None and clean_plans:
+        clean_truth = truth_pass(clean_spec, tokenizer, clean_pool, work / "truth-unmodified-smollm2.npz")
+        clean_rows = {
+            pl.key: cheap_rows(clean_truth, clean_pool, pl, price)
+            if pl.score != "loss"
+            else full_recovery_rows(clean_truth, clean_pool, real_loss, price, pl)[0]
+            for pl in clean_plans
+        }
+
+    design = Contamination(ContaminationConfig(alpha=a.alpha, score="loss")).design()
+    orders = orders_for(a.canary, members, never, a.orders, a.seed)
+    sides = "200 members (rate 100%)" if a.canary == "tiny" else "64 members + 64 never-trained (rate 50%)"
+    held_n = "200" if a.canary == "tiny" else "128"
+    print(
+        f"{a.canary}: benchmark {sides}, held-out {held_n} never-trained; {a.orders} seeded orders; alpha {a.alpha:g}; "
+        f"priced as {a.price_as}; sequential test: {design.to_json()['test'].split(':')[0]}, futility AUC "
+        f"{design.futility_auc:.2f} (beta {design.futility_beta:g})"
+    )
+    table = []
+    for pl in plans:
+        r = rows[pl.key]
+        ids = [it.id for it in audited]
+        usd = np.mean([r[i]["usd"] for i in ids])
+        req = np.mean([r[i]["requests"] for i in ids])
+        pos = sum(r[i]["positions"] for i in ids)
+        miss = sum(r[i].get("miss", r[i]["bisected"]) for i in ids) / pos if pos else 0.0
+        item_auc = auc([r[m.id]["score"] for m in members], [r[it.id]["score"] for it in audited if not it.member])
+        total = sum(r[i]["usd"] for _, i in orders[0])
+        grid = np.geomspace(max(usd / 4, 1e-7), total, 80)
+        b_fixed, _ = fixed_budget(orders, r, a.alpha, grid)
+        cross, stop = sequential_spend(orders, r, design)
+        b_seq = float(np.quantile(cross, 0.8)) if np.isfinite(cross).mean() >= 0.8 else math.inf
+        table.append(
+            {
+                "plan": pl.key,
+                "requests_per_item": float(req),
+                "usd_per_item": float(usd),
+                "miss_share": miss,
+                "item_auc": item_auc,
+                "budget80_fixed": b_fixed,
+                "budget80_sequential": b_seq,
+                "flagged_sequential": float(np.isfinite(cross).mean()),
+                "median_spend_sequential": float(np.median(stop)),
+                "spend_all_items": total,
+            }
+        )
+    base = table[0]["budget80_fixed"]
+    print(
+        f"{'plan':<24} {'req/item':>9} {'USD/item':>10} {'bisected':>8} {'AUC':>6} {'B80 fixed':>10} "
+        f"{'B80 seq':>10} {'seq flags':>9} {'median stop $':>13} {'ratio':>7}"
+    )
+    for t in table:
+        ratio = base / t["budget80_sequential"] if math.isfinite(t["budget80_sequential"]) else 0.0
+        t["ratio_vs_default_fixed"] = ratio
+        print(
+            f"{t['plan']:<24} {t['requests_per_item']:>9.1f} {t['usd_per_item']:>10.5f} {t['miss_share']:>8.1%} "
+            f"{t['item_auc']:>6.3f} {_usd(t['budget80_fixed']):>10} {_usd(t['budget80_sequential']):>10} "
+            f"{t['flagged_sequential']:>9.0%} {_usd(t['median_spend_sequential']):>13} {ratio:>7.1f}x"
+        )
+    print(
+        "B80: the budget at which the benchmark is flagged in >= 80% of orders (fixed: one rank test on the items "
+        "bought; seq: the sequential test with stopping and futility on); ratio: loss fixed-sample B80 / plan "
+        "sequential B80; every USD figure excludes the one-off probe"
+    )
+    clean = []
+    for pl in clean_plans:
+        src = rows[pl.key] if clean_rows is None else clean_rows[pl.key]
+        pool = [it.id for it in clean_pool]
+        n_side = 200 if a.canary == "tiny" else 128
+        rate, se, med = clean_flags(pool, src, n_side, a.redraws, design, a.seed)
+        ok = "yes" if rate <= a.alpha + 2 * se else "NO"
+        model = "canary, never-trained items" if a.canary == "tiny" else "unmodified SmolLM2"
+        print(
+            f"clean ({model}), {pl.key}: flagged {rate:.3f} ± {se:.3f} (SE) of {a.redraws} redraws of {n_side} + "
+            f"{n_side} from {len(pool)} items, sequential with futility; <= alpha + 2 SE: {ok}; median items bought "
+            f"{med:.0f}"
+        )
+        clean.append({"plan": pl.key, "flag_rate": rate, "se": se, "median_items": med, "redraws": a.redraws})
+    out = work / f"summary-{a.canary}.json"
+    out.write_text(json.dumps({"command": command, "plans": table, "clean": clean, "loss_check": loss_check}, indent=2))
+    print(f"summary: {out}")
+    if a.write_calibration:
+        write_calibration(table, a, canary, command)
+    return 0
+
+
+def _usd(x: float) -> str:
+    return "never" if not math.isfinite(x) else f"${x:.4f}"
+
+
+def write_calibration(table: list[dict[str, Any]], a: argparse.Namespace, canary: Any, command: str) -> None:
+    import datetime
+
+    from blackbox_audit.planning.score_plans import CALIBRATION_FILE
+    from blackbox_audit.results.provenance import git_revision
+
+    data = {
+        "_comment": "per-item AUC (members vs never-trained items) and cost of each contamination score plan, "
+        "measured by bench/power_per_dollar.py; read by planning/score_plans.py",
+        "source": {
+            "canary": f"GSM8K {a.canary} canary ({canary.card['sizes']}, epochs {canary.card.get('epochs')}, "
+            f"build {canary.card.get('build_id')})",
+            "profile": "openai-chat",
+            "price_as": a.price_as,
+            "command": command,
+            "git_revision": git_revision(),
+            "date": datetime.date.today().isoformat(),
+        },
+        "plans": {
+            t["plan"]: {
+                "item_auc": round(t["item_auc"], 4),
+                "miss_share": round(t["miss_share"], 4),
+                "requests_per_item": round(t["requests_per_item"], 2),
+                "usd_per_item": round(t["usd_per_item"], 7),
+            }
+            for t in table
+            if t["plan"] in a.calibration_plans.split(",")
+        },
+    }
+    CALIBRATION_FILE.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    print(f"calibration written: {CALIBRATION_FILE}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""The contamination check's synthetic held-out side (``--heldout synthetic``, the default).
+
+Without known non-members, calibrated dataset inference (SPEC §5, ``blackbox_audit.di``) makes
+the held-out side: its generator is LoRA-fine-tuned on a random half of the benchmark's items
+(question + answer) and completes the answer of every other item from its question (``part
+output``; ``part whole``: the item's second half from its first half). Each real answer and its
+generated twin form a pair; the target scores both *given the question* (``mia_context =
+prefix``), and calibrated DI's test decides: does the target separate real from generated
+answers beyond what a text-only classifier sees (the generation shift)? ``contaminated`` when its
+p-value is below ``alpha``, else ``not detected``.
+
+What this side cannot give, and why: the rate with a CI and the FDR-controlled list compare
+each benchmark item with *non-members of the same distribution*. Generated answers are not
+that: they differ from real answers by the generation shift (the text classifier's AUC, in
+``di.json``), so a conformal p-value of a real item against generated ones would measure that
+shift as much as membership. The calibration that makes the set-level test valid works on the
+pairs as a whole (a classifier and its heads), not per item. Both are left out, with that
+reason in the verdict; ``--heldout FILE`` with known non-members gives them.
+
+Everything local is cached by content (``di/`` under the cache folder: the generator's adapter,
+the generated answers, the text classifiers), so a second target on the same benchmark (another
+API model) pays only for its own scores. The dry-run prices exactly those: the inference half's
+real answers and, as copies of them, their generated twins (same number of generator tokens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from blackbox_audit.benchmarks import Benchmark
+from blackbox_audit.methods.base import AuditInputs
+from blackbox_audit.planning import CostItem, CostPlan
+from blackbox_audit.results import MethodResult, Verdict
+
+#: Generated answers are cut to this many generator tokens (the text classifier reads 64 anyway;
+#: shorter answers keep generation and the target's scoring cheap).
+MAX_ANSWER_TOKENS = 64
+NO_RATE_REASON = (
+    "no contamination rate and no flagged list with a synthetic held-out side: both compare each item with "
+    "non-members of the benchmark's own distribution, and generated answers differ from real ones by the "
+    "generation shift, which the calibration removes only for the set-level test; pass --heldout FILE with "
+    "known non-members for them"
+)
+
+
+def synthetic_items(bench: Benchmark, part: str) -> list[tuple[str, str, str]]:
+    """``(id, prefix, suffix)`` per item: question and answer (``output``), else the item's two halves
+    split at the whitespace nearest its middle (``whole``)."""
+    items = []
+    for sid, prompt, output, text in zip(bench.ids, bench.prompts, bench.outputs, bench.texts, strict=True):
+        if part == "output" and prompt:
+            items.append((sid, prompt, output))
+            continue
+        mid = len(text) // 2
+        cut = min((i for i, ch in enumerate(text) if ch.isspace()), key=lambda i: abs(i - mid), default=mid)
+        items.append((sid, text[:cut], text[cut:]))
+    return items
+
+
+def calibrated_options(config: Any) -> Any:
+    """Calibrated DI's defaults (``CalibratedDIConfig``) for benchmark items: the contamination
+    check's alpha and seed, the target's MIA scores read after the question, answers cut to
+    ``MAX_ANSWER_TOKENS`` generator tokens."""
+    from blackbox_audit.methods.di import CalibratedDIConfig
+
+    opts = CalibratedDIConfig(
+        alpha=config.alpha, seed=config.seed, bounded=config.bounded, generator=config.generator
+    ).options()
+    return replace(opts, mia_context="prefix", max_suffix_tokens=MAX_ANSWER_TOKENS)
+
+
+def plan_synthetic(bench: Benchmark, config: Any, part: str) -> CostPlan:
+    """The dry-run of the synthetic side: the target scores the inference half's real answers and
+    their generated twins (priced as copies: same generator tokens), given the question."""
+    from blackbox_audit.di.calibrated import _check_sizes, inference_items
+    from blackbox_audit.di.generator import LocalGenerator
+    from blackbox_audit.scores.output import plan_output_calls
+
+    opts = calibrated_options(config)
+    items = synthetic_items(bench, part)
+    _check_sizes(len(items), opts, "benchmark items")
+    gen = LocalGenerator(opts.generator.model, progress=False)
+    train, infer = inference_items(items, opts, gen)
+    prefixes = [p.prefix for p in infer]
+    suffixes = [p.suffix for p in infer]
+    calls = plan_output_calls(prefixes + prefixes, suffixes + suffixes)
+    notes = [
+        f"synthetic held-out side (calibrated DI): {len(train)} items fine-tune the generator locally, {len(infer)} "
+        "real answers and their generated twins are scored, each given its question",
+        f"answers cut to {MAX_ANSWER_TOKENS} generator tokens; generated answers are priced as copies of the real ones",
+        "a second target on the same benchmark reuses the generator, its answers and the classifiers from the cache",
+    ]
+    item = CostItem("generator fine-tune, generation and text classifiers (local model, no API cost)", usd=(0.0, 0.0))
+    return CostPlan(calls=calls, items=[item], notes=notes)
+
+
+def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str) -> MethodResult:
+    """The check with the synthetic held-out side: calibrated DI on question/answer pairs (module doc)."""
+    from blackbox_audit.di import ArtifactStore, calibrated_di
+    from blackbox_audit.engine.budget import BudgetExceeded
+
+    cfg = method.config
+    opts = calibrated_options(cfg)
+    items = synthetic_items(bench, part)
+    store = ArtifactStore(None if inputs.no_cache else _di_dir(inputs.cache_dir))
+    stopped = None
+    try:
+        res = calibrated_di(inputs.target, items=items, options=opts, store=store, progress=inputs.progress)
+    except BudgetExceeded as exc:
+        res, stopped = None, exc.problem
+    finally:
+        store.close()
+    provenance: dict[str, Any] = {
+        "contamination": {
+            "benchmark": bench.describe(),
+            "heldout": {"kind": "synthetic", "by": "calibrated dataset inference (Zhao et al. 2025)"},
+            "part": part,
+            "score": cfg.score,
+        }
+    }
+    if res is None:
+        verdict = Verdict(
+            decision="inconclusive",
+            statement=f"stopped at the budget cap before the synthetic-side test could run ({stopped}): its test "
+            "needs every pair scored; answers so far are cached: re-run with a larger cap or fewer --items (the "
+            "dry-run prices both)",
+            alpha=cfg.alpha,
+            details={"heldout": "synthetic", "stopped": stopped},
+        )
+        return method.new_result(verdict=verdict, provenance=provenance, warnings=[verdict.statement])
+    body = res.to_json()
+    n = len(res.heldout.pairs)
+    flagged = res.flagged
+    decision = "contaminated" if flagged else "not detected"
+    statement = (
+        f"{bench.name}: the target {'separates' if flagged else 'does not separate'} real answers from answers "
+        f"generated for the same questions beyond the generation shift (held-out side: SYNTHETIC, calibrated DI; "
+        f"{res.options.combine} p = {res.p_value:.3g}, level {cfg.alpha:g}; {n} pairs)"
+    )
+    statement += "" if flagged else "; this is not evidence that the benchmark is clean"
+    verdict = Verdict(
+        decision=decision,
+        statement=statement,
+        alpha=cfg.alpha,
+        p_value=res.p_value,
+        estimate={"auc_text": body["auc_text"], "auc_comb": body["auc_comb"], "rate": None, "n_flagged": None},
+        details={
+            "heldout": "synthetic",
+            "dataset_test": {
+                "test": "calibrated DI: paired one-sided t-test of d_comb > d_text per seed, combined "
+                f"({body['combination']})",
+                "p_value": res.p_value,
+                "p_values": [s["p_value"] for s in res.per_seed],
+                "flagged": flagged,
+                "n_pairs": n,
+            },
+            "rate": None,
+            "flagged_list": None,
+            "why_no_rate": NO_RATE_REASON,
+            "shift_check": {
+                k: res.shift.get(k) for k in ("bow_auc", "classifier_auc", "auc_se_if_no_shift", "self_baseline")
+            },
+            "part": part,
+            "mia_features": res.features,
+        },
+    )
+    pairs = res.heldout.pairs
+    real_ids = [p.seq_id for p in pairs]
+    summary = [
+        f"held-out side: SYNTHETIC (calibrated DI): {len(items) - n} items fine-tuned the generator, {n} real answers "
+        "were paired with generated ones and scored given their question",
+        f"dataset-level test: {res.options.combine} p = {res.p_value:.3g} over {len(res.per_seed)} seeds -> "
+        f"{'FLAGGED' if flagged else 'not flagged'} at {cfg.alpha:g} (AUC_text {body['auc_text']:.3f}, "
+        f"AUC_comb {body['auc_comb']:.3f})",
+        f"generator shift check: bag-of-words AUC {res.shift['bow_auc']:.3f}, text classifier AUC "
+        f"{res.shift['classifier_auc']:.3f}",
+        f"rate and flagged list: not computed ({NO_RATE_REASON})",
+    ]
+    heldout_rows = [
+        {"id": f"{p.seq_id}/generated", **{name: float(v) for name, v in zip(res.features, row, strict=True)}}
+        for p, row in zip(pairs, res.heldout_scores, strict=True)
+    ]
+    pair_rows = [
+        {"id": p.seq_id, "question": p.prefix, "real_answer": p.suffix, "generated_answer": g}
+        for p, g in zip(pairs, res.heldout.generated, strict=True)
+    ]
+    labels = None
+    if bench.labels is not None:
+        by_id = dict(zip(bench.ids, bench.labels, strict=True))
+        labels = [by_id[i] for i in real_ids]
+    provenance["contamination"]["heldout"] |= {
+        "generator": res.heldout.info["generator"],
+        "adapter_id": res.heldout.info["adapter"]["key"],
+        "generation_id": res.heldout.info["generation"]["key"],
+        "pairs": n,
+    }
+    return method.new_result(
+        ids=real_ids,
+        labels=labels,
+        scores={name: res.suspect_scores[:, j] for j, name in enumerate(res.features)},
+        fields={"side": ["benchmark"] * n},
+        verdict=verdict,
+        extras={"heldout.jsonl": heldout_rows, "pairs.jsonl": pair_rows, "di.json": body},
+        provenance=provenance,
+        summary=summary,
+        warnings=res.warnings,
+    )
+
+
+def _di_dir(cache_dir: Any) -> Path:
+    from blackbox_audit.engine.cache import default_cache_dir
+
+    return Path(cache_dir or default_cache_dir()) / "di"

@@ -1,0 +1,139 @@
+"""The contamination check's synthetic held-out side (calibrated DI on question/answer pairs), on
+tiny local models: items, the result and its files, the cache that spares a second target every
+local step, the dry-run's plan, and the CLI's default. Power and validity on real models are
+measured in ``bench/contamination_eval.py --heldout synthetic`` (figures in the README)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from blackbox_audit.benchmarks import build_benchmark, load_gsm8k
+from blackbox_audit.methods import AuditInputs
+from blackbox_audit.methods import contamination_heldout as ch
+from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
+from blackbox_audit.results import read_result, write_result
+
+pytest.importorskip("peft")
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from blackbox_audit.sim.tiny_models import build_tiny_llama, sample_texts
+
+    return build_tiny_llama(tmp_path_factory.mktemp("gen"), sample_texts(160))
+
+
+@pytest.fixture()
+def small(monkeypatch):
+    """Calibrated DI's options at test size (the method's own choices stay: answers given questions)."""
+    from blackbox_audit.di import GeneratorConfig, TextClassifierConfig
+
+    real = ch.calibrated_options
+
+    def small_options(config):
+        opts = real(config)
+        return dataclasses.replace(
+            opts,
+            seeds=2,
+            generator=GeneratorConfig(model=config.generator, epochs=1, top_layers=2, gen_batch_size=16),
+            classifier=TextClassifierConfig(n_embd=16, n_head=2, epochs=2),
+            features=("loss", "min_k:k=0.2"),
+        )
+
+    monkeypatch.setattr(ch, "calibrated_options", small_options)
+
+
+def gsm8k_items(n: int):
+    return load_gsm8k().subset(list(range(n)))
+
+
+def test_items_are_question_and_answer_or_two_halves() -> None:
+    bench = gsm8k_items(3)
+    out = ch.synthetic_items(bench, "output")
+    assert [(i, p, s) for i, p, s in out] == list(zip(bench.ids, bench.prompts, bench.outputs, strict=True))
+    whole = ch.synthetic_items(bench, "whole")
+    for (_, p, s), text in zip(whole, bench.texts, strict=True):
+        assert p + s == text and abs(len(p) - len(text) / 2) < 20 and s[:1].isspace()
+
+
+def test_synthetic_side_runs_writes_and_spares_a_second_target(
+    tiny_llama_dir, tiny_target, small, tmp_path: Path, monkeypatch
+) -> None:
+    from blackbox_audit.cache import CachedTarget
+    from blackbox_audit.engine.cache import open_cache
+
+    bench = gsm8k_items(62)
+    method = Contamination(ContaminationConfig(heldout="synthetic", generator=f"hf:{tiny_llama_dir}"))
+    assert method.needs().sets == ()  # no held-out file needed
+    cache = open_cache(tmp_path / "cache")
+    target = CachedTarget(tiny_target, cache)
+    inputs = AuditInputs(data=bench, target=target, cache_dir=tmp_path, progress=False)
+    res = method.run(inputs)
+    v = res.verdict
+    assert v.decision in ("contaminated", "not detected") and 0 <= v.p_value <= 1
+    assert v.details["heldout"] == "synthetic" and v.details["rate"] is None and v.details["flagged_list"] is None
+    assert "SYNTHETIC" in v.statement and "generation shift" in v.details["why_no_rate"]
+    n = v.details["dataset_test"]["n_pairs"]
+    assert n == 31 == len(res.ids) == len(res.extras["heldout.jsonl"]) == len(res.extras["pairs.jsonl"])
+    assert res.extras["di.json"]["mia_text"].startswith("suffix given its prefix")  # answers scored after questions
+    pair = res.extras["pairs.jsonl"][0]
+    assert pair["question"].startswith("Question:") and pair["generated_answer"]
+    paths = write_result(res, tmp_path / "out")
+    assert {p.name for p in paths} >= {"verdict.json", "heldout.jsonl", "pairs.jsonl", "di.json", "run.json"}
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert '"kind": "synthetic"' in json.dumps(run)
+    assert read_result(tmp_path / "out").verdict.p_value == v.p_value
+    # a second target: the generator, its answers and the classifiers come from the cache
+    from blackbox_audit.di import LocalGenerator
+    from blackbox_audit.di import calibrated as cal
+
+    monkeypatch.setattr(LocalGenerator, "_train", lambda *a, **k: pytest.fail("generator retrained"))
+    monkeypatch.setattr(LocalGenerator, "_generate_batches", lambda *a, **k: pytest.fail("answers regenerated"))
+    monkeypatch.setattr(cal, "train_and_predict", lambda *a, **k: pytest.fail("classifier retrained"))
+    again = method.run(AuditInputs(data=bench, target=target, cache_dir=tmp_path, progress=False))
+    assert again.verdict.p_value == v.p_value
+    cache.close()
+
+
+def test_plan_prices_the_scored_pairs_only(tiny_llama_dir, small) -> None:
+    bench = gsm8k_items(62)
+    method = Contamination(ContaminationConfig(heldout="synthetic", generator=f"hf:{tiny_llama_dir}"))
+    plan = method.plan(AuditInputs(data=bench))
+    assert len(plan.calls) == 2 * 31  # 31 items train the generator; 31 real answers + 31 generated twins
+    half = len(plan.calls) // 2
+    assert [c.texts for c in plan.calls[:half]] == [c.texts for c in plan.calls[half:]]  # twins priced as copies
+    assert all(c.kind == "conditional" and c.prefix.startswith("Question:") for c in plan.calls)
+    assert any("fine-tune the generator" in n for n in plan.notes)
+
+
+def test_file_benchmark_without_heldout_runs_through_the_cli(
+    tiny_llama_dir, tiny_lm_dir, small, tmp_path: Path, capsys
+) -> None:
+    from blackbox_audit.cli import main
+
+    rows = [{"question": f"How many {i} cats are in {i + 3} boxes?", "answer": f"{i} cats, so {2 * i} ears."}
+            for i in range(64)]  # fmt: skip
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["contamination", "--benchmark", str(tmp_path / "b.jsonl"), "--target", f"hf:{tiny_lm_dir}"]
+    args += ["--generator", f"hf:{tiny_llama_dir}", "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]
+    assert main(args + ["--dry-run"]) == 0
+    assert "held-out side SYNTHETIC" in capsys.readouterr().out
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "held-out side: SYNTHETIC" in out and "rate and flagged list: not computed" in out
+    verdict = json.loads((tmp_path / "o" / "verdict.json").read_text())
+    assert verdict["details"]["heldout"] == "synthetic"
+
+
+def test_items_too_few_for_the_splits_are_one_clear_error(tiny_llama_dir, tiny_target, small) -> None:
+    from blackbox_audit.errors import UserError
+
+    bench = build_benchmark("tiny", [(str(i), {"question": "q?", "answer": "four more words here"}, None)
+                                     for i in range(8)], load_gsm8k().fmt)  # fmt: skip
+    method = Contamination(ContaminationConfig(heldout="synthetic", generator=f"hf:{tiny_llama_dir}"))
+    with pytest.raises(UserError, match="below the minimum"):
+        method.plan(AuditInputs(data=bench))

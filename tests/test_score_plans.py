@@ -1,0 +1,101 @@
+"""Choosing the contamination check's score plan by power per dollar (``planning.score_plans``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from blackbox_audit.planning.contamination import ItemCost
+from blackbox_audit.planning.power import SEQUENTIAL_ITEM_FACTOR, detectable_rate, sequential_detectable_rate
+from blackbox_audit.planning.score_plans import (
+    ASSUMED_LOSS_AUC,
+    CALIBRATION_FILE,
+    DEFAULT_PLAN,
+    Calibration,
+    ScorePlan,
+    candidate_plans,
+    choose,
+    forced,
+    load_calibration,
+    plan_row,
+)
+
+CHEAP = ScorePlan("loss_cens", "random16")
+
+
+def items(n: int, usd: tuple[float, float], requests: tuple[int, int] = (10, 10)) -> list[ItemCost]:
+    """``n`` items per side, interleaved, each costing ``usd``."""
+    return [
+        ItemCost(
+            side=k % 2, tokens=100, prompt_tokens=50, positions=50, requests=requests, billed_prompt=(0, 0), usd=usd
+        )
+        for k in range(2 * n)
+    ]
+
+
+def calibration(**aucs: float) -> Calibration:
+    plans = {k.replace("__", "@"): {"item_auc": v, "miss_share": 0.5} for k, v in aucs.items()}
+    return Calibration(plans=plans, source={"canary": "toy canary", "profile": "openai-chat", "date": "today"})
+
+
+def test_keys_round_trip_and_candidates_are_the_default_then_the_calibrated_plans() -> None:
+    assert ScorePlan.from_key("loss_cens@random16") == CHEAP and CHEAP.key == "loss_cens@random16"
+    assert ScorePlan.from_key("loss") == DEFAULT_PLAN == ScorePlan("loss", "all").__class__("loss")
+    cal = calibration(loss=0.9, loss_cens__random16=0.8)
+    assert candidate_plans(cal) == [DEFAULT_PLAN, CHEAP] and candidate_plans(None) == [DEFAULT_PLAN]
+
+
+def test_a_range_is_placed_by_the_measured_miss_share_and_the_budget_counts_items() -> None:
+    cal = calibration(loss=0.9)
+    row = plan_row(DEFAULT_PLAN, items(100, (0.001, 0.011)), alpha=0.05, budget_usd=0.6, probe_usd=0.0, calibration=cal)
+    assert row.usd == pytest.approx(0.006) and row.miss_share == 0.5 and row.usd_range == pytest.approx((0.001, 0.011))
+    assert row.items == (50, 50)  # $0.6 at $0.006 an item, interleaved
+    assert row.detectable == pytest.approx(detectable_rate(50, 50, 0.05, 0.9))
+    assert row.detectable_sequential == pytest.approx(
+        detectable_rate(int(50 / SEQUENTIAL_ITEM_FACTOR), int(50 / SEQUENTIAL_ITEM_FACTOR), 0.05, 0.9)
+    )
+    assert row.per_dollar == pytest.approx(0.4**2 / 0.006) and "toy canary" in row.auc_source
+    unpriced = plan_row(
+        DEFAULT_PLAN, items(100, (0.001, 0.011)), alpha=0.05, budget_usd=None, probe_usd=0.0, calibration=None
+    )
+    assert unpriced.items == (100, 100) and unpriced.item_auc == ASSUMED_LOSS_AUC and "assumed" in unpriced.auc_source
+    assert sequential_detectable_rate(1, 1, 0.05, 0.9) == math.inf
+
+
+def test_the_plan_with_most_power_per_dollar_wins_and_score_overrides_it() -> None:
+    cal = calibration(loss=0.9, loss_cens__random16=0.8)
+    full = items(500, (0.002, 0.03))  # full recovery: 16 USD-cents ...
+    cheap = items(500, (0.0005, 0.0005))
+    kw = {"alpha": 0.05, "probe_usd": 0.0, "calibration": cal}
+    for budget in (None, 1.0):
+        rows = [plan_row(DEFAULT_PLAN, full, budget_usd=budget, **kw), plan_row(CHEAP, cheap, budget_usd=budget, **kw)]
+        # (0.4^2 / 0.016) = 10 vs (0.3^2 / 0.0005) = 180: the cheap plan
+        got = choose(rows, budget_usd=budget, calibration=cal)
+        assert got.chosen.plan == CHEAP and not got.forced
+        assert ("budget" in got.rule) == (budget is not None)
+        text = "\n".join(got.format())
+        assert "* loss_cens@random16" in text and "chosen plan: loss_cens@random16" in text and "toy canary" in text
+        mine = forced(rows, DEFAULT_PLAN, budget_usd=budget, calibration=cal)
+        assert mine.chosen.plan == DEFAULT_PLAN and mine.forced and mine.to_json()["forced_by_user"]
+    # a budget that buys every item of both plans: the more powerful one within it wins
+    rows = [plan_row(p, it, budget_usd=1000.0, **kw) for p, it in ((DEFAULT_PLAN, full), (CHEAP, cheap))]
+    assert choose(rows, budget_usd=1000.0, calibration=cal).chosen.plan == DEFAULT_PLAN
+    record = choose(rows, budget_usd=1000.0, calibration=cal).to_json()
+    assert record["chosen"] == "loss" and len(record["candidates"]) == 2 and record["calibration"]["canary"]
+
+
+def test_shipped_calibration_has_its_provenance(tmp_path: Path) -> None:
+    cal = load_calibration()
+    if cal is None:
+        pytest.skip("no calibration shipped yet (bench/power_per_dollar.py --write-calibration writes it)")
+    assert Path(cal.path) == CALIBRATION_FILE
+    for key in ("canary", "profile", "command", "git_revision", "date", "price_as"):
+        assert cal.source.get(key), key
+    for key, row in cal.plans.items():
+        assert 0.5 <= row["item_auc"] <= 1.0 and ScorePlan.from_key(key).key == key
+    other = tmp_path / "cal.json"
+    other.write_text(json.dumps({"plans": {"loss": {"item_auc": 0.7}}, "source": {"canary": "x"}}))
+    assert load_calibration(other).auc(DEFAULT_PLAN) == 0.7
