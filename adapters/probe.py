@@ -120,7 +120,7 @@ def cached_probe_report(
     public_url = split_url_credentials(base_url)[0].rstrip("/")
     hit = read_checked(cache, probe_cache_key(public_url, model, table, api, system, template, sampling))
     source = "the cached probe of this target"
-    if hit is None or hit.get("semantics") is None:
+    if hit is None:  # this target's own verdict (a "no usable logprobs" one too) wins over another table's
         endpoint = endpoint_key(public_url, model, api, system, template, sampling)
         other = read_checked(cache, "probe-endpoint:" + endpoint)
         if other is not None and other.get("semantics") is not None:

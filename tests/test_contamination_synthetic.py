@@ -137,3 +137,14 @@ def test_items_too_few_for_the_splits_are_one_clear_error(tiny_llama_dir, tiny_t
     method = Contamination(ContaminationConfig(heldout="synthetic", generator=f"hf:{tiny_llama_dir}"))
     with pytest.raises(UserError, match="below the minimum"):
         method.plan(AuditInputs(data=bench))
+
+
+def test_the_synthetic_side_refuses_a_score_it_would_ignore() -> None:
+    """Calibrated DI reads the synthetic side with its own features: a --score or --positions there
+    would be ignored (and the dry-run printed it as if used), so it is one clear error instead."""
+    from blackbox_audit.errors import UserError
+
+    for extra in ({"score": "loss_cens"}, {"score": "loss", "positions": "random16"}):
+        with pytest.raises(UserError, match="synthetic held-out side is read by calibrated DI"):
+            ContaminationConfig(heldout="synthetic", **extra).validate()
+    ContaminationConfig(heldout="synthetic").validate()  # the default plan is fine

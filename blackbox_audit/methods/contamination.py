@@ -158,6 +158,12 @@ class ContaminationConfig(MethodConfig):
                 )
         elif self.score != AUTO:
             parse_specs([self.score])  # an unknown score fails here, before any work
+        if self.heldout == "synthetic" and not is_probe(self.score) and (self.score != AUTO or self.positions):
+            raise UserError(
+                "the synthetic held-out side is read by calibrated DI's own features, so --score and --positions "
+                "would be ignored",
+                "leave them out, or pass --heldout FILE (known non-members) to choose the score",
+            )
         if self.positions is not None:
             from blackbox_audit.reads import parse_positions
 
@@ -470,8 +476,8 @@ class Contamination(Method):
 
     def run(self, inputs: AuditInputs) -> MethodResult:
         self.check(inputs)
-        if self.config.score != AUTO:
-            return self._run(inputs)
+        if self.config.score != AUTO or self.config.heldout == "synthetic":
+            return self._run(inputs)  # the synthetic side is read by calibrated DI's own features: no plan
         # the plan is fixed here, before any scoring request: priced on the loaded target's view
         view, budget = run_view(inputs.target)
         choice = self.choose_plan(inputs, view, budget)
@@ -560,7 +566,16 @@ class Contamination(Method):
                 "benchmark's non-members, so the test, rate and list may measure that difference, not contamination"
             )
         test = rank_test(bv, hv, cfg.alpha)
-        share = member_share_lower_bound(bv, hv, confidence=cfg.confidence, population=len(bench), lam=cfg.lam)
+        # a sequential stop chose its sample size from the data: only the e-process's p-value is valid
+        # under that stopping, so the rate bound and the list read on the same items say so
+        stopped_note = {"valid_under_stopping": False} if seq is not None and seq.state != "continue" else {}
+        if stopped_note:
+            warnings.append(
+                "the purchase stopped once the verdict was settled: the p-value is the e-process's, valid under that "
+                "stopping; the rate bound and the flagged list are read on the items bought, whose number the data "
+                "chose, so their stated levels assume a fixed sample"
+            )
+        share = member_share_lower_bound(bv, hv, confidence=cfg.confidence, population=len(full_bench), lam=cfg.lam)
         rate_text = rate_statement(share)
         sel = select(bv, hv, cfg.alpha, lam=cfg.lam, method="subtraction")
         mask = sel.selected_mask()
@@ -590,8 +605,8 @@ class Contamination(Method):
             },
             details={
                 "dataset_test": outcome["details"],
-                "rate": share.to_json(),
-                "flagged_list": {**sel.summary(), "rule": "PTDI subtraction + Benjamini-Hochberg"},
+                "rate": {**share.to_json(), **stopped_note},
+                "flagged_list": {**sel.summary(), "rule": "PTDI subtraction + Benjamini-Hochberg", **stopped_note},
                 "pac_style": pac,
                 "power": power,
                 "premise": premise,

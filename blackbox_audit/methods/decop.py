@@ -217,9 +217,8 @@ class Decop(Method):
         return score_from_choices(choices, quiz_orders), rows, 0
 
     def run(self, inputs: AuditInputs) -> MethodResult:
-        from tqdm.auto import tqdm
-
         from blackbox_audit.adapters.base import continuation_of
+        from blackbox_audit.progress import progress_bar
 
         self.check(inputs)
         target = inputs.target
@@ -229,7 +228,7 @@ class Decop(Method):
         score, rate, unparsed, quizzes = [], [], [], []
         skipped = bounded = 0
         rows_in = list(zip(inputs.ids, inputs.texts, paras, strict=True))
-        for sid, text, p in tqdm(rows_in, desc="decop", unit="text", disable=not inputs.progress):
+        for sid, text, p in progress_bar(iterable=rows_in, desc="decop", unit="text", disable=not inputs.progress):
             if len(p) < k - 1:  # the generator never wrote enough usable paraphrases
                 skipped += 1
                 qs = QuizScore(np.nan, np.nan, 0, 0)

@@ -125,7 +125,7 @@ def generate_paraphrases(
     Texts still short of paraphrases are asked together, round after round (round ``r`` samples with
     seed ``settings.seed + r``), grouped by reply length (``max_new_tokens`` rounded up to a multiple
     of ``LENGTH_STEP``), so a local model decodes them in batches."""
-    from tqdm.auto import tqdm
+    from blackbox_audit.progress import progress_bar
 
     fp = generator.fingerprint()
     paths = [None if store is None else store / f"{_key(fp, settings, t, need)}.json" for t in texts]
@@ -142,7 +142,7 @@ def generate_paraphrases(
         for i in todo
     }
     rounds = need * MAX_TRIES_PER_PARAPHRASE
-    bar = tqdm(total=len(todo) * need, desc="paraphrasing", unit="paraphrase", disable=not progress or not todo)
+    bar = progress_bar(total=len(todo) * need, desc="paraphrasing", unit="paraphrase", disable=not progress or not todo)
     try:
         for r in range(rounds):
             pending = [i for i in todo if len(kept[i]) < need]
