@@ -84,12 +84,13 @@ def _resolve_device(device: str | None) -> str:
     return str(device)
 
 
-def kv_cache_of(out: Any) -> tuple[Any, str]:
+def kv_cache_of(out: Any, model: Any) -> tuple[Any, str]:
     """A forward pass's KV cache and the keyword that passes it back: transformers 5.2x calls it
-    ``cache`` and warns (FutureWarning) at every use of the older ``past_key_values``."""
-    if "cache" in out:
-        return out["cache"], "cache"
-    return out["past_key_values"], "past_key_values"
+    ``cache`` and warns (FutureWarning) at every use of the older ``past_key_values``. The keyword
+    follows the model's ``forward`` (GPT-2's output still names it ``past_key_values``)."""
+    from .hf_decode import _cache_kwarg, _cache_of
+
+    return _cache_of(out), _cache_kwarg(model)
 
 
 def _shared_prefix_cache(prefix_cache: Any, batch: int) -> Any:
@@ -435,7 +436,7 @@ class HFTarget(ChatScoring, Target):
         with torch.inference_mode():
             out = self.model(input_ids=torch.tensor([p_ids], device=self.device), use_cache=True, **self._last_logit)
         first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # predicts each text's 1st token
-        prefix_cache, cache_kw = kv_cache_of(out)
+        prefix_cache, cache_kw = kv_cache_of(out, self.model)
         results: list[Any] = [first[s[0]].reshape(1).double().cpu().numpy() for s in t_ids]
         # A text's last token predicts nothing, so only s[:-1] is fed (one-token texts need no forward).
         todo = [i for i, s in enumerate(t_ids) if len(s) > 1]

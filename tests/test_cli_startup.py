@@ -97,6 +97,7 @@ def test_threads_come_from_the_flag_then_omp_num_threads_then_the_cpus(monkeypat
     from blackbox_audit import threads
 
     monkeypatch.setattr(threads, "available_cpus", lambda: (3, "3 in its CPU affinity"))
+    monkeypatch.setattr(threads, "_written", None)  # an earlier command in this process may have written the variable
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert threads.choose_threads(5) == threads.ThreadChoice(5, "--threads")
     assert threads.choose_threads(None) == threads.ThreadChoice(2, "OMP_NUM_THREADS")

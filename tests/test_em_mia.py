@@ -228,8 +228,11 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_cli_output_does_not_depend_on_labels(tiny_lm_dir, tmp_path: Path, capsys) -> None:
+def test_cli_output_does_not_depend_on_labels(tiny_lm_dir, tmp_path: Path, capsys, monkeypatch) -> None:
     from blackbox_audit.sim.tiny_models import sample_texts
+
+    # stderr is captured (not a terminal): bars print plain lines, here every update, so the count shows
+    monkeypatch.setenv("BLACKBOX_AUDIT_PROGRESS_S", "0")
 
     texts = [" ".join(t.split()[:10]) for t in sample_texts(6)]
     labelled = _write(tmp_path / "l.jsonl", [{"id": f"s{i}", "text": t, "label": i % 2} for i, t in enumerate(texts)])

@@ -147,7 +147,7 @@ def test_shared_prefix_cache_reads_the_prefix_without_writing_it(tiny_target):
     t = tiny_target
     p_ids = t.tokenize("Fellow citizens of the Senate")
     with torch.inference_mode():
-        prefix_cache = t.model(input_ids=torch.tensor([p_ids]), use_cache=True).past_key_values
+        prefix_cache, cache_kw = hf_mod.kv_cache_of(t.model(input_ids=torch.tensor([p_ids]), use_cache=True), t.model)
     before = [(layer.keys.clone(), layer.values.clone()) for layer in prefix_cache.layers]
     cache = hf_mod._shared_prefix_cache(prefix_cache, 3)
     assert all(v.keys.shape[0] == 3 and v.keys.stride(0) == 0 for v in cache.layers)
@@ -156,7 +156,7 @@ def test_shared_prefix_cache_reads_the_prefix_without_writing_it(tiny_target):
     mask = torch.ones((3, len(p_ids) + ids.shape[1]), dtype=torch.long)
     pos = (len(p_ids) + torch.arange(ids.shape[1]))[None].expand(3, -1)
     with torch.inference_mode():
-        t.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+        t.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{cache_kw: cache})
     assert cache.layers[0].keys.shape[-2] == len(p_ids) + ids.shape[1]  # the new cache grew ...
     for layer, (k, v) in zip(prefix_cache.layers, before, strict=True):  # ... the prefix cache did not
         assert torch.equal(layer.keys, k) and torch.equal(layer.values, v)
@@ -210,13 +210,17 @@ def test_conditional_fast_path_with_one_token_texts(tiny_target):
         assert [len(r) for r in fast] == [len(t.tokenize(x)) for x in texts]
 
 
-def test_long_prefix_is_truncated_with_warning(tiny_target):
+def test_long_prefix_is_truncated_with_warning(tiny_target, caplog):
+    """The truncation is logged once per message (issue 27: it was printed twice, as a Python
+    warning and a log line, once per batch)."""
     long_prefix = " ".join(sample_texts(60))
     assert len(tiny_target.tokenize(long_prefix)) > tiny_target.max_context
-    with pytest.warns(UserWarning, match="keeping only the last"):
+    tiny_target._said.clear()  # the session's target may have said it in an earlier test
+    with caplog.at_level("WARNING"):
         fast = tiny_target.conditional_logprobs(long_prefix, TEXTS[:3])
-    with pytest.warns(UserWarning, match="keeping only the last"):
         naive = tiny_target.conditional_logprobs_naive(long_prefix, TEXTS[:3])
+    said = [r.getMessage() for r in caplog.records if "keeping only the last" in r.getMessage()]
+    assert len(said) == 1, said
     assert_records_close(fast, naive)
     longest = max(len(tiny_target.tokenize(t)) for t in TEXTS[:3])
     assert len(fast[0].context_ids) == tiny_target.max_context - longest
