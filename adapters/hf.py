@@ -48,6 +48,7 @@ from .chat_templates import ChatConditioning, chat_conditioning
 from .hf_chat import ChatScoring
 from .hf_decode import Chooser, decode_rows, pick_token, row_generator
 from .hf_moments import full_moments, top_values
+from .hf_packing import PackedForward
 from .hf_weights import (
     converted_gguf_dir,
     file_sha256,
@@ -122,7 +123,7 @@ KV_PER_TEXT = 16
 
 
 # --------------------------------------------------------------------------- target
-class HFTarget(ChatScoring, Target):
+class HFTarget(PackedForward, ChatScoring, Target):
     """A transformers causal LM under audit (exact logprobs, full distribution, generation)."""
 
     def __init__(
@@ -555,7 +556,8 @@ class HFTarget(ChatScoring, Target):
         return logp[0].cpu().numpy().astype(np.float32, copy=False)
 
     def next_token_logprobs(self, contexts: Sequence[Sequence[int]]) -> np.ndarray:
-        """[B, V] float32; row b = log p(. | contexts[b]) (batched, padding-independent)."""
+        """[B, V] float32; row b = log p(. | contexts[b]) (batched, padding-independent; contexts
+        sharing long prefixes run packed, ``adapters/hf_packing.py``)."""
         contexts = [[int(i) for i in c] for c in contexts]
         for b, c in enumerate(contexts):
             if not c or len(c) > self.max_context:
@@ -563,10 +565,8 @@ class HFTarget(ChatScoring, Target):
                     f"context {b} has {len(c)} ids; 1..{self.max_context} are needed", "pass a shorter context"
                 )
         out = np.empty((len(contexts), self.vocab_size), dtype=np.float32)
-        for batch in self._batches([len(c) for c in contexts]):
-            logp, offsets = self._forward_logprobs([contexts[i] for i in batch])
-            for row, i in enumerate(batch):
-                out[i] = logp[row, offsets[row] + len(contexts[i]) - 1].cpu().numpy()
+        for idx, rows in self._last_rows(contexts, self._last_logprobs):  # shared prefixes packed
+            out[idx] = rows.cpu().numpy()
         return out
 
     # ---- generation

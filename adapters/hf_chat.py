@@ -3,7 +3,8 @@
 A chat API scores ``u_i`` as the first assistant token after a user turn holding ``u_<i``, not
 as a plain continuation (``adapters/chat_templates.py``). With ``chat`` set, an ``HFTarget``
 scores every position in that same rendered context instead: one context per position, so L-1
-contexts per text, batched and left-padded so only the last logit of each row is computed;
+contexts per text. They share all but their last few tokens, so they run packed by shared
+prefix (``adapters/hf_packing.py``); others batched and left-padded, last logit only;
 ``generate`` answers the rendered chat turn. The conditioning is part of the fingerprint;
 ``logprob_matrix``/``next_token_logprobs`` (the emulator's ground truth) stay raw.
 
@@ -103,8 +104,7 @@ class ChatScoring:
         moments = [np.empty((3, len(c)), dtype=np.float64) for c in chosen] if full_distribution else None
         tops = [np.full((len(c), top), np.nan) for c in chosen] if top else None
         with self._progress(len(jobs), "chat-conditioned logprobs", progress) as bar:
-            for batch in self._batches([len(c) for _, _, c in jobs]):
-                rows = self._last_logprobs([jobs[i][2] for i in batch])
+            for batch, rows in self._last_rows([c for _, _, c in jobs], self._last_logprobs):  # type: ignore[attr-defined]
                 tgt = torch.tensor(
                     [int(items[jobs[i][0]][1][int(chosen[jobs[i][0]][jobs[i][1]])]) for i in batch], device=rows.device
                 )

@@ -275,11 +275,11 @@ def truth_pass(spec: str, tokenizer: str, items: list[Item], path: Path) -> dict
         pre, ids = table.encode(it.prompt), table.encode(it.output)
         ctxs = [chat_prompt_ids(view.tokenize, cond.messages(table.decode(pre + ids[:j]))) for j in range(len(ids))]
         lp, top = [], []
-        for start in range(0, len(ctxs), 16):  # batched forward passes
-            mat = np.asarray(backend.next_token_logprobs(ctxs[start : start + 16]), dtype=np.float64)
-            for row, t in zip(mat, ids[start : start + 16], strict=True):
-                lp.append(float(row[t]))
-                top.append(-np.sort(-np.partition(row, -TOP_N)[-TOP_N:]))
+        # one call per item: its contexts share all but their last tokens and run packed (adapters/hf_packing.py)
+        mat = np.asarray(backend.next_token_logprobs(ctxs), dtype=np.float64)
+        for row, t in zip(mat, ids, strict=True):
+            lp.append(float(row[t]))
+            top.append(-np.sort(-np.partition(row, -TOP_N)[-TOP_N:]))
         rows[it.id] = {
             "lp": np.asarray(lp),
             "top": np.asarray(top, dtype=np.float64).reshape(len(lp), TOP_N),
