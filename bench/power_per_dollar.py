@@ -47,10 +47,18 @@ not fully independent draws.
 ``blackbox_audit/planning/plan_calibration.json`` (what the dry-run's plan choice reads), with
 the canary, profile, command and git revision.
 
+**Chat-trained SmolLM2 canary.** Read through the chat API, the SmolLM2 canary's members show
+nothing (SmolLM2-Instruct answers a user turn in its chat manner whatever it memorised as plain
+text: per-item loss AUC 0.37, unmodified SmolLM2 0.39 on the same items), so no plan can flag
+it. ``--chat-trained-epochs N`` audits instead SmolLM2 fine-tuned on the same members in the
+form the emulator reads them (``bench/chat_canary.py``); the items, sides and clean model stay
+the same.
+
 Run: ``.venv/bin/python bench/power_per_dollar.py --canary tiny`` (the white-box pass over 600 items
 is the slow part: about 20 minutes on one shared core, done once; the rest takes a few minutes).
-``--canary smollm2`` runs the same on the SmolLM2 canary, whose white-box pass (a SmolLM2-135M
-forward per answer position, canary and unmodified model) takes hours on CPU.
+``--canary smollm2`` runs the same on the SmolLM2 canary: its white-box pass (every answer
+position's chat context, packed by shared prefix: ``adapters/hf_packing.py``) takes about 4 s per
+item and model on one core, 15 minutes for the 256 items of each model.
 """
 
 from __future__ import annotations
@@ -239,14 +247,33 @@ def serve_and_score(
 TOP_N = 20
 
 
+def chat_contexts(backend: Any, tokenizer: str):
+    """``item -> (contexts, answer ids)``: the backend token ids the ``openai-chat`` emulator conditions
+    each answer position on (the adapter's own chat wrapping of question + answer so far)."""
+    from blackbox_audit.adapters import load_target
+    from blackbox_audit.sim.emulator import run_emulator
+    from blackbox_audit.sim.emulator.backend import ModelView
+    from blackbox_audit.sim.emulator.chat import chat_prompt_ids
+
+    view = ModelView(backend)
+    with run_emulator(view, "openai-chat", model=PRICE_MODEL) as emu:  # to read the adapter's own conditioning
+        api = load_target(emu.target_spec, tokenizer=tokenizer, cache=None)
+        cond, table = api.cond, api.table
+        api.close()
+
+    def contexts_of(it: Item) -> tuple[list[list[int]], list[int]]:
+        pre, ids = table.encode(it.prompt), table.encode(it.output)
+        ctxs = [chat_prompt_ids(view.tokenize, cond.messages(table.decode(pre + ids[:j]))) for j in range(len(ids))]
+        return ctxs, ids
+
+    return contexts_of
+
+
 def truth_pass(spec: str, tokenizer: str, items: list[Item], path: Path) -> dict[str, dict[str, np.ndarray]]:
     """Per item and answer position, what the openai-chat emulator answers there, from the backend
     itself: the true token's clean logprob, the top-20 list (descending) and the billed prompt
     tokens of a request at that position (the chat-rendered context). Kept in ``path`` (npz)."""
     from blackbox_audit.adapters import load_target
-    from blackbox_audit.sim.emulator import run_emulator
-    from blackbox_audit.sim.emulator.backend import ModelView
-    from blackbox_audit.sim.emulator.chat import chat_prompt_ids
 
     rows: dict[str, dict[str, np.ndarray]] = {}
     if path.is_file():
@@ -258,11 +285,7 @@ def truth_pass(spec: str, tokenizer: str, items: list[Item], path: Path) -> dict
     if not todo:
         return rows
     backend = load_target(spec, device="cpu", progress=False)
-    view = ModelView(backend)
-    with run_emulator(view, "openai-chat", model=PRICE_MODEL) as emu:  # to read the adapter's own conditioning
-        api = load_target(emu.target_spec, tokenizer=tokenizer, cache=None)
-        cond, table = api.cond, api.table
-        api.close()
+    contexts_of = chat_contexts(backend, tokenizer)
 
     def save() -> None:
         flat = {f"{i}/{f}": v for i, r in rows.items() for f, v in r.items()}
@@ -272,8 +295,7 @@ def truth_pass(spec: str, tokenizer: str, items: list[Item], path: Path) -> dict
 
     t0 = time.perf_counter()
     for k, it in enumerate(todo):
-        pre, ids = table.encode(it.prompt), table.encode(it.output)
-        ctxs = [chat_prompt_ids(view.tokenize, cond.messages(table.decode(pre + ids[:j]))) for j in range(len(ids))]
+        ctxs, ids = contexts_of(it)
         lp, top = [], []
         # one call per item: its contexts share all but their last tokens and run packed (adapters/hf_packing.py)
         mat = np.asarray(backend.next_token_logprobs(ctxs), dtype=np.float64)
@@ -522,6 +544,14 @@ def main(argv: list[str] | None = None) -> int:
         default=4,
         help="items scored for real through the emulator under each top-n plan, to check its modelled rows",
     )
+    p.add_argument(
+        "--chat-trained-epochs",
+        type=int,
+        default=0,
+        help="smollm2 only: audit SmolLM2 fine-tuned for N epochs on the members in the chat form the emulator reads "
+        "(bench/chat_canary.py) instead of the plain-text canary, whose members a chat API does not show; 0 = off",
+    )
+    p.add_argument("--chat-lr", type=float, default=3e-4, help="learning rate of --chat-trained-epochs (3e-4)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument(
         "--emulator",
@@ -570,6 +600,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     opts, canary, members, never, spec, clean_spec, tokenizer = canary_setup(a.canary, a.cache_dir, a.epochs)
     key = opts.key()
+    if a.chat_trained_epochs:
+        if a.canary != "smollm2":
+            p.error("--chat-trained-epochs needs --canary smollm2")
+        from chat_canary import build_chat_canary
+
+        from blackbox_audit.adapters import load_target
+
+        spec, card = build_chat_canary(
+            canary,
+            members,
+            chat_contexts(load_target("smollm2", device="cpu", progress=False), tokenizer),
+            cache_dir=canary.path.parent.parent,
+            epochs=a.chat_trained_epochs,
+            lr=a.chat_lr,
+            seed=a.seed,
+        )
+        key = f"{key}-chat-{Path(spec.removeprefix('hf:')).parent.name}"
+        losses = [round(x, 3) for x in card["train_loss_per_epoch"]]
+        print(f"chat-trained canary: {spec} (train loss per epoch {losses})")
     scorer = Scorer(work / f"items-{key}.json")
     if a.canary == "tiny":
         audited = members + never[: len(members)]  # the benchmark and the held-out side (the canary's non-members)

@@ -105,3 +105,17 @@ def test_a_model_that_ignores_the_mask_falls_back_with_a_warning(tiny_target, mo
     assert fresh._packing_checked is False and "packing disagrees" in caplog.text
     fresh._packing_checked = False
     np.testing.assert_allclose(got, fresh.next_token_logprobs(ctxs), atol=1e-6)
+
+
+def test_chat_conditioned_records_are_packed_and_equal_the_padded_path(tiny_target) -> None:
+    from blackbox_audit.adapters.chat_templates import ChatConditioning
+
+    chat = tiny_target.with_chat(ChatConditioning("chatml"))
+    texts = ["The people of this nation have always chosen to meet the future together.", "We the people."]
+    chat._packing_checked = False
+    ref = chat.token_logprobs(texts, progress=False)
+    chat._packing_checked = None
+    got = chat.token_logprobs(texts, progress=False)
+    assert chat._packing_checked is True
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
