@@ -7,8 +7,8 @@ differ only in their last few tokens (the turn's closing tokens). Run one by one
 followed by each other context's *tail* (its tokens after the prefix it shares with the trunk).
 A tail's position ids continue from that shared prefix, and a 4-D attention mask lets it see
 only that prefix of the trunk and itself, so every context's last row is what its own forward
-pass gives (up to fp32 noise): ``O(L * tail)`` tokens instead. On the SmolLM2 GSM8K canary
-this is about 9x faster per item (``bench/packed_prefix_speed.py``).
+pass gives (up to fp32 noise): ``O(L * tail)`` tokens instead: 14.5x faster on SmolLM2 for
+GSM8K answers given their questions (``bench/packed_prefix_speed.py``, docs/usage.md).
 
 ``prefix_groups`` plans the groups (pure Python, no torch); ``packed_inputs`` builds one group's
 ids, position ids and mask; ``HFTarget._last_rows`` (``adapters/hf.py``) runs them and checks
