@@ -529,7 +529,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--work", help="per-item tables and the request cache (default: a folder per canary in the temp dir)"
     )
-    p.add_argument("--write-calibration", action="store_true", help="write planning/plan_calibration.json")
+    p.add_argument(
+        "--write-calibration",
+        action="store_true",
+        help="write planning/plan_calibration.json (tiny: the first canary; smollm2: joins it, each plan's lowest AUC "
+        "counts)",
+    )
     p.add_argument("--calibration-plans", default=CALIBRATION_PLANS, help="the plans written to the calibration")
     p.add_argument(
         "--loss-real",
@@ -745,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps({"command": command, "plans": table, "clean": clean, "loss_check": loss_check}, indent=2))
     print(f"summary: {out}")
     if a.write_calibration:
-        write_calibration(table, a, canary, command)
+        write_calibration(table, a, canary, command, key.partition("-chat-")[2])
     return 0
 
 
@@ -753,7 +758,9 @@ def _usd(x: float) -> str:
     return "never" if not math.isfinite(x) else f"${x:.4f}"
 
 
-def write_calibration(table: list[dict[str, Any]], a: argparse.Namespace, canary: Any, command: str) -> None:
+def write_calibration(
+    table: list[dict[str, Any]], a: argparse.Namespace, canary: Any, command: str, chat_key: str = ""
+) -> None:
     import datetime
 
     from blackbox_audit.planning.score_plans import CALIBRATION_FILE
@@ -764,7 +771,7 @@ def write_calibration(table: list[dict[str, Any]], a: argparse.Namespace, canary
         "measured by bench/power_per_dollar.py; read by planning/score_plans.py",
         "source": {
             "canary": f"GSM8K {a.canary} canary ({canary.card['sizes']}, epochs {canary.card.get('epochs')}, "
-            f"build {canary.card.get('build_id')})",
+            f"build {canary.card.get('build_id')})" + (f", chat-trained {chat_key}" if chat_key else ""),
             "profile": "openai-chat",
             "price_as": a.price_as,
             "command": command,
@@ -782,6 +789,13 @@ def write_calibration(table: list[dict[str, Any]], a: argparse.Namespace, canary
             if t["plan"] in a.calibration_plans.split(",")
         },
     }
+    old = json.loads(CALIBRATION_FILE.read_text(encoding="utf-8")) if CALIBRATION_FILE.is_file() else {}
+    if a.canary == "tiny":  # the first canary (its costs place the dry-run's ranges); the others are kept
+        data["more"] = old.get("more", [])
+    else:  # another canary: its AUCs join the first one's (each plan's lowest counts), replacing its own entry
+        more = [m for m in old.get("more", []) if m.get("source", {}).get("canary") != data["source"]["canary"]]
+        entry = {"source": data["source"], "plans": data["plans"]}
+        data = {**old, "more": [*more, entry]}
     CALIBRATION_FILE.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     print(f"calibration written: {CALIBRATION_FILE}")
 

@@ -71,15 +71,24 @@ DEFAULT_PLAN = ScorePlan("loss")
 @dataclass(frozen=True)
 class Calibration:
     """Per-plan measurements on a canary (``plans``: key -> ``item_auc``, ``miss_share``, ...) and
-    where they come from (``source``: canary, profile, command, git revision, date)."""
+    where they come from (``source``: canary, profile, command, git revision, date).
+
+    ``more``: the same measured on other canaries. A plan's AUC is then the lowest of them: a plan
+    that works on one model and fails on another (``loss@last4``: AUC 0.66 on the tiny canary,
+    0.58 on the chat-trained SmolLM2 one, which it never flags) must not win the choice on the one
+    it suits. Costs (``miss_share``) come from the first canary."""
 
     plans: dict[str, dict[str, Any]]
     source: dict[str, Any]
     path: str = ""
+    more: tuple[Calibration, ...] = ()
 
     def auc(self, plan: ScorePlan) -> float | None:
         row = self.plans.get(plan.key)
-        return None if row is None or row.get("item_auc") is None else float(row["item_auc"])
+        own = None if row is None or row.get("item_auc") is None else float(row["item_auc"])
+        others = [a for a in (m.auc(plan) for m in self.more) if a is not None]
+        values = ([] if own is None else [own]) + others
+        return min(values) if values else None
 
     def miss_share(self, plan: ScorePlan) -> float | None:
         row = self.plans.get(plan.key)
@@ -87,7 +96,10 @@ class Calibration:
 
     def describe(self) -> str:
         s = self.source
-        return f"{s.get('canary', '?')} behind the emulator's {s.get('profile', '?')} profile ({s.get('date', '?')})"
+        own = f"{s.get('canary', '?')} behind the emulator's {s.get('profile', '?')} profile ({s.get('date', '?')})"
+        if not self.more:
+            return own
+        return f"the lowest of {1 + len(self.more)} canaries: {own}; " + "; ".join(m.describe() for m in self.more)
 
 
 def load_calibration(path: str | Path | None = None) -> Calibration | None:
@@ -101,7 +113,11 @@ def _load(path: str) -> Calibration | None:
     if not p.is_file():
         return None
     data = json.loads(p.read_text(encoding="utf-8"))
-    return Calibration(plans=dict(data.get("plans", {})), source=dict(data.get("source", {})), path=str(p))
+    more = tuple(
+        Calibration(plans=dict(m.get("plans", {})), source=dict(m.get("source", {})), path=str(p))
+        for m in data.get("more", [])
+    )
+    return Calibration(plans=dict(data.get("plans", {})), source=dict(data.get("source", {})), path=str(p), more=more)
 
 
 def candidate_plans(calibration: Calibration | None) -> list[ScorePlan]:
@@ -230,7 +246,11 @@ class PlanChoice:
             "candidates": [r.to_json() for r in self.rows],
             "calibration": None
             if self.calibration is None
-            else {"file": Path(self.calibration.path).name, **self.calibration.source},
+            else {
+                "file": Path(self.calibration.path).name,
+                **self.calibration.source,
+                "more": [m.source for m in self.calibration.more],
+            },
         }
 
     def format(self) -> list[str]:
