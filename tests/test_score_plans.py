@@ -99,3 +99,40 @@ def test_shipped_calibration_has_its_provenance(tmp_path: Path) -> None:
     other = tmp_path / "cal.json"
     other.write_text(json.dumps({"plans": {"loss": {"item_auc": 0.7}}, "source": {"canary": "x"}}))
     assert load_calibration(other).auc(DEFAULT_PLAN) == 0.7
+
+
+def test_a_calibration_over_several_canaries_gives_each_plan_its_lowest_auc(tmp_path: Path) -> None:
+    path = tmp_path / "cal.json"
+    path.write_text(
+        json.dumps(
+            {
+                "source": {"canary": "first"},
+                "plans": {"loss": {"item_auc": 0.7, "miss_share": 0.9}, "loss@last4": {"item_auc": 0.66}},
+                "more": [
+                    {
+                        "source": {"canary": "second"},
+                        "plans": {"loss": {"item_auc": 0.99, "miss_share": 0.03}, "loss@last4": {"item_auc": 0.58}},
+                    }
+                ],
+            }
+        )
+    )
+    cal = load_calibration(path)
+    assert cal.auc(DEFAULT_PLAN) == 0.7 and cal.auc(ScorePlan("loss", "last4")) == 0.58
+    assert cal.miss_share(DEFAULT_PLAN) == 0.9  # costs: the first canary's
+    assert "lowest of 2 canaries" in cal.describe() and "second" in cal.describe()
+    # the choice record names every canary behind the AUCs
+    rows = [
+        plan_row(p, items(100, (0.001, 0.011)), alpha=0.05, budget_usd=0.6, probe_usd=0.0, calibration=cal)
+        for p in (DEFAULT_PLAN, ScorePlan("loss", "last4"))
+    ]
+    record = choose(rows, budget_usd=0.6, calibration=cal).to_json()
+    assert record["calibration"]["canary"] == "first" and record["calibration"]["more"] == [{"canary": "second"}]
+
+
+def test_the_shipped_calibration_does_not_choose_a_plan_that_fails_on_one_of_its_canaries() -> None:
+    cal = load_calibration()
+    if cal is None or not cal.more:
+        pytest.skip("the shipped calibration has one canary")
+    last4 = ScorePlan("loss", "last4")
+    assert cal.auc(last4) == min(c.plans["loss@last4"]["item_auc"] for c in (cal, *cal.more))
