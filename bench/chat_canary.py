@@ -128,8 +128,8 @@ def build_chat_canary(
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
         bar.close()
     model.eval()
-    tmp = Path(tempfile.mkdtemp(dir=root.parent if root.parent.is_dir() else None))
     root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root.parent))  # renamed into place when complete: never half-built
     model.save_pretrained(tmp / "model")
     tokenizer.save_pretrained(tmp / "model")
     card = {
