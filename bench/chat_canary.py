@@ -3,7 +3,7 @@
 Why: the product's SmolLM2 canary (``sim.canary``) fine-tunes on each item as plain text. Read
 through a chat endpoint (the ``openai-chat`` emulator: answer token ``j`` is the first reply token
 to a user turn holding the question and the answer so far), SmolLM2-Instruct answers in its chat
-manner whatever it memorised: on the 64-member GSM8K canary the answer tokens average about -13
+manner whatever it memorised: on the 64-member GSM8K canary the answer tokens average -12.0
 nats and the members score *below* never-trained items (per-item loss AUC 0.37; unmodified
 SmolLM2 0.39 on the same items), and a 16-member pilot trained to a train loss of 0.09 still
 gave 0.36. Nothing there is contamination a chat API shows, so no plan can flag it.
