@@ -11,9 +11,9 @@ pass gives (up to fp32 noise): ``O(L * tail)`` tokens instead: 14.5x faster on S
 GSM8K answers given their questions (``bench/packed_prefix_speed.py``, docs/usage.md).
 
 ``prefix_groups`` plans the groups (pure Python, no torch); ``packed_inputs`` builds one group's
-ids, position ids and mask; ``HFTarget._last_rows`` (``adapters/hf.py``) runs them and checks
-once per model that the packed rows match the padded path, falling back to it where a model's
-attention ignores custom masks.
+ids, position ids and mask; ``PackedForward._last_rows`` (a mixin of ``HFTarget``) runs them and
+checks once per model that the packed rows match the padded path, falling back to it where a
+model's attention ignores custom masks.
 """
 
 from __future__ import annotations
