@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from textonly_canary import Counting  # bench/ sibling: the same billed-token counter
 
 PRICE_MODEL = "gpt-4o-mini"
 
@@ -51,24 +52,6 @@ def patient(target: Any, timeout_s: float) -> Any:
     """``target`` with its engine's per-request timeout raised (set before its first request)."""
     target.engine.timeout_s = timeout_s
     return target
-
-
-class Counting:
-    """``generate`` counting what every request bills (prompt + turn overhead, completion tokens)."""
-
-    def __init__(self, inner: Any, overhead: int) -> None:
-        self.inner, self.overhead = inner, overhead
-        self.requests = self.prompt_tokens = self.completion_tokens = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def generate(self, prompts, **kw):
-        outs = self.inner.generate(prompts, **kw)
-        self.requests += len(prompts)
-        self.prompt_tokens += sum(len(self.inner.tokenize(p)) + self.overhead for p in prompts)
-        self.completion_tokens += sum(len(self.inner.tokenize(o)) for o in outs)
-        return outs
 
 
 def main(argv: list[str] | None = None) -> int:
