@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from textonly_canary import Counting  # bench/ sibling: the same billed-token counter
+from textonly_canary import Counting, patient  # bench/ sibling: the same counter and timeout
 
 PRICE_MODEL = "gpt-4o-mini"
 
@@ -46,12 +46,6 @@ def labelled(bench: Any, indices: list[int], labels: list[int]) -> Any:
 
     sub = bench.subset(indices)
     return replace(sub, samples=[Sample(s.id, s.text, int(y)) for s, y in zip(sub.samples, labels, strict=True)])
-
-
-def patient(target: Any, timeout_s: float) -> Any:
-    """``target`` with its engine's per-request timeout raised (set before its first request)."""
-    target.engine.timeout_s = timeout_s
-    return target
 
 
 def main(argv: list[str] | None = None) -> int:
