@@ -221,10 +221,9 @@ class PackedForward:
         return rows
 
     def _keep_rows(self, rows: np.ndarray) -> dict[str, Any]:
-        """``logits_to_keep`` as the rows' indices where the model takes it (else all logits)."""
-        import inspect
-
-        if "logits_to_keep" not in inspect.signature(self.model.forward).parameters:
+        """``logits_to_keep`` as the rows' indices where the model takes it (``HFTarget._last_logit``
+        says whether it does; else all logits)."""
+        if not self._last_logit:  # type: ignore[attr-defined]
             return {}
         return {"logits_to_keep": self._torch.as_tensor(rows, device=self.device)}
 
