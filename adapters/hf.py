@@ -608,6 +608,25 @@ class HFTarget(PackedForward, ChatScoring, Target):
         (``hf_decode.row_generator``): the same seed gives the same sample of a prompt whatever
         else is in the call. Every prompt of the call is decoded in as few batches as fit
         (``generate_rows`` rows), identical prompts sharing one prefill."""
+        return self._sample(prompts, [seed], max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k)[0]
+
+    def generate_seeds(self, prompts: Sequence[str], seeds: Sequence[int], **kwargs: Any) -> list[list[str]]:
+        """``generate`` for every seed, decoded together: the seeds of one prompt share its prefill
+        and every decoding step reads the weights once for all rows (one call per seed re-ran
+        each prompt and stepped in smaller batches). Samples equal ``generate``'s for each seed."""
+        return self._sample(prompts, list(seeds), **kwargs)
+
+    def _sample(
+        self,
+        prompts: Sequence[str],
+        seeds: Sequence[int | None],
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+    ) -> list[list[str]]:
+        """One list of continuations per seed; rows ordered prompt by prompt so the seeds of a
+        prompt fall in one decoding batch and share its prefill."""
         prompts = list(prompts)
         if self.chat is not None:  # the prompt is a user turn; the reply is generated after it
             p_ids = [self.tokenize(self.chat.render(p, self.tokenizer)) for p in prompts]
@@ -615,25 +634,27 @@ class HFTarget(PackedForward, ChatScoring, Target):
             p_ids = [self.tokenize(p) for p in prompts]
         for i, (p, ids) in enumerate(zip(prompts, p_ids, strict=True)):
             self._check_ids(ids, i, p, min_tokens=1)
-        outs: list[list[int]] = [[] for _ in prompts]
         if max_new_tokens <= 0 or not prompts:
-            return ["" for _ in prompts]
+            return [["" for _ in prompts] for _ in seeds]
+        rows = [(i, s) for i in range(len(prompts)) for s in range(len(seeds))]
+        outs: dict[tuple[int, int], list[int]] = {row: [] for row in rows}
         eos = self.tokenizer.eos_token_id
 
-        def chooser(i: int) -> Chooser:
-            rng = row_generator(seed, p_ids[i]) if temperature > 0 else None
+        def chooser(i: int, s: int) -> Chooser:
+            rng = row_generator(seeds[s], p_ids[i]) if temperature > 0 else None
+            out = outs[(i, s)]
 
             def choose(row: np.ndarray) -> int | None:
                 tok = pick_token(row, temperature=temperature, rng=rng, top_k=top_k)
                 if tok == eos:
                     return None
-                outs[i].append(tok)
-                return tok if len(outs[i]) < max_new_tokens else None
+                out.append(tok)
+                return tok if len(out) < max_new_tokens else None
 
             return choose
 
-        self.decode_rows(p_ids, [chooser(i) for i in range(len(prompts))])
-        return [self.decode(o) for o in outs]
+        self.decode_rows([p_ids[i] for i, _ in rows], [chooser(i, s) for i, s in rows])
+        return [[self.decode(outs[(i, s)]) for i in range(len(prompts))] for s in range(len(seeds))]
 
     def decode_rows(self, prompts: Sequence[Sequence[int]], choosers: Sequence[Chooser]) -> int:
         """KV-cached decoding of raw id rows, each token chosen by its row's chooser

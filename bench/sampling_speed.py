@@ -14,11 +14,19 @@ tokens, top_k 50 on the white-box side as SaMIA asks.
   decoding before this change (one full forward of the whole context per new token); after: the
   default (KV cache, concurrent requests decoded in one batch). Tokens are the server's billed
   ``output_tokens``. Also counts the samples identical between the two paths (same seeds).
-- White-box: ``HFTarget.generate`` as ``compute_scores`` calls it (one call per seed). Before:
-  the previous implementation (transformers ``generate``, already KV-cached, batches of
-  ``batch_size`` texts, one torch seed per call), kept below as ``old_generate`` for this bench
-  only; after: ``hf_decode.decode_rows`` (up to 32 rows per forward, one generator per row).
+- White-box: sampling as ``compute_scores`` asks for it. Before: the previous implementation
+  (transformers ``generate``, already KV-cached, batches of ``batch_size`` texts, one torch seed
+  per call, one call per seed), kept below as ``old_generate`` for this bench only; after:
+  ``HFTarget.generate_seeds`` (every seed in one call: ``hf_decode.decode_rows``, up to 32 rows
+  per forward, the seeds of a prompt sharing its prefill, one generator per row).
   Tokens are the generated texts' token counts.
+
+White-box ceiling: the matrix products alone of one decoding step (every ``nn.Linear`` of the
+model, LM head included, on random inputs of ``rows`` rows, as many rows as the "after" path
+decodes together) bound how many tokens per second any decoder of this model can reach on this
+CPU and thread count; the bench prints that bound and its ratio to "before", which says how far
+batching and caching can go before only fewer FLOPs per token (a smaller or quantised model)
+would help.
 
 Prints tokens per wall second and per CPU second of this process, before and after, and their
 ratios, for each side (on a shared machine the CPU-time ratio is the one other processes cannot
@@ -85,9 +93,13 @@ def emulator_run(backend, prompts, args, *, kv: bool) -> tuple[float, float, int
 def whitebox_run(target, prompts, args, *, old: bool) -> tuple[float, float, int]:
     start, cpu = time.perf_counter(), time.process_time()
     outs = []
-    for s in range(args.whitebox_samples):
-        kw = {"max_new_tokens": args.max_new_tokens, "temperature": 1.0, "seed": s, "top_k": 50}
-        outs += old_generate(target, prompts, **kw) if old else target.generate(prompts, **kw)
+    kw = {"max_new_tokens": args.max_new_tokens, "temperature": 1.0, "top_k": 50}
+    if old:  # one call per seed, as compute_scores asked before
+        for s in range(args.whitebox_samples):
+            outs += old_generate(target, prompts, seed=s, **kw)
+    else:  # every seed in one call, as compute_scores asks now
+        for run in target.generate_seeds(prompts, list(range(args.whitebox_samples)), **kw):
+            outs += run
     took, cpu = time.perf_counter() - start, time.process_time() - cpu
     return took, cpu, sum(len(target.tokenize(o)) for o in outs)
 
@@ -106,6 +118,26 @@ def lines(name: str, before: tuple[float, float, int], afters: list[tuple[float,
             f"after {mean:8.2f} tok/s{spread}   ratio {mean / rate_before:6.1f}x"
         )
     return out
+
+
+def matmul_ceiling(target: Any, rows: int, repeats: int = 5) -> tuple[float, float]:
+    """(tokens/s, GFLOP/s) of one decoding step's matrix products alone for ``rows`` rows: every
+    ``nn.Linear`` weight of the model (the tied LM head included) times a random ``[rows, in]``
+    input, best of ``repeats``; attention, norms and sampling are left out, so no decoder of this
+    model beats it on this CPU."""
+    torch = target._torch
+    model = target.model
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    xs = [torch.randn(rows, w.shape[1], dtype=w.dtype) for w in weights]
+    flops = sum(2 * rows * w.shape[0] * w.shape[1] for w in weights)
+    best = float("inf")
+    with torch.inference_mode():
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for x, w in zip(xs, weights, strict=True):
+                torch.nn.functional.linear(x, w)
+            best = min(best, time.perf_counter() - start)
+    return rows / best, flops / best / 1e9
 
 
 def main() -> None:
@@ -150,11 +182,17 @@ def main() -> None:
         wb_prompts = prompts[: args.whitebox_texts]
         print(
             f"white-box: HFTarget.generate, {len(wb_prompts)} prompts x {args.whitebox_samples} seeds "
-            f"(one call per seed, as compute_scores), top_k 50"
+            f"(as compute_scores asks: before one call per seed, after generate_seeds), top_k 50"
         )
         before = whitebox_run(target, wb_prompts, args, old=True)
         afters = [whitebox_run(target, wb_prompts, args, old=False) for _ in range(args.repeats)]
         print("\n".join(lines("white-box", before, afters)))
+        rows = min(len(wb_prompts) * args.whitebox_samples, max(target.batch_size, target.generate_rows))
+        ceiling, gflops = matmul_ceiling(target, rows)
+        print(
+            f"white-box  ceiling: the matrix products alone of one {rows}-row step run at {gflops:.1f} GFLOP/s, "
+            f"{ceiling:.1f} tok/s: at most {ceiling / (before[2] / before[0]):.1f}x the 'before' wall rate"
+        )
 
 
 if __name__ == "__main__":

@@ -94,6 +94,18 @@ def test_generate_seeded_sample_does_not_depend_on_the_batch(tiny_target):
     assert t.generate(PROMPTS, max_new_tokens=0) == ["", "", ""]
 
 
+def test_generate_seeds_decodes_every_seed_at_once_with_the_same_samples(tiny_target, monkeypatch):
+    t = tiny_target
+    kw = {"max_new_tokens": 8, "temperature": 1.0, "top_k": 20}
+    one_by_one = [t.generate(PROMPTS, seed=s, **kw) for s in (0, 1, 2)]
+    calls = []
+    real = t.decode_rows
+    monkeypatch.setattr(t, "decode_rows", lambda rows, choosers: calls.append(len(rows)) or real(rows, choosers))
+    assert t.generate_seeds(PROMPTS, [0, 1, 2], **kw) == one_by_one
+    assert calls == [9]  # 3 prompts x 3 seeds in one decoding call
+    assert t.generate_seeds(PROMPTS, [0, 1], max_new_tokens=0) == [["", "", ""], ["", "", ""]]
+
+
 def test_sampled_first_tokens_follow_the_model(tiny_target):
     """400 rows of one prompt (one shared prefill), each with its own seed: the first tokens
     follow the model's next-token distribution (chi-square over the top 5 and the rest)."""
