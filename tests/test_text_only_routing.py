@@ -92,7 +92,8 @@ def test_probe_refuses_junk_logprobs_and_caches_no_success(tiny_target, tiny_lm_
         out = capsys.readouterr().out
         assert rc == 0 and JUNK[profile] in out
         refused = next(line for line in out.splitlines() if line.startswith("refused:"))
-        assert "no usable logprobs" in refused and "ngram_coverage, samia" in refused and "ptdi (score=" in refused
+        assert "no usable logprobs" in refused and "greedy_match, ngram_coverage, samia" in refused
+        assert "ptdi (score=" in refused
         from blackbox_audit.adapters import load_target, planning_view
         from blackbox_audit.engine.cache import open_cache
 
@@ -126,17 +127,17 @@ def test_runs_on_a_junk_target_route_to_text_only_methods(tiny_target, tiny_lm_d
         assert main(["score", *base, "--scores", "loss,zlib", "--out", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "no usable logprobs" in err and "every reported logprob is 0" in err
-        assert "scores ngram_coverage, samia" in err and "score (scores=ngram_coverage)" in err
+        assert "scores greedy_match, ngram_coverage, samia" in err and "score (scores=greedy_match)" in err
         requests = emu.stats()["requests"]  # the probe's; the refusal itself sent nothing
         assert main(["em-mia", *base, "--out", str(tmp_path / "p")]) == 2
         assert "no usable logprobs" in capsys.readouterr().err and emu.stats()["requests"] == requests
         # the dry-run of a logprob score is refused; of samia it prices and lists the supported scores
         assert main(["score", *base, "--scores", "loss", "--out", str(tmp_path / "d1"), "--dry-run"]) == 2
-        assert "scores ngram_coverage, samia" in capsys.readouterr().err
+        assert "scores greedy_match, ngram_coverage, samia" in capsys.readouterr().err
         spec = "samia:n=2:max_new_tokens=6"
         assert main(["score", *base, "--scores", spec, "--out", str(tmp_path / "d2"), "--dry-run"]) == 0
         out = capsys.readouterr().out
-        assert "scores this target supports (no logprobs: text only): ngram_coverage, samia" in out
+        assert "scores this target supports (no logprobs: text only): greedy_match, ngram_coverage, samia" in out
         assert emu.stats()["requests"] == requests
         # and the text-only score runs
         assert main(["score", *base, "--scores", spec, "--out", str(tmp_path / "s")]) == 0

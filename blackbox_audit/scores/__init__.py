@@ -10,7 +10,7 @@ conversions of membership scores happen in this package (see ``builtin``).
 Add a score: subclass ``Score`` and ``register_score(MyScore())``.
 """
 
-from . import builtin, censored, ngram_coverage, pac, recall, samia  # noqa: F401 - register the built-in scores and the rest
+from . import builtin, censored, greedy_match, ngram_coverage, pac, recall, samia  # noqa: F401 - register the built-in scores and the rest
 from .builtin import k_count, min_k_pp_tokens, modified_entropy_tokens, polarized_distance
 from .compute import (
     FetchCall,
