@@ -71,6 +71,21 @@ def test_probe_specs_and_prompts():
         assert ts.reference == mmlu.fields[i][masked.lower()] and ts.prompt.endswith(f"{masked}:")
 
 
+def test_next_word_cuts_the_answer():
+    gsm = load_gsm8k().subset([0])
+    item = probe_item(parse_probe("next-word:cuts=5"), gsm, 0)
+    words = gsm.outputs[0].split()
+    assert len(item.cuts) == 5 and item.max_new_tokens == 4 and item.prompts == tuple(p for p, _ in item.cuts)
+    assert item.cuts[0] == (gsm.prompts[0].rstrip(), words[0])  # the bare question, then the answer's first word
+    last_prompt, last_word = item.cuts[-1]
+    assert last_prompt == gsm.prompts[0].rstrip() + " " + " ".join(words[:-1])  # one word left to guess
+    assert last_word == words[-1]
+    with pytest.raises(UserError, match="one greedy reply per cut"):
+        parse_probe("next-word:n=2:temperature=0.7")
+    with pytest.raises(UserError, match="cuts >= 1"):
+        parse_probe("next-word:cuts=0")
+
+
 def test_reply_scores():
     assert rouge_l_f1("The answer is 42.", "the answer is 42 .") == 1.0
     assert rouge_l_f1("", "x") == 0.0
@@ -87,7 +102,11 @@ class Reproducing(Target):
 
     def __init__(self, bench, members: set[int], spec: str) -> None:
         spec_ = parse_probe(spec)
-        self.answers = {probe_item(spec_, bench, i).prompt: probe_item(spec_, bench, i).reference for i in members}
+        self.answers = {}
+        for i in members:
+            item = probe_item(spec_, bench, i)
+            self.answers[item.prompt] = item.reference
+            self.answers.update((p, f" {w} and on") for p, w in item.cuts)  # next-word: the true next word
         self.capabilities = Capabilities(conditional=False, extra={"logprobs": False, "continuation": "prefill"})
         self.calls = 0
 
@@ -108,7 +127,7 @@ class Reproducing(Target):
         return [self.answers.get(p, "Natalia sold 48 clips in April and then some more.") for p in prompts]
 
 
-@pytest.mark.parametrize("spec", ["probe:answer", "probe:guided"])
+@pytest.mark.parametrize("spec", ["probe:answer", "probe:guided", "probe:next-word:cuts=6"])
 def test_the_verdict_reads_probe_scores(spec):
     gsm = load_gsm8k()
     bench, held = gsm.subset(range(0, 40)), gsm.subset(range(40, 80))
@@ -118,7 +137,10 @@ def test_the_verdict_reads_probe_scores(spec):
     )
     assert dirty.verdict.decision == "contaminated" and dirty.verdict.p_value < 1e-4
     assert dirty.provenance["contamination"]["probe"]["continuation"] == "prefill"
-    assert any("exact reproductions 50.0% vs 0.0%" in line for line in dirty.summary)
+    if "next-word" in spec:  # the stand-in's guess ("Natalia") is never an answer's next word
+        assert any("next word at 50.0% of cuts on the benchmark vs 0.0% held out" in line for line in dirty.summary)
+    else:
+        assert any("exact reproductions 50.0% vs 0.0%" in line for line in dirty.summary)
     clean = Contamination(cfg).run(
         AuditInputs(data=bench, target=Reproducing(bench, set(), spec), sets={"heldout": held}, progress=False)
     )
@@ -154,6 +176,10 @@ def test_dry_run_prices_generation():
     assert first.usd[1] == pytest.approx((first.billed_prompt[0] * 0.15 + 100 * 0.6) / 1e6)
     text = plan.format()
     assert "completion tokens" in text and "recovery rung" not in text
+    cuts = Contamination(ContaminationConfig(score="probe:next-word:cuts=5"))
+    plan = cuts.budget_plan(AuditInputs(data=bench, sets={"heldout": held}), view, budget_usd=None)
+    assert [r.requests for r in plan.items] == [(5, 5)] * 30  # one request per cut
+    assert all(r.completion == (5, 20) for r in plan.items)  # up to 4 tokens each
 
 
 @pytest.fixture(scope="module")

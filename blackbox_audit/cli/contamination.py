@@ -95,10 +95,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     m.add_argument(
         "--probe",
-        metavar="guided|answer|ts-guessing[:key=value...]",
+        metavar="guided|answer|next-word|ts-guessing[:key=value...]",
         help="score items by generated text instead (targets without logprobs): guided completion with the "
-        "benchmark's name, answer reproduction, or TS-Guessing of a masked wrong MMLU option (docs/api.md, "
-        "'Models without logprobs'); e.g. --probe answer or --probe guided:max_new_tokens=128",
+        "benchmark's name, answer reproduction, the greedy next word at many cuts of the answer, or TS-Guessing of "
+        "a masked wrong MMLU option (docs/api.md, 'Models without logprobs'); e.g. --probe next-word or "
+        "--probe guided:max_new_tokens=128",
     )
     m.add_argument("--alpha", type=fraction, default=0.05, help="test level and FDR of the list (default 0.05)")
     m.add_argument(

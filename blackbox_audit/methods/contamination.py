@@ -25,7 +25,7 @@ FILE``). The rate and the list need these. ``synthetic`` (the default): calibrat
 inference (SPEC §5) writes the held-out side and decides the set-level test; it gives no rate and
 no list (``contamination_heldout``: how and why).
 
-**Probes** (``score = "probe:guided|answer|ts-guessing"``, CLI ``--probe``): instead of a logprob
+**Probes** (``score = "probe:guided|answer|next-word|ts-guessing"``, CLI ``--probe``): instead of a logprob
 score, each item's score is how closely the target's *generated* text reproduces part of it
 (``contamination_probes``), so the check runs on targets that return no logprobs; the part
 setting then does not apply.

@@ -15,6 +15,14 @@ model): a clean model reproduces benchmark items no better than items it cannot 
   compared with the reference answer. On GSM8K that is the worked solution with its
   ``<<calculator>>`` annotations and ``#### N`` line: a model that solves the problem itself may hit
   the number, but reproduces the annotated solution only if it saw it.
+- ``next-word`` (greedy next-word match, the probe form of the ``greedy_match`` score): the
+  question in the benchmark's prompt format followed by the answer's first ``k`` words, at
+  ``cuts`` points ``k`` spread over the answer (default 16); the greedy reply's first word token is
+  compared with the answer's next word, and the item's score is the share of cuts it gets right. A
+  model reproduces a long answer only after its first miss has not derailed it; one word at many
+  cuts reads how often the model's top choice is the answer's own word, which is what training
+  on the item raises (``scores/greedy_match.py``). Replies are ``max_new_tokens`` (default 4)
+  tokens, one request per cut.
 - ``ts-guessing`` (Deng et al. 2024, "Investigating Data Contamination in Modern Benchmarks for
   Large Language Models", TS-Guessing question-based setting): one *wrong* option of a
   multiple-choice item (MMLU, or a file in MMLU's format) is replaced by ``[MASK]`` and the model
@@ -29,7 +37,8 @@ true part (2 tokens per word plus 8, at most ``MAX_AUTO_TOKENS``). Replies go th
 a probe runs on targets without logprobs; the dry-run prices each item's requests, prompt and
 completion tokens (``probe_calls``).
 
-Spec syntax: ``guided``, ``answer:max_new_tokens=200``, ``ts-guessing:n=3:temperature=0.7``; the
+Spec syntax: ``guided``, ``answer:max_new_tokens=200``, ``next-word:cuts=24``,
+``ts-guessing:n=3:temperature=0.7``; the
 contamination check takes it as ``score = "probe:SPEC"`` (CLI ``--probe SPEC``).
 """
 
@@ -45,7 +54,8 @@ import numpy as np
 from blackbox_audit.errors import UserError
 
 PREFIX = "probe:"
-PROBES = ("guided", "answer", "ts-guessing")
+PROBES = ("guided", "answer", "next-word", "ts-guessing")
+NEXT_WORD_TOKENS = 4
 MAX_AUTO_TOKENS = 512
 DATASET_NAMES = {"gsm8k": "GSM8K", "mmlu": "MMLU"}
 OPTION_FIELDS = ("a", "b", "c", "d")
@@ -73,6 +83,7 @@ class ProbeSpec:
     max_new_tokens: int = 0
     split: str = "test"
     prefix_ratio: float = 0.5
+    cuts: int = 16
     params: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -84,7 +95,7 @@ class ProbeSpec:
         return ":".join([self.name, *(f"{k}={v}" for k, v in self.params.items())])
 
 
-_TYPES = {"n": int, "temperature": float, "max_new_tokens": int, "split": str, "prefix_ratio": float}
+_TYPES = {"n": int, "temperature": float, "max_new_tokens": int, "split": str, "prefix_ratio": float, "cuts": int}
 
 
 def is_probe(score: str) -> bool:
@@ -110,10 +121,16 @@ def parse_probe(spec: str) -> ProbeSpec:
         except ValueError:
             raise UserError(f"probe parameter {key}={raw!r} is not a {_TYPES[key].__name__}", f"fix {key}") from None
     out = ProbeSpec(name=name, params=params, **params)
-    if out.n < 1 or out.max_new_tokens < 0 or not 0.0 <= out.temperature <= 2.0 or not 0 < out.prefix_ratio < 1:
+    bad = out.n < 1 or out.max_new_tokens < 0 or not 0.0 <= out.temperature <= 2.0 or not 0 < out.prefix_ratio < 1
+    if bad or out.cuts < 1:
         raise UserError(
             f"probe spec '{spec}' is out of range",
-            "n >= 1, max_new_tokens >= 0 (0 = sized from the true part), temperature in [0, 2], prefix_ratio in (0, 1)",
+            "n >= 1, max_new_tokens >= 0 (0 = sized from the true part), temperature in [0, 2], "
+            "prefix_ratio in (0, 1), cuts >= 1",
+        )
+    if out.name == "next-word" and (out.n > 1 or out.temperature > 0.0):
+        raise UserError(
+            f"probe spec '{spec}' samples, but next-word reads one greedy reply per cut", "drop n and temperature"
         )
     if out.n > 1 and out.temperature == 0.0:
         raise UserError(f"probe spec '{spec}' asks for {out.n} greedy replies (all the same)", "add temperature=0.7")
@@ -125,12 +142,19 @@ def parse_probe(spec: str) -> ProbeSpec:
 
 @dataclass(frozen=True)
 class ProbeItem:
-    """One item's probe: the prompt sent, the true part it is compared with, the reply length."""
+    """One item's probe: the prompt sent, the true part it is compared with, the reply length;
+    ``next-word`` sends one prompt per cut instead (``cuts``: prompt and the true next word)."""
 
     prompt: str
     reference: str
     max_new_tokens: int
     first_line: bool = False  # ts-guessing reads one option: the reply's first line
+    cuts: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def prompts(self) -> tuple[str, ...]:
+        """Every prompt the item sends."""
+        return tuple(p for p, _ in self.cuts) or (self.prompt,)
 
 
 def _words(text: str) -> list[str]:
@@ -142,6 +166,8 @@ def _words(text: str) -> list[str]:
 def _reply_tokens(spec: ProbeSpec, reference: str) -> int:
     if spec.max_new_tokens:
         return spec.max_new_tokens
+    if spec.name == "next-word":
+        return NEXT_WORD_TOKENS
     return min(MAX_AUTO_TOKENS, 2 * len(_words(reference)) + 8)
 
 
@@ -157,12 +183,14 @@ def probe_item(spec: ProbeSpec, bench: Any, i: int, seed: int = 0) -> ProbeItem:
     """The probe of item ``i`` of ``bench`` (a ``benchmarks.Benchmark``; module doc)."""
     fields = bench.fields[i] if bench.fields else {}
     prompt, output = bench.prompts[i], bench.outputs[i].strip()
-    if spec.name == "answer":
+    if spec.name in ("answer", "next-word"):
         if not prompt:
             raise UserError(
                 f"{bench.name} has no question/answer split, so there is no answer to reproduce",
                 "load it as a benchmark with --question-field/--answer-field, or use --probe guided",
             )
+        if spec.name == "next-word":
+            return ProbeItem(prompt, output, _reply_tokens(spec, output), cuts=answer_cuts(prompt, output, spec.cuts))
         return ProbeItem(prompt, output, _reply_tokens(spec, output))
     if spec.name == "guided":
         if prompt:
@@ -189,13 +217,28 @@ def probe_item(spec: ProbeSpec, bench: Any, i: int, seed: int = 0) -> ProbeItem:
     return ProbeItem(text, reference, _reply_tokens(spec, reference), first_line=True)
 
 
+def answer_cuts(prompt: str, answer: str, cuts: int) -> tuple[tuple[str, str], ...]:
+    """``next-word``'s (prompt, true next word) pairs: the question's prompt followed by the
+    answer's first ``k`` words, at up to ``cuts`` points ``k`` from 0 (the bare question)."""
+    from blackbox_audit.scores.greedy_match import cut_points
+    from blackbox_audit.scores.ngram_coverage import word_tokens
+
+    ws = answer.split()
+    out = []
+    for k in cut_points(len(ws), cuts, 0):
+        truth = word_tokens(" ".join(ws[k:]))
+        if truth:
+            out.append(((prompt.rstrip() + " " + " ".join(ws[:k])).rstrip(), truth[0]))
+    return tuple(out)
+
+
 def probe_calls(spec: ProbeSpec, items: Sequence[ProbeItem]) -> list[Any]:
     """The sampling calls that answer ``items`` (``scores.FetchCall``; one per reply length)."""
     from blackbox_audit.scores import FetchCall
 
     by_len: dict[int, list[str]] = {}
     for it in items:
-        by_len.setdefault(it.max_new_tokens, []).append(it.prompt)
+        by_len.setdefault(it.max_new_tokens, []).extend(it.prompts)
     return [
         FetchCall("samples", tuple(prompts), sampling=(spec.n, max_new, spec.temperature, None))
         for max_new, prompts in by_len.items()
@@ -231,7 +274,7 @@ def rouge_l_f1(reply: str, reference: str) -> float:
 
 def reply_score(item: ProbeItem, replies: Sequence[str]) -> float:
     """The item's score: the best reply's ROUGE-L F1 against the true part."""
-    values = []
+    values: list[float] = []
     for r in replies:
         text = r.strip().split("\n", 1)[0] if item.first_line else r
         values.append(rouge_l_f1(text, item.reference))
@@ -244,18 +287,25 @@ def score_probe(
     """Items ``idx`` of ``bench`` probed on ``target``: a ``ScoreTable`` with one column (``column``,
     default the probe's own; ``n_tokens``: words of the true part; nothing is ever bounded)."""
     from blackbox_audit.scores import ScoreTable
+    from blackbox_audit.scores.greedy_match import leading_match
 
     items = [probe_item(spec, bench, i, seed) for i in idx]
     replies: dict[tuple[str, int], list[str]] = {}
     for max_new in dict.fromkeys(it.max_new_tokens for it in items):
-        prompts = list(dict.fromkeys(it.prompt for it in items if it.max_new_tokens == max_new))
+        prompts = list(dict.fromkeys(p for it in items if it.max_new_tokens == max_new for p in it.prompts))
         for s in range(spec.n):
             outs = target.generate(
                 prompts, max_new_tokens=max_new, temperature=spec.temperature, seed=s if spec.n > 1 else None
             )
             for p, o in zip(prompts, outs, strict=True):
                 replies.setdefault((p, max_new), []).append(o)
-    values = np.asarray([reply_score(it, replies[(it.prompt, it.max_new_tokens)]) for it in items])
+
+    def value(it: ProbeItem) -> float:
+        if not it.cuts:
+            return reply_score(it, replies[(it.prompt, it.max_new_tokens)])
+        return float(np.mean([leading_match(replies[(p, it.max_new_tokens)][0], [w]) for p, w in it.cuts]))
+
+    values = np.asarray([value(it) for it in items])
     column = column or spec.column
     return ScoreTable(
         scores={column: values},
@@ -274,6 +324,11 @@ def exact_share(values: Sequence[float]) -> float:
 def probe_summary(spec: ProbeSpec, bench_values: Sequence[float], held_values: Sequence[float]) -> str:
     """One summary line: mean reply overlap and exact reproductions on each side."""
     b, h = np.asarray(bench_values, dtype=np.float64), np.asarray(held_values, dtype=np.float64)
+    if spec.name == "next-word":
+        return (
+            f"probe next-word: the greedy reply starts with the answer's next word at {np.nanmean(b):.1%} of cuts "
+            f"on the benchmark vs {np.nanmean(h):.1%} held out"
+        )
     return (
         f"probe {spec.name}: mean ROUGE-L F1 {np.nanmean(b):.3f} on the benchmark vs {np.nanmean(h):.3f} held out; "
         f"exact reproductions {exact_share(b):.1%} vs {exact_share(h):.1%}"
@@ -288,5 +343,8 @@ def describe(spec: ProbeSpec) -> Mapping[str, Any]:
         "samples": spec.n,
         "temperature": spec.temperature,
         "reply_tokens": spec.max_new_tokens or f"auto (2 per word of the true part + 8, at most {MAX_AUTO_TOKENS})",
-        "metric": "ROUGE-L F1 over lowercased word tokens, best reply",
+        "metric": "ROUGE-L F1 over lowercased word tokens, best reply"
+        if spec.name != "next-word"
+        else f"share of up to {spec.cuts} cuts of the answer where the greedy reply's first word token is the "
+        "answer's next word",
     }
