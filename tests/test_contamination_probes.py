@@ -77,9 +77,11 @@ def test_next_word_cuts_the_answer():
     words = gsm.outputs[0].split()
     assert len(item.cuts) == 5 and item.max_new_tokens == 4 and item.prompts == tuple(p for p, _ in item.cuts)
     assert item.cuts[0] == (gsm.prompts[0].rstrip(), words[0])  # the bare question, then the answer's first word
+    whole = gsm.prompts[0] + gsm.outputs[0]
+    assert "\n" in gsm.outputs[0].strip() and all(whole.startswith(p) for p in item.prompts)  # verbatim, lines kept
     last_prompt, last_word = item.cuts[-1]
-    assert last_prompt == gsm.prompts[0].rstrip() + " " + " ".join(words[:-1])  # one word left to guess
-    assert last_word == words[-1]
+    assert whole.rstrip() == last_prompt + whole.rstrip()[len(last_prompt) :]
+    assert whole.rstrip()[len(last_prompt) :].split() == [words[-1]] and last_word == words[-1]  # one word left
     with pytest.raises(UserError, match="one greedy reply per cut"):
         parse_probe("next-word:n=2:temperature=0.7")
     with pytest.raises(UserError, match="cuts >= 1"):

@@ -11,7 +11,7 @@ from blackbox_audit.cli import main
 from blackbox_audit.errors import UserError
 from blackbox_audit.results import write_jsonl
 from blackbox_audit.scores import compute_scores, plan_requests
-from blackbox_audit.scores.greedy_match import cut_points, leading_match
+from blackbox_audit.scores.greedy_match import cut_points, leading_match, word_cuts
 from blackbox_audit.sim.emulator import run_emulator
 
 TEXT = "the quick brown fox jumps over the lazy dog near the old river bank"
@@ -23,6 +23,12 @@ def test_cut_points_are_spread_and_leave_a_word_to_guess():
     assert len(many) == 8 and many[0] == 4 and many[-1] == 199
     assert all(b - a >= 20 for a, b in zip(many, many[1:], strict=False))  # evenly spaced
     assert cut_points(4, 32, 4) == []  # nothing left to guess after the prefix
+
+
+def test_cuts_keep_the_text_verbatim():
+    text = "one two\nthree  four five"
+    assert word_cuts(text, 8, 1) == [("one", " two\nthree  four five"), ("one two", "\nthree  four five"),
+                                     ("one two\nthree", "  four five"), ("one two\nthree  four", " five")]  # fmt: skip
 
 
 def test_leading_match_stops_at_the_first_miss():

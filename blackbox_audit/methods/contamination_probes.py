@@ -190,7 +190,8 @@ def probe_item(spec: ProbeSpec, bench: Any, i: int, seed: int = 0) -> ProbeItem:
                 "load it as a benchmark with --question-field/--answer-field, or use --probe guided",
             )
         if spec.name == "next-word":
-            return ProbeItem(prompt, output, _reply_tokens(spec, output), cuts=answer_cuts(prompt, output, spec.cuts))
+            cuts = answer_cuts(prompt, bench.outputs[i], spec.cuts)
+            return ProbeItem(prompt, output, _reply_tokens(spec, output), cuts=cuts)
         return ProbeItem(prompt, output, _reply_tokens(spec, output))
     if spec.name == "guided":
         if prompt:
@@ -217,18 +218,18 @@ def probe_item(spec: ProbeSpec, bench: Any, i: int, seed: int = 0) -> ProbeItem:
     return ProbeItem(text, reference, _reply_tokens(spec, reference), first_line=True)
 
 
-def answer_cuts(prompt: str, answer: str, cuts: int) -> tuple[tuple[str, str], ...]:
-    """``next-word``'s (prompt, true next word) pairs: the question's prompt followed by the
-    answer's first ``k`` words, at up to ``cuts`` points ``k`` from 0 (the bare question)."""
-    from blackbox_audit.scores.greedy_match import cut_points
+def answer_cuts(prompt: str, output: str, cuts: int) -> tuple[tuple[str, str], ...]:
+    """``next-word``'s (prompt, true next word) pairs: the item as the benchmark writes it (prompt then
+    output, line breaks kept) up to the end of the output's ``k``-th word, at up to ``cuts`` points
+    ``k`` from 0 (the bare question)."""
+    from blackbox_audit.scores.greedy_match import word_cuts
     from blackbox_audit.scores.ngram_coverage import word_tokens
 
-    ws = answer.split()
     out = []
-    for k in cut_points(len(ws), cuts, 0):
-        truth = word_tokens(" ".join(ws[k:]))
+    for head, rest in word_cuts(output, cuts, 0):
+        truth = word_tokens(rest)
         if truth:
-            out.append(((prompt.rstrip() + " " + " ".join(ws[:k])).rstrip(), truth[0]))
+            out.append(((prompt + head).rstrip(), truth[0]))
     return tuple(out)
 
 

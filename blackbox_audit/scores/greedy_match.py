@@ -12,10 +12,11 @@ the ``anthropic`` prefill (``docs/api.md``, "Models without logprobs"): white-bo
 accuracy at word starts separates members from non-members with AUC 0.95, sampled continuations
 with at most 0.59.
 
-Per text: the words (split as SaMIA splits them, ``samia.words``) give cut points ``k`` from
+Per text: the words (runs of non-space characters) give cut points ``k`` from
 ``min_prefix_words`` to ``n_words - 1``; at most ``cuts`` of them, evenly spaced (all when the
-text has fewer). At each cut the prompt is the first ``k`` words (joined by spaces, as
-``ngram_coverage`` builds its prompt) and the target continues it greedily (temperature 0) for
+text has fewer). At each cut the prompt is the text up to the end of its ``k``-th word, verbatim
+(line breaks kept: the model is asked to go on from exactly what it may have read; the sampled
+scores instead join words by spaces) and the target continues it greedily (temperature 0) for
 ``max_new_tokens`` tokens. The cut's value is the share of the true suffix's first
 ``match_words`` word tokens (``ngram_coverage.word_tokens``) that the continuation reproduces in
 order from its start, stopping at the first miss; the score is the mean over cuts. Higher =
@@ -30,6 +31,7 @@ endpoints), recorded in ``run.json`` like every text-only score; answers are cac
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,10 +39,11 @@ import numpy as np
 
 from blackbox_audit.errors import UserError
 
-from .ngram_coverage import split_prompt, word_tokens
+from .ngram_coverage import word_tokens
 from .registry import Score, register_score
 from .requests import Request, Samples
-from .samia import words
+
+_WORD = re.compile(r"\S+")
 
 
 def cut_points(n_words: int, cuts: int, min_prefix_words: int) -> list[int]:
@@ -52,6 +55,15 @@ def cut_points(n_words: int, cuts: int, min_prefix_words: int) -> list[int]:
     if hi - lo + 1 <= cuts:
         return list(range(lo, hi + 1))
     return sorted({int(round(x)) for x in np.linspace(lo, hi, cuts)})
+
+
+def word_cuts(text: str, cuts: int, min_prefix_words: int) -> list[tuple[str, str]]:
+    """(the text up to the end of its ``k``-th word, verbatim; the rest) at each of ``cut_points``."""
+    ends = [m.end() for m in _WORD.finditer(text)]
+    return [
+        (text[: ends[k - 1]] if k else "", text[ends[k - 1] if k else 0 :])
+        for k in cut_points(len(ends), cuts, min_prefix_words)
+    ]
 
 
 def leading_match(sample: str, truth: list[str]) -> float:
@@ -88,10 +100,8 @@ class GreedyMatch(Score):
 
     def _cuts(self, text: str, params: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
         """(prompt, the true next ``match_words`` word tokens) per cut point."""
-        ws = words(text)
         out = []
-        for k in cut_points(len(ws), int(params["cuts"]), int(params["min_prefix_words"])):
-            prompt, suffix = split_prompt(text, 0.0, k)
+        for prompt, suffix in word_cuts(text, int(params["cuts"]), int(params["min_prefix_words"])):
             truth = word_tokens(suffix)[: int(params["match_words"])]
             if prompt and truth:
                 out.append((prompt, truth))
