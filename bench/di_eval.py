@@ -134,13 +134,17 @@ def main() -> int:
     ap.add_argument(
         "--temperature", type=float, default=None, help="generator sampling temperature (default: the method's)"
     )
-    ap.add_argument("--baseline-lm", default=None, help="a baseline LM whose scores are subtracted from the target's")
+    ap.add_argument(
+        "--baseline-lm",
+        default=None,
+        help="the model whose scores are subtracted from the target's: self (the method's default), hf:DIR, or none",
+    )
     ap.add_argument("--combine", default=None, choices=("sidak", "cauchy", "pair_mean"), help="default: the method's")
     ap.add_argument(
         "--crossfit",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="default: the method's (off; needs --baseline-lm)",
+        help="default: the method's (on; needs a baseline model)",
     )
     ap.add_argument("--features", default=None, help="comma-separated MIA features (default: the method's)")
     ap.add_argument("--test-fraction", type=float, default=None, help="default: the method's")
@@ -206,7 +210,7 @@ def main() -> int:
     if args.combine:
         opt_kw["combine"] = args.combine
     if args.baseline_lm:
-        opt_kw["baseline_lm"] = args.baseline_lm
+        opt_kw["baseline_lm"] = None if args.baseline_lm == "none" else args.baseline_lm
 
     options = CalibratedOptions(generator=GeneratorConfig(**gen_kw), **opt_kw)
     print(f"canary {canary.path} (base {canary.card['base']}, {len(canary.members)} members); options: "

@@ -296,14 +296,18 @@ def test_artifact_store_partial_resume_and_atomic_folders(tmp_path) -> None:
     assert not root.exists()
 
 
-def test_default_is_the_single_split_and_crossfit_needs_a_baseline_model() -> None:
-    """The default calibrated test is the paper's single split (valid on the bench); cross-fitting alone
-    flagged non-member sets, so it is refused without a baseline model and accepted with one."""
+def test_default_crossfits_with_the_self_baseline_and_crossfit_needs_a_baseline_model() -> None:
+    """The default calibrated test cross-fits and subtracts the self-baseline (no model from the user;
+    5/5 and 0/10 on the bench); cross-fitting alone flagged non-member sets, so it is refused without a
+    baseline model and accepted with one."""
     from blackbox_audit.di.calibrated import CalibratedOptions, validate_options
     from blackbox_audit.methods.di import CalibratedDIConfig
 
-    assert not CalibratedOptions().crossfit and not CalibratedDIConfig().options().crossfit
-    validate_options(CalibratedOptions())
+    for opts in (CalibratedOptions(), CalibratedDIConfig().options()):
+        assert opts.crossfit and opts.baseline_lm == "self"
+        validate_options(opts)
+    assert CalibratedDIConfig(baseline_lm="none", crossfit=False).options().baseline_lm is None
     with pytest.raises(UserError, match="baseline"):
-        validate_options(CalibratedOptions(crossfit=True))
+        validate_options(CalibratedOptions(crossfit=True, baseline_lm=None))
+    validate_options(CalibratedOptions(crossfit=False, baseline_lm=None))
     validate_options(CalibratedOptions(crossfit=True, baseline_lm="hf:/some/model"))

@@ -40,6 +40,9 @@ def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory, texts: list[str]) -
 
 
 def small_options(generator: str, **kw) -> CalibratedOptions:
+    """Small and quick: the paper's single split without a baseline model unless ``kw`` says otherwise
+    (the default, cross-fitted with the self-baseline, has its own tests)."""
+    kw = {"crossfit": False, "baseline_lm": None, **kw}
     return CalibratedOptions(
         seq_tokens=24,
         min_seq_tokens=12,
@@ -155,6 +158,41 @@ def test_crossfit_pair_mean_and_reference_lm(
             options=small_options(f"hf:{tiny_llama_dir}", combine="pair_mean", crossfit=False),
             store=store,
         )
+
+
+def test_self_baseline_as_the_baseline_model(tiny_llama_dir: Path, texts: list[str], target, tmp_path: Path) -> None:
+    """baseline_lm="self": the features of a small model trained on the generator-training sequences
+    are subtracted (no model from the user), cached by content, and crossfit accepts it."""
+    import blackbox_audit.di.calibrated as cal
+
+    store = ArtifactStore(tmp_path / "di")
+    opts = small_options(f"hf:{tiny_llama_dir}", crossfit=True, baseline_lm="self")
+    res = calibrated_di(target, texts[:80], options=opts, store=store, progress=False)
+    assert 0 <= res.p_value <= 1 and "baseline_lm_scores" in res.info["timings"]
+    assert res.to_json()["baseline_lm"] == "self"
+    base = cal.self_baseline_matrix(
+        res.heldout.train_texts, res.heldout.real + res.heldout.generated, ["loss"], store, seed=0
+    )
+    assert base.shape == (2 * len(res.heldout.pairs), 1) and np.all(np.isfinite(base)) and np.all(base < 0)
+    # the generated suffixes are less likely than the real ones to a model of the real text
+    n = len(res.heldout.pairs)
+    assert base[n:].mean() < base[:n].mean()
+    before = store.hits.get("baseline_lm", 0)
+    again = calibrated_di(target, texts[:80], options=opts, store=store, progress=False)
+    assert again.p_value == res.p_value and store.hits.get("baseline_lm", 0) > before
+
+
+def test_a_target_of_the_generators_own_kind_is_warned_about() -> None:
+    """A target that finds the generated suffixes far more likely than the real ones (the SmolLM2
+    canary with the SmolLM2 generator: +0.84 nats) cannot show membership: the run says so."""
+    from blackbox_audit.di.calibrated import family_warning
+
+    def gap(x: float) -> dict:
+        return {"loss": {"heldout_minus_suspect": x}, "zlib": {"heldout_minus_suspect": 5.0}}
+
+    assert "another family" in family_warning(gap(0.84))
+    assert family_warning(gap(0.03)) is None and family_warning(gap(-0.3)) is None  # the tiny canary's range
+    assert family_warning({"zlib": {"heldout_minus_suspect": 5.0}}) is None  # no loss feature: no claim
 
 
 def test_generation_resumes_after_a_crash(tiny_llama_dir: Path, texts: list[str], target, tmp_path: Path) -> None:
@@ -283,9 +321,15 @@ def test_cli(tiny_llama_dir: Path, tiny_lm_dir: Path, texts: list[str], tmp_path
     assert main([*common, "--suspect", str(suspect), *calibrated, "--dry-run", "--out", str(tmp_path / "dry")]) == 0
     dry = capsys.readouterr()
     assert "scorings" in dry.out and not (tmp_path / "dry" / "run.json").exists()
-    assert "valid but weak" in dry.err and "--crossfit --baseline-lm" in dry.err  # the default's power, said first
+    assert "self-baseline" in dry.err and "5 of 5 member sets" in dry.err  # what the default uses, said first
+    di_opts = di["options"]
+    assert di_opts["crossfit"] and di_opts["baseline_lm"] == "self"  # the default: no model from the user
+    none = ["--baseline-lm", "none", "--no-crossfit", "--dry-run"]
+    assert main([*common, "--suspect", str(suspect), *calibrated, *none, "--out", str(tmp_path / "nb")]) == 0
+    assert "valid but weak" in capsys.readouterr().err  # without a baseline, the weaker test says so
     # cross-fitting without a baseline model flagged non-member sets: refused in one line
-    assert main([*common, "--suspect", str(suspect), *calibrated, "--crossfit", "--out", str(tmp_path / "cf")]) == 2
+    nocf = ["--baseline-lm", "none", "--out", str(tmp_path / "cf")]
+    assert main([*common, "--suspect", str(suspect), *calibrated, *nocf]) == 2
     assert "baseline" in capsys.readouterr().err
     # bad input: one line, exit 2
     assert (

@@ -26,7 +26,15 @@ from blackbox_audit.cli.options import (
 )
 from blackbox_audit.data import load_dataset
 from blackbox_audit.methods.base import AuditInputs
-from blackbox_audit.methods.di import DEFAULT_POWER_NOTE, CalibratedDI, CalibratedDIConfig, PlainDI, PlainDIConfig
+from blackbox_audit.methods.di import (
+    DEFAULT_NOTE,
+    NO_BASELINE,
+    NO_BASELINE_NOTE,
+    CalibratedDI,
+    CalibratedDIConfig,
+    PlainDI,
+    PlainDIConfig,
+)
 
 _C = CalibratedDIConfig
 
@@ -78,14 +86,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--crossfit",
         action=argparse.BooleanOptionalAction,
         default=_C.crossfit,
-        help="three folds in rotation: every pair tested once per seed, heads on out-of-sample outputs (needs "
-        "--baseline-lm: alone it flags non-member sets; default off: the paper's one split per seed; docs/di.md)",
+        help="three folds in rotation: every pair tested once per seed, heads on out-of-sample outputs (default on; "
+        "needs a baseline model: alone it flags non-member sets; --no-crossfit: the paper's one split per seed; "
+        "docs/di.md)",
     )
     c.add_argument(
         "--baseline-lm",
         default=_C.baseline_lm,
-        help="a local reference model (hf:DIR, gguf:FILE, smollm2; never trained on the suspect set, and not "
-        "the generator's base) whose scores are subtracted from the target's (default: none; see docs/di.md)",
+        help="the model whose scores are subtracted from the target's: self (default: a small model trained from "
+        "scratch on the suspect set's generator-training half, never on the scored pairs), a local model (hf:DIR, "
+        "gguf:FILE; never trained on the suspect set, and not the generator's base), or none (docs/di.md)",
     )
     c.add_argument(
         "--seq-tokens",
@@ -181,8 +191,9 @@ def run(args: argparse.Namespace) -> int:
             args.heldout, text_field=args.text_field, label_field=args.label_field, id_field=args.id_field
         )
     else:
-        if not args.baseline_lm:  # said up front: what the default can do, and what more power needs
-            print(f"note: {DEFAULT_POWER_NOTE}", file=sys.stderr)
+        # said up front: what the test uses, and what it can and cannot see
+        no_baseline = args.baseline_lm in NO_BASELINE
+        print(f"note: {NO_BASELINE_NOTE if no_baseline else DEFAULT_NOTE}", file=sys.stderr)
         method.generator(progress=True)  # a generator that cannot be loaded fails before the target loads
     # the features' capabilities, from the target kind's static capabilities: refused before any load
     kind = target_kind(args.target)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -49,16 +49,23 @@ from .features import default_features, feature_matrix, heldout_oriented
 from .generator import GeneratorConfig, LocalGenerator
 from .linear import fit_logistic
 from .segment import Pair, cut, fixed_pairs, segment, shuffle_split
-from .self_baseline import self_baseline_check
+from .self_baseline import SelfBaselineConfig, self_baseline_check, self_baseline_target
 from .stats import COMBINATION_TEXT, COMBINATIONS, auc_null_se, clip_outliers, normalise, paired_greater
 from .text_classifier import TextClassifierConfig, train_and_predict
 
 METHOD = "calibrated DI"
+#: ``baseline_lm`` value for the self-baseline model (``self_baseline_matrix``): no model from the user
+SELF_BASELINE = "self"
 #: Smallest split sizes the method runs on (sequences for the generator, pairs per side).
 MIN_GEN_TRAIN = 10
 MIN_PAIRS = 10
 #: Below this many test pairs a real membership signal often stays above alpha (a warning).
 RECOMMENDED_TEST_PAIRS = 100
+#: Target loss gap (generated minus real suffix, nats per token) above which generated text looks
+#: so much more likely to the target that membership may not show: measured +0.84 on a non-member
+#: set of the SmolLM2 canary with the SmolLM2 generator (one family), at most +0.03 on the tiny
+#: canary's (docs/di.md, "Measured, session 6").
+FAMILY_GAP_WARN = 0.3
 #: How the two linear heads are built (see ``head_test``). ``authors``: as in the authors'
 #: ``linear_di.py`` (the classifier's probability as the text feature, every weight through the
 #: sigmoid, c_comb refits everything jointly, 200 Adam epochs). ``nested`` (default): the
@@ -93,8 +100,8 @@ class CalibratedOptions:
     alpha: float = 0.05
     clip_frac: float = 0.05
     heads: str = "nested"
-    baseline_lm: str | None = None
-    crossfit: bool = False
+    baseline_lm: str | None = SELF_BASELINE
+    crossfit: bool = True
     features: tuple[str, ...] | None = None
     bounded: str = "error"
     max_suffix_tokens: int | None = None
@@ -580,6 +587,62 @@ def baseline_lm_matrix(
     return np.asarray(found, dtype=np.float64)
 
 
+def self_baseline_matrix(
+    train_texts: Sequence[str],
+    texts: list[str],
+    names: Sequence[str],
+    store: ArtifactStore,
+    *,
+    seed: int,
+    prefixes: Sequence[str] | None = None,
+) -> np.ndarray:
+    """``baseline_lm="self"``: the MIA features of every suffix under the self-baseline model (a small
+    GPT-2 trained from scratch on the generator-training sequences, ``self_baseline.py``), cached.
+
+    It needs no model from the user and cannot be the generator's base. It never saw the scored
+    pairs, and it knows only the suspect set's own kind of text, so the part of the generation
+    shift that a model of that text sees cancels in the difference, and training on the pairs
+    themselves does not."""
+    if not train_texts:
+        raise UserError(
+            f"{METHOD}: baseline_lm=self needs the generator-training sequences, and this held-out set has none",
+            "rebuild the held-out set (it was made by an older version), or give --baseline-lm hf:DIR",
+        )
+    cfg = SelfBaselineConfig()
+    key = content_key(
+        {
+            "self_baseline_lm": texts_digest(list(train_texts)),
+            "cfg": asdict(cfg),
+            "seed": seed,
+            "texts": texts_digest(texts),
+            "names": list(names),
+            **({"prefixes": texts_digest(list(prefixes))} if prefixes is not None else {}),
+        }
+    )
+    found = store.read_json("baseline_lm", key)
+    if found is None:
+        base = self_baseline_target(train_texts, cfg, seed)
+        x, _ = feature_matrix(base, texts, names, progress=False, prefixes=prefixes)
+        found = x.tolist()
+        store.write_json("baseline_lm", key, found)
+    return np.asarray(found, dtype=np.float64)
+
+
+def family_warning(gap: Mapping[str, Mapping[str, float]]) -> str | None:
+    """The warning for a target that finds the generated suffixes far more likely than the real ones
+    (``gap``: ``mia_score_gap``; loss gap above ``FAMILY_GAP_WARN``), else None."""
+    loss_gap = gap.get("loss", {}).get("heldout_minus_suspect")
+    if loss_gap is None or loss_gap <= FAMILY_GAP_WARN:
+        return None
+    return (
+        f"the target finds the generated suffixes far more likely than the real ones (loss gap {loss_gap:+.2f} "
+        "nats per token): the generator writes text of the target's own kind, as when both come from one model "
+        "family, and membership that raises the real text's likelihood by less than that cannot show, so an "
+        "'inconclusive' here says little (measured on a SmolLM2 canary with the SmolLM2 generator, docs/di.md); "
+        "use a generator of another family (--generator hf:DIR)"
+    )
+
+
 def shift_check(heldout: HeldoutSet, per_seed: list[dict[str, Any]], seed: int) -> dict[str, Any]:
     """How far generation moved the texts: bag-of-words and text-classifier AUC, real vs generated."""
     from blackbox_audit.blind import blind_baseline
@@ -625,15 +688,13 @@ def calibrate(
     if opts.baseline_lm:
         t = _clock()
         own = [j for j, name in enumerate(feat_info["names"]) if name != "reference"]
-        base = baseline_lm_matrix(
-            opts.baseline_lm,
-            generator,
-            texts,
-            [feat_info["names"][j] for j in own],
-            store,
-            progress=progress,
-            prefixes=prefixes,
-        )
+        own_names = [feat_info["names"][j] for j in own]
+        if opts.baseline_lm == SELF_BASELINE:
+            base = self_baseline_matrix(heldout.train_texts, texts, own_names, store, seed=opts.seed, prefixes=prefixes)
+        else:
+            base = baseline_lm_matrix(
+                opts.baseline_lm, generator, texts, own_names, store, progress=progress, prefixes=prefixes
+            )
         rel = x.copy()
         rel[:, own] -= base  # the 'reference' feature (a target-vs-reference score already) is kept as is
         timings["baseline_lm_scores"] = _since(t)
@@ -699,6 +760,9 @@ def calibrate(
             "(docs/di.md, 'Measured, session 5'); treat a 'member' verdict with suspicion, and try a lower "
             "--temperature or --baseline-lm"
         )
+    family = family_warning(gap)
+    if family:
+        warnings.append(family)
     if feat_info["non_finite"]:
         warnings.append(f"{feat_info['non_finite']} non-finite MIA score(s) were replaced by their column's median")
     info = {
@@ -784,8 +848,8 @@ def validate_options(opts: CalibratedOptions) -> None:
             "crossfit without a baseline model flags non-member sets: in the tiny-canary bench it flagged 3 of 10 at "
             "temperature 0.8 and 10 of 10 at 1.0 (docs/di.md), because the target's scores see a generation shift "
             "that the text classifier misses",
-            "add --baseline-lm hf:DIR (a model never trained on the suspect set, not the generator's base), or "
-            "leave out --crossfit",
+            "keep the default --baseline-lm self, give --baseline-lm hf:DIR (a model never trained on the suspect "
+            "set, not the generator's base), or add --no-crossfit",
         )
     if opts.combine == "pair_mean" and not opts.crossfit:
         raise UserError("combine=pair_mean needs crossfit (every pair tested in every seed)", "drop --no-crossfit")

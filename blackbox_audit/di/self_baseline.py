@@ -42,11 +42,8 @@ class SelfBaselineConfig:
     max_tokens: int = 256
 
 
-def _train_and_score(
-    train_texts: Sequence[str], texts: Sequence[str], cfg: SelfBaselineConfig, seed: int
-) -> list[float]:
-    """Mean per-token log-probability (tokens 2..L, as the ``loss`` score) of every text under a model
-    trained from scratch on ``train_texts``."""
+def train_self_baseline(train_texts: Sequence[str], cfg: SelfBaselineConfig, seed: int) -> tuple[Any, Any]:
+    """(model, tokenizer): a GPT-2 trained from scratch on ``train_texts`` (module doc), in eval mode."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -64,6 +61,8 @@ def _train_and_score(
                 n_embd=cfg.n_embd,
                 n_layer=cfg.n_layer,
                 n_head=cfg.n_head,
+                bos_token_id=tok.eos_token_id,
+                eos_token_id=tok.eos_token_id,
                 pad_token_id=pad,
             )
         )
@@ -80,6 +79,28 @@ def _train_and_score(
                      rng=np.random.default_rng([seed, 606]), optimizer=opt, scheduler=sched,
                      params=list(model.parameters()), desc="self-baseline", progress=False)  # fmt: skip
         model.eval()
+    return model, tok
+
+
+def self_baseline_target(train_texts: Sequence[str], cfg: SelfBaselineConfig, seed: int) -> Any:
+    """The self-baseline as a white-box target (``HFTarget``), so every MIA feature can be read from it."""
+    from blackbox_audit.adapters.hf import HFTarget
+
+    model, tok = train_self_baseline(train_texts, cfg, seed)
+    return HFTarget(model, tok, name=f"self-baseline:{texts_digest(list(train_texts))[:16]}", progress=False)
+
+
+def _train_and_score(
+    train_texts: Sequence[str], texts: Sequence[str], cfg: SelfBaselineConfig, seed: int
+) -> list[float]:
+    """Mean per-token log-probability (tokens 2..L, as the ``loss`` score) of every text under a model
+    trained from scratch on ``train_texts``."""
+    import torch
+
+    from blackbox_audit.training import seeded_torch
+
+    model, tok = train_self_baseline(train_texts, cfg, seed)
+    with seeded_torch(seed):
         out = []
         with torch.inference_mode():
             for t in texts:

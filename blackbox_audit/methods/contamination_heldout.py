@@ -62,11 +62,19 @@ def synthetic_items(bench: Benchmark, part: str) -> list[tuple[str, str, str]]:
 def calibrated_options(config: Any) -> Any:
     """Calibrated DI's defaults (``CalibratedDIConfig``) for benchmark items: the contamination
     check's alpha and seed, the target's MIA scores read after the question, answers cut to
-    ``MAX_ANSWER_TOKENS`` generator tokens."""
+    ``MAX_ANSWER_TOKENS`` generator tokens. The test is the paper's single split without a
+    baseline model: ``di``'s default (cross-fitted, minus the self-baseline) was measured on
+    document sets only, and here the self-baseline would learn from half a benchmark's answers
+    (docs/di.md, "Measured, session 6")."""
     from blackbox_audit.methods.di import CalibratedDIConfig
 
     opts = CalibratedDIConfig(
-        alpha=config.alpha, seed=config.seed, bounded=config.bounded, generator=config.generator
+        alpha=config.alpha,
+        seed=config.seed,
+        bounded=config.bounded,
+        generator=config.generator,
+        crossfit=False,
+        baseline_lm="none",
     ).options()
     return replace(opts, mia_context="prefix", max_suffix_tokens=MAX_ANSWER_TOKENS)
 
