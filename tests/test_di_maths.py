@@ -298,7 +298,7 @@ def test_artifact_store_partial_resume_and_atomic_folders(tmp_path) -> None:
 
 def test_default_crossfits_with_the_self_baseline_and_crossfit_needs_a_baseline_model() -> None:
     """The default calibrated test cross-fits and subtracts the self-baseline (no model from the user;
-    5/5 and 0/10 on the bench); cross-fitting alone flagged non-member sets, so it is refused without a
+    5/5 and 0/20 on the bench); cross-fitting alone flagged non-member sets, so it is refused without a
     baseline model and accepted with one."""
     from blackbox_audit.di.calibrated import CalibratedOptions, validate_options
     from blackbox_audit.methods.di import CalibratedDIConfig

@@ -10,10 +10,13 @@ target's: on the tiny-canary bench (docs/di.md, "Measured, session 5") it was -0
 at temperature 1 (target -0.43, where cross-fitting would read the shift as membership) and
 +0.03 / -0.06 at temperature 0.8 (target -0.08 on a non-member set).
 
-It is a diagnostic, never part of the p-value: ``di.json``'s ``shift_check.self_baseline`` holds
-the gap, its standard error and a one-sided paired p-value, and the run warns when generated
-suffixes are clearly less likely to it (``gap < -GAP_WARN`` nats and ``p < P_WARN``). Its scores
-are cached by content with the other artifacts.
+Two uses. As a diagnostic (``self_baseline_check``): ``di.json``'s ``shift_check.self_baseline``
+holds the gap, its standard error and a one-sided paired p-value, and the run warns when generated
+suffixes are clearly less likely to it (``gap < -GAP_WARN`` nats and ``p < P_WARN``). As calibrated
+DI's default baseline model (``baseline_lm="self"``, ``self_baseline_target``): its MIA features
+are subtracted from the target's, which cancels the part of the generation shift that a model of
+the suspect text sees and keeps what training on the scored pairs adds (``calibrated.py``,
+``self_baseline_matrix``). Its scores are cached by content with the other artifacts.
 """
 
 from __future__ import annotations

@@ -99,6 +99,8 @@ def train_and_predict(
             n_layer=cfg.n_layer,
             n_head=cfg.n_head,
             num_labels=2,
+            bos_token_id=PAD,  # no BOS/EOS in a compacted vocabulary: GPT-2's 50256 would be out of range
+            eos_token_id=PAD,
             pad_token_id=PAD,
         )
         model = GPT2ForSequenceClassification(config)

@@ -183,7 +183,7 @@ class PlainDI(Method):
 DEFAULT_NOTE = (
     "calibrated DI cross-fits (three folds per seed) and subtracts a self-baseline: a small model trained "
     "from scratch on the suspect set's generator-training half, which never sees the scored pairs, so no model "
-    "is needed from you (tiny-canary bench: 5 of 5 member sets and 0 of 10 non-member sets flagged; docs/di.md). "
+    "is needed from you (tiny-canary bench: 5 of 5 member sets and 0 of 20 non-member sets flagged; docs/di.md). "
     "--baseline-lm hf:DIR uses your own reference model instead"
 )
 #: Said instead when the baseline is switched off (``--baseline-lm none``).
