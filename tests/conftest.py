@@ -53,3 +53,12 @@ def smollm2_target():
     from blackbox_audit.adapters.hf import load_smollm2
 
     return load_smollm2("", device="cpu", progress=False)
+
+
+@pytest.fixture(scope="session")
+def claude_emu(tiny_target):
+    """The tiny model behind the emulator's ``anthropic`` profile (text only, prefill), model ``claude-emu``."""
+    from blackbox_audit.sim.emulator import run_emulator
+
+    with run_emulator(tiny_target, "anthropic", model="claude-emu") as e:
+        yield e

@@ -23,7 +23,6 @@ from blackbox_audit.methods.contamination_probes import (
     score_probe,
 )
 from blackbox_audit.results import write_jsonl
-from blackbox_audit.sim.emulator import run_emulator
 
 
 def mmlu_like(n: int = 6):
@@ -184,27 +183,21 @@ def test_dry_run_prices_generation():
     assert all(r.completion == (5, 20) for r in plan.items)  # up to 4 tokens each
 
 
-@pytest.fixture(scope="module")
-def emu(tiny_target):
-    with run_emulator(tiny_target, "anthropic", model="claude-emu") as e:
-        yield e
-
-
-def test_cli_probe_through_the_anthropic_emulator(emu, tmp_path, monkeypatch, capsys):
+def test_cli_probe_through_the_anthropic_emulator(claude_emu, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-secret")
     with open(load_gsm8k().path, encoding="utf-8") as f:
         rows = [json.loads(next(f)) for _ in range(12)]
     write_jsonl(tmp_path / "b.jsonl", [{"id": f"b{i}", **r} for i, r in enumerate(rows[:6])])
     write_jsonl(tmp_path / "h.jsonl", [{"id": f"h{i}", **r} for i, r in enumerate(rows[6:])])
     base = ["contamination", "--benchmark", str(tmp_path / "b.jsonl"), "--heldout", str(tmp_path / "h.jsonl")]
-    base += ["--target", f"anthropic:{emu.base_url}#claude-emu", "--probe", "answer:max_new_tokens=6"]
+    base += ["--target", f"anthropic:{claude_emu.base_url}#claude-emu", "--probe", "answer:max_new_tokens=6"]
     base += ["--cache-dir", str(tmp_path / "c")]
-    emu.reset()
+    claude_emu.reset()
     assert main([*base, "--out", str(tmp_path / "dry"), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "requests:          12" in out and "completion tokens" in out and emu.stats()["requests"] == 0
+    assert "requests:          12" in out and "completion tokens" in out and claude_emu.stats()["requests"] == 0
     assert main([*base, "--out", str(tmp_path / "o")]) == 0
-    assert emu.stats()["by_path"]["/v1/messages"] == {"ok": 12}
+    assert claude_emu.stats()["by_path"]["/v1/messages"] == {"ok": 12}
     run = json.loads((tmp_path / "o" / "run.json").read_text())
     assert run["contamination"]["probe"]["probe"] == "answer"
     assert run["contamination"]["probe"]["continuation"] == "prefill"

@@ -23,7 +23,6 @@ from blackbox_audit.methods.decop_quiz import (
     score_from_logprobs,
 )
 from blackbox_audit.results import write_jsonl
-from blackbox_audit.sim.emulator import run_emulator
 
 
 @pytest.mark.parametrize("kind", ["all", "cyclic"])
@@ -127,31 +126,25 @@ def test_generated_paraphrases_are_cached(tiny_lm_dir, tiny_target, tmp_path):
     assert again.extras["paraphrases.jsonl"] == paras
 
 
-@pytest.fixture(scope="module")
-def emu(tiny_target):
-    with run_emulator(tiny_target, "anthropic", model="claude-emu") as e:
-        yield e
-
-
-def test_choices_through_the_anthropic_emulator(emu, tmp_path, monkeypatch, capsys):
+def test_choices_through_the_anthropic_emulator(claude_emu, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-secret")
     data = tmp_path / "d.jsonl"
     write_jsonl(data, [{"id": f"t{i}", "text": t, "label": i % 2} for i, t in enumerate(TEXTS)])
     paras = tmp_path / "p.jsonl"
     write_jsonl(paras, paraphrase_rows())
-    base = ["decop", "--target", f"anthropic:{emu.base_url}#claude-emu", "--data", str(data)]
+    base = ["decop", "--target", f"anthropic:{claude_emu.base_url}#claude-emu", "--data", str(data)]
     base += ["--paraphrases", str(paras), "--orders", "cyclic", "--cache-dir", str(tmp_path / "c")]
-    emu.reset()
+    claude_emu.reset()
     assert main([*base, "--out", str(tmp_path / "dry"), "--dry-run"]) == 0
-    assert "requests:          16" in capsys.readouterr().out and emu.stats()["requests"] == 0
+    assert "requests:          16" in capsys.readouterr().out and claude_emu.stats()["requests"] == 0
     assert main([*base, "--out", str(tmp_path / "o")]) == 0
-    assert emu.stats()["by_path"]["/v1/messages"] == {"ok": 16}  # 4 texts x 4 rotations, as estimated
+    assert claude_emu.stats()["by_path"]["/v1/messages"] == {"ok": 16}  # 4 texts x 4 rotations, as estimated
     run = json.loads((tmp_path / "o" / "run.json").read_text())
     assert run["decop"]["answers"] == "choices" and run["decop"]["continuation"] == "prefill"
     quizzes = [json.loads(x) for x in (tmp_path / "o" / "quizzes.jsonl").read_text().splitlines()]
     assert len(quizzes) == 16 and all("reply" in q for q in quizzes)
     rows = [json.loads(x) for x in (tmp_path / "o" / "scores.jsonl").read_text().splitlines()]
     assert all(r["decop"] is None or 0 <= r["decop"] <= 1 for r in rows)
-    emu.reset()
+    claude_emu.reset()
     assert main([*base, "--out", str(tmp_path / "o2")]) == 0
-    assert emu.stats()["requests"] == 0  # answered from the request cache
+    assert claude_emu.stats()["requests"] == 0  # answered from the request cache

@@ -12,7 +12,6 @@ from blackbox_audit.errors import UserError
 from blackbox_audit.results import write_jsonl
 from blackbox_audit.scores import compute_scores, plan_requests
 from blackbox_audit.scores.greedy_match import cut_points, leading_match, word_cuts
-from blackbox_audit.sim.emulator import run_emulator
 
 TEXT = "the quick brown fox jumps over the lazy dog near the old river bank"
 
@@ -79,26 +78,20 @@ def test_plans_one_request_per_cut_and_checks_params():
         plan_requests([TEXT], "greedy_match:cuts=0")
 
 
-@pytest.fixture(scope="module")
-def emu(tiny_target):
-    with run_emulator(tiny_target, "anthropic", model="claude-emu") as e:
-        yield e
-
-
-def test_end_to_end_through_the_anthropic_adapter(emu, tmp_path, monkeypatch):
+def test_end_to_end_through_the_anthropic_adapter(claude_emu, tmp_path, monkeypatch):
     from blackbox_audit.sim.tiny_models import sample_texts
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-secret")
     data = tmp_path / "d.jsonl"
     write_jsonl(data, [{"id": f"s{i}", "text": t, "label": i % 2} for i, t in enumerate(sample_texts(4))])
-    base = ["score", "--target", f"anthropic:{emu.base_url}#claude-emu", "--data", str(data)]
+    base = ["score", "--target", f"anthropic:{claude_emu.base_url}#claude-emu", "--data", str(data)]
     base += ["--cache-dir", str(tmp_path / "c"), "--scores", "greedy_match:cuts=3"]
-    emu.reset()
+    claude_emu.reset()
     assert main([*base, "--out", str(tmp_path / "o")]) == 0
-    assert emu.stats()["by_path"]["/v1/messages"] == {"ok": 12}  # 4 texts x 3 cuts
+    assert claude_emu.stats()["by_path"]["/v1/messages"] == {"ok": 12}  # 4 texts x 3 cuts
     rows = [json.loads(x) for x in (tmp_path / "o" / "scores.jsonl").read_text().splitlines()]
     assert all(0.0 <= r["greedy_match:cuts=3"] <= 1.0 for r in rows)
     assert json.loads((tmp_path / "o" / "run.json").read_text())["sampling"]["continuation"] == "prefill"
-    emu.reset()
+    claude_emu.reset()
     assert main([*base, "--out", str(tmp_path / "o2")]) == 0
-    assert emu.stats()["requests"] == 0  # a re-run is answered from the cache
+    assert claude_emu.stats()["requests"] == 0  # a re-run is answered from the cache

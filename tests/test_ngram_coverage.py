@@ -16,7 +16,6 @@ from blackbox_audit.errors import UserError
 from blackbox_audit.results import write_jsonl
 from blackbox_audit.scores import compute_scores, plan_requests
 from blackbox_audit.scores.ngram_coverage import coverage, split_prompt, word_tokens
-from blackbox_audit.sim.emulator import run_emulator
 
 
 def authors_coverage(gen: list[int], ref: list[int], m: int) -> float:
@@ -159,30 +158,24 @@ def test_local_targets_continue_raw_text(tiny_target):
     assert continuation_of(tiny_target) == "completion"
 
 
-@pytest.fixture(scope="module")
-def emu(tiny_target):
-    with run_emulator(tiny_target, "anthropic", model="claude-emu") as e:
-        yield e
-
-
-def test_end_to_end_through_the_anthropic_adapter(emu, tmp_path, monkeypatch):
+def test_end_to_end_through_the_anthropic_adapter(claude_emu, tmp_path, monkeypatch):
     from blackbox_audit.sim.tiny_models import sample_texts
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-secret")
     data = tmp_path / "d.jsonl"
     write_jsonl(data, [{"id": f"s{i}", "text": t, "label": i % 2} for i, t in enumerate(sample_texts(4))])
-    base = ["score", "--target", f"anthropic:{emu.base_url}#claude-emu", "--data", str(data)]
+    base = ["score", "--target", f"anthropic:{claude_emu.base_url}#claude-emu", "--data", str(data)]
     base += ["--cache-dir", str(tmp_path / "c")]
     spec = "ngram_coverage:n=2:max_new_tokens=10"
-    emu.reset()
+    claude_emu.reset()
     assert main([*base, "--scores", f"{spec},samia:n=2:max_new_tokens=10:top_k=0", "--out", str(tmp_path / "o")]) == 0
-    assert emu.stats()["by_path"]["/v1/messages"] == {"ok": 8}  # 4 texts x 2 samples, shared by both scores
+    assert claude_emu.stats()["by_path"]["/v1/messages"] == {"ok": 8}  # 4 texts x 2 samples, shared by both scores
     rows = [json.loads(x) for x in (tmp_path / "o" / "scores.jsonl").read_text().splitlines()]
     assert all(0.0 <= r[spec] <= 1.0 for r in rows)
     run = json.loads((tmp_path / "o" / "run.json").read_text())
     assert run["sampling"]["continuation"] == "prefill"
-    emu.reset()
+    claude_emu.reset()
     assert main([*base, "--scores", spec, "--out", str(tmp_path / "o2")]) == 0
-    assert emu.stats()["requests"] == 0  # a re-run is answered from the cache
+    assert claude_emu.stats()["requests"] == 0  # a re-run is answered from the cache
     again = [json.loads(x) for x in (tmp_path / "o2" / "scores.jsonl").read_text().splitlines()]
     assert [r[spec] for r in again] == [r[spec] for r in rows]

@@ -13,7 +13,6 @@ from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.results import write_jsonl
 from blackbox_audit.scores import Samples, compute_scores, plan_requests
 from blackbox_audit.scores.samia import rouge1_recall, split_prefix, words
-from blackbox_audit.sim.emulator import run_emulator
 
 
 def authors_recall(candidate: list[str], reference: list[str]) -> float:
@@ -68,14 +67,8 @@ def test_samia_needs_generation_and_one_word_is_nan():
         plan_requests(["a b"], "samia:prefix_ratio=0")
 
 
-@pytest.fixture(scope="module")
-def emu(tiny_target):
-    with run_emulator(tiny_target, "anthropic", model="claude-emu") as e:
-        yield e
-
-
-def test_anthropic_wire_format(emu):
-    url = emu.root_url + "/v1/messages"
+def test_anthropic_wire_format(claude_emu):
+    url = claude_emu.root_url + "/v1/messages"
     h = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
     body = {"model": "claude-emu", "max_tokens": 5, "messages": [{"role": "user", "content": "Hello"}]}
     r = httpx.post(url, json=body, headers={"anthropic-version": "2023-06-01"})
@@ -87,27 +80,27 @@ def test_anthropic_wire_format(emu):
     ok = httpx.post(url, json={**body, "temperature": 0}, headers=h).json()
     assert ok["type"] == "message" and ok["content"][0]["type"] == "text"
     assert ok["stop_reason"] in ("end_turn", "max_tokens") and ok["usage"]["output_tokens"] <= 5
-    models = httpx.get(emu.root_url + "/v1/models", headers=h).json()
+    models = httpx.get(claude_emu.root_url + "/v1/models", headers=h).json()
     assert models["data"][0]["id"] == "claude-emu"
-    assert httpx.post(emu.root_url + "/v1/chat/completions", json=body, headers=h).status_code == 404
+    assert httpx.post(claude_emu.root_url + "/v1/chat/completions", json=body, headers=h).status_code == 404
 
 
-def test_samia_end_to_end_through_the_anthropic_adapter(emu, tmp_path, monkeypatch, capsys):
+def test_samia_end_to_end_through_the_anthropic_adapter(claude_emu, tmp_path, monkeypatch, capsys):
     from blackbox_audit.sim.tiny_models import sample_texts
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-secret")
     data = tmp_path / "d.jsonl"
     write_jsonl(data, [{"id": f"s{i}", "text": t, "label": i % 2} for i, t in enumerate(sample_texts(6))])
-    target = f"anthropic:{emu.base_url}#claude-emu"
+    target = f"anthropic:{claude_emu.base_url}#claude-emu"
     base = ["score", "--target", target, "--data", str(data), "--cache-dir", str(tmp_path / "c")]
     spec = "samia:n=3:max_new_tokens=12"
-    emu.reset()
+    claude_emu.reset()
     assert main([*base, "--scores", spec, "--out", str(tmp_path / "dry"), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "requests:          18" in out and emu.stats()["requests"] == 0
-    emu.reset()
+    assert "requests:          18" in out and claude_emu.stats()["requests"] == 0
+    claude_emu.reset()
     assert main([*base, "--scores", spec, "--out", str(tmp_path / "o")]) == 0
-    assert emu.stats()["by_path"]["/v1/messages"] == {"ok": 18}  # 6 texts x 3 samples, as estimated
+    assert claude_emu.stats()["by_path"]["/v1/messages"] == {"ok": 18}  # 6 texts x 3 samples, as estimated
     rows = [json.loads(x) for x in (tmp_path / "o" / "scores.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and all(0.0 <= r[spec] <= 1.0 for r in rows)
     assert len({r[spec] for r in rows}) > 1
@@ -116,12 +109,12 @@ def test_samia_end_to_end_through_the_anthropic_adapter(emu, tmp_path, monkeypat
     run = (tmp_path / "o" / "run.json").read_text()
     assert "sk-ant-test-secret" not in run
     # a re-run is answered from the request cache: nothing is sent
-    emu.reset()
+    claude_emu.reset()
     assert main([*base, "--scores", spec, "--out", str(tmp_path / "o2")]) == 0
-    assert emu.stats()["requests"] == 0
+    assert claude_emu.stats()["requests"] == 0
     # logprob scores are refused with one clear error before any request
     capsys.readouterr()
     assert main([*base, "--scores", "loss", "--out", str(tmp_path / "o3")]) == 2
     err = capsys.readouterr().err
     assert "no usable logprobs" in err and "scores greedy_match, ngram_coverage, samia;" in err
-    assert emu.stats()["requests"] == 0
+    assert claude_emu.stats()["requests"] == 0
