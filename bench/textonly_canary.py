@@ -39,6 +39,14 @@ def patient(target: Any, timeout_s: float) -> Any:
     return target
 
 
+def draw_texts(canary: Any, members: int, nonmembers: int, draw_seed: int) -> tuple[list[dict], list[dict]]:
+    """The bench's members and non-members of ``canary`` (seeded), shared by the text-only benches."""
+    rng = np.random.default_rng(draw_seed)
+    mem = [canary.members[i] for i in rng.permutation(len(canary.members))[:members]]
+    non = [canary.nonmembers[i] for i in rng.permutation(len(canary.nonmembers))[:nonmembers]]
+    return mem, non
+
+
 class Counting:
     """A target whose ``generate`` counts what each request would bill (prompt + the prefill turn's
     overhead, completion tokens), answered from the cache or not."""
@@ -145,9 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     canary = build_canary(CanaryOptions(base="smollm2", seed=a.seed), cache_dir=a.cache_dir)
     print(f"canary {canary.path} ({time.perf_counter() - t0:.0f} s; epochs {canary.card['train']['epochs']})")
-    rng = np.random.default_rng(a.draw_seed)
-    mem = [canary.members[i] for i in rng.permutation(len(canary.members))[: a.members]]
-    non = [canary.nonmembers[i] for i in rng.permutation(len(canary.nonmembers))[: a.nonmembers]]
+    mem, non = draw_texts(canary, a.members, a.nonmembers, a.draw_seed)
     rows = [(r["id"], r["text"], 1) for r in mem] + [(r["id"], r["text"], 0) for r in non]
     texts, labels = [t for _, t, _ in rows], [y for *_, y in rows]
     data = Dataset([Sample(i, t, y) for i, t, y in rows])

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+from textonly_canary import draw_texts  # bench/ sibling: the same draw of texts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,9 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     from blackbox_audit.sim.canary import CanaryOptions, build_canary
 
     canary = build_canary(CanaryOptions(base="smollm2", seed=a.seed), cache_dir=a.cache_dir)
-    rng = np.random.default_rng(a.draw_seed)
-    mem = [canary.members[i] for i in rng.permutation(len(canary.members))[: a.members]]
-    non = [canary.nonmembers[i] for i in rng.permutation(len(canary.nonmembers))[: a.nonmembers]]
+    mem, non = draw_texts(canary, a.members, a.nonmembers, a.draw_seed)
     target = load_hf(str(canary.path / "model"), device="cpu", progress=False)
     tok, model = target.tokenizer, target.model
     head = chatml_text([{"role": "user", "content": USER_TEMPLATE}])

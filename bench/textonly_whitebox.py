@@ -16,6 +16,7 @@ import sys
 import time
 
 import numpy as np
+from textonly_canary import draw_texts  # bench/ sibling: the same draw of texts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,9 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from blackbox_audit.sim.canary import CanaryOptions, build_canary
 
     canary = build_canary(CanaryOptions(base="smollm2", seed=a.seed), cache_dir=a.cache_dir)
-    rng = np.random.default_rng(a.draw_seed)
-    mem = [canary.members[i] for i in rng.permutation(len(canary.members))[: a.members]]
-    non = [canary.nonmembers[i] for i in rng.permutation(len(canary.nonmembers))[: a.members]]
+    mem, non = draw_texts(canary, a.members, a.members, a.draw_seed)
     target = load_target(canary.target_spec, device="cpu", progress=False)
 
     def report(name: str, scores: np.ndarray, labels: np.ndarray) -> None:
