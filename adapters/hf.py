@@ -613,7 +613,8 @@ class HFTarget(PackedForward, ChatScoring, Target):
     def generate_seeds(self, prompts: Sequence[str], seeds: Sequence[int], **kwargs: Any) -> list[list[str]]:
         """``generate`` for every seed, decoded together: the seeds of one prompt share its prefill
         and every decoding step reads the weights once for all rows (one call per seed re-ran
-        each prompt and stepped in smaller batches). Samples equal ``generate``'s for each seed."""
+        each prompt and stepped in smaller batches). Samples equal ``generate``'s for each seed up to
+        fp32 rounding of a row inside another batch (tested on CPU; in bf16 a near-tie could flip)."""
         return self._sample(prompts, list(seeds), **kwargs)
 
     def _sample(

@@ -209,8 +209,8 @@ def main() -> int:
         opt_kw["crossfit"] = args.crossfit
     if args.combine:
         opt_kw["combine"] = args.combine
-    if args.baseline_lm:
-        opt_kw["baseline_lm"] = None if args.baseline_lm == "none" else args.baseline_lm
+    if args.baseline_lm is not None:
+        opt_kw["baseline_lm"] = None if args.baseline_lm in ("", "none") else args.baseline_lm
 
     options = CalibratedOptions(generator=GeneratorConfig(**gen_kw), **opt_kw)
     print(f"canary {canary.path} (base {canary.card['base']}, {len(canary.members)} members); options: "

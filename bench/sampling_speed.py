@@ -51,7 +51,9 @@ from blackbox_audit.sim.corpora import corpus_samples
 from blackbox_audit.sim.emulator import run_emulator
 
 
-def old_generate(target: Any, prompts: list[str], *, max_new_tokens: int, temperature: float, seed: int, top_k: int):
+def old_generate(
+    target: Any, prompts: list[str], *, max_new_tokens: int, temperature: float, seed: int, top_k: int
+) -> list[str]:
     """``HFTarget.generate`` before the KV-cached decoder (transformers ``generate``), for this bench."""
     torch = target._torch
     p_ids = [target.tokenize(p) for p in prompts]
@@ -72,7 +74,9 @@ def old_generate(target: Any, prompts: list[str], *, max_new_tokens: int, temper
     return outs
 
 
-def emulator_run(backend, prompts, args, *, kv: bool) -> tuple[float, float, int, list[list[str]]]:
+def emulator_run(
+    backend: Any, prompts: list[str], args: argparse.Namespace, *, kv: bool
+) -> tuple[float, float, int, list[list[str]]]:
     """(wall s, CPU s of this process, billed output tokens, samples[seed][prompt]) through the
     anthropic client (client, server and model all run in this process)."""
     with run_emulator(backend, "anthropic", model="claude-emu", kv_decode=kv) as emu:
@@ -90,7 +94,7 @@ def emulator_run(backend, prompts, args, *, kv: bool) -> tuple[float, float, int
     return took, cpu, tokens, samples
 
 
-def whitebox_run(target, prompts, args, *, old: bool) -> tuple[float, float, int]:
+def whitebox_run(target: Any, prompts: list[str], args: argparse.Namespace, *, old: bool) -> tuple[float, float, int]:
     start, cpu = time.perf_counter(), time.process_time()
     outs = []
     kw = {"max_new_tokens": args.max_new_tokens, "temperature": 1.0, "top_k": 50}

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             vals = []
             for _, hit, starts, _ in rows:
                 pos = np.flatnonzero(starts)
-                pos = pos[pos >= 4]  # greedy_match's min_prefix_words
+                pos = pos[pos >= 4]  # the first 4 tokens (about greedy_match's min_prefix_words of 4 words)
                 pick = g.choice(pos, size=min(k, len(pos)), replace=False) if len(pos) else pos
                 vals.append(hit[pick].mean() if len(pick) else 0.0)
             aucs.append(roc_auc_score(y, vals))

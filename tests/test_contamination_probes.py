@@ -85,6 +85,8 @@ def test_next_word_cuts_the_answer():
         parse_probe("next-word:n=2:temperature=0.7")
     with pytest.raises(UserError, match="cuts >= 1"):
         parse_probe("next-word:cuts=0")
+    with pytest.raises(UserError, match="only next-word takes cuts"):
+        parse_probe("answer:cuts=3")
 
 
 def test_reply_scores():

@@ -310,4 +310,8 @@ def test_default_crossfits_with_the_self_baseline_and_crossfit_needs_a_baseline_
     with pytest.raises(UserError, match="baseline"):
         validate_options(CalibratedOptions(crossfit=True, baseline_lm=None))
     validate_options(CalibratedOptions(crossfit=False, baseline_lm=None))
-    validate_options(CalibratedOptions(crossfit=True, baseline_lm="hf:/some/model"))
+    with pytest.raises(UserError, match="no such file"):
+        validate_options(CalibratedOptions(crossfit=True, baseline_lm="hf:/some/model"))
+    with pytest.raises(UserError, match="not one this run can load"):
+        validate_options(CalibratedOptions(baseline_lm="Self"))
+    validate_options(CalibratedOptions(crossfit=True, baseline_lm="smollm2"))

@@ -324,11 +324,11 @@ def test_cli(tiny_llama_dir: Path, tiny_lm_dir: Path, texts: list[str], tmp_path
     assert "self-baseline" in dry.err and "5 of 5 member sets" in dry.err  # what the default uses, said first
     di_opts = di["options"]
     assert di_opts["crossfit"] and di_opts["baseline_lm"] == "self"  # the default: no model from the user
-    none = ["--baseline-lm", "none", "--no-crossfit", "--dry-run"]
+    none = ["--baseline-lm", "none", "--dry-run"]  # without a baseline the single split follows
     assert main([*common, "--suspect", str(suspect), *calibrated, *none, "--out", str(tmp_path / "nb")]) == 0
     assert "valid but weak" in capsys.readouterr().err  # without a baseline, the weaker test says so
     # cross-fitting without a baseline model flagged non-member sets: refused in one line
-    nocf = ["--baseline-lm", "none", "--out", str(tmp_path / "cf")]
+    nocf = ["--baseline-lm", "none", "--crossfit", "--out", str(tmp_path / "cf")]
     assert main([*common, "--suspect", str(suspect), *calibrated, *nocf]) == 2
     assert "baseline" in capsys.readouterr().err
     # bad input: one line, exit 2

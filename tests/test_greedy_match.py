@@ -30,11 +30,20 @@ def test_cuts_keep_the_text_verbatim():
                                      ("one two\nthree", "  four five"), ("one two\nthree  four", " five")]  # fmt: skip
 
 
+def test_words_of_any_script_are_compared():
+    from blackbox_audit.scores.greedy_match import match_tokens
+
+    assert match_tokens("Привет, мир! Don't") == ["Привет", ",", "мир", "!", "Don't"]
+    text = "Москва является столицей России и крупнейшим городом страны"
+    assert len(plan_requests([text], "greedy_match:cuts=3").unique) == 3
+
+
 def test_leading_match_stops_at_the_first_miss():
     assert leading_match(" brown fox", ["brown"]) == 1.0
     assert leading_match("brown, fox", ["brown", "fox"]) == 0.5  # the comma is a word token
     assert leading_match(" Brown fox", ["brown"]) == 0.0  # case counts
     assert leading_match("", ["brown"]) == 0.0
+    assert leading_match("brown", []) != leading_match("brown", [])  # NaN: nothing to guess
 
 
 class Oracle:

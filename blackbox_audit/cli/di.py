@@ -85,17 +85,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument(
         "--crossfit",
         action=argparse.BooleanOptionalAction,
-        default=_C.crossfit,
-        help="three folds in rotation: every pair tested once per seed, heads on out-of-sample outputs (default on; "
-        "needs a baseline model: alone it flags non-member sets; --no-crossfit: the paper's one split per seed; "
-        "docs/di.md)",
+        default=None,
+        help="three folds in rotation: every pair tested once per seed, heads on out-of-sample outputs (default: on "
+        "with a baseline model, off with --baseline-lm none: alone it flags non-member sets; --no-crossfit: the "
+        "paper's one split per seed; docs/di.md)",
     )
     c.add_argument(
         "--baseline-lm",
         default=_C.baseline_lm,
         help="the model whose scores are subtracted from the target's: self (default: a small model trained from "
         "scratch on the suspect set's generator-training half, never on the scored pairs), a local model (hf:DIR, "
-        "gguf:FILE; never trained on the suspect set, and not the generator's base), or none (docs/di.md)",
+        "gguf:FILE; never trained on the suspect set, and not the generator's base), or none (the paper's single "
+        "split, weaker; docs/di.md)",
     )
     c.add_argument(
         "--seq-tokens",
@@ -161,7 +162,7 @@ def _method(args: argparse.Namespace) -> PlainDI | CalibratedDI:
             generator=args.generator,
             seeds=args.seeds,
             combine=args.combine,
-            crossfit=args.crossfit,
+            crossfit=args.baseline_lm not in NO_BASELINE if args.crossfit is None else args.crossfit,
             baseline_lm=args.baseline_lm,
             seq_tokens=args.seq_tokens,
             min_seq_tokens=args.min_seq_tokens,

@@ -18,10 +18,12 @@ suffix)`` items (a benchmark's question and answer), and a target; it returns a
    feature, every weight constrained, ``c_comb`` refitted jointly, 200 Adam epochs); on the test
    pairs ``d = c(x_generated) - c(x_real)`` for both, and a paired one-sided t-test of
    H0: E[d_comb] <= E[d_text];
-   ``crossfit`` (an option) replaces the one split by three folds in rotation (classifier / heads /
-   test): every pair is tested once per seed and the heads see the classifier's out-of-sample
-   outputs; ``baseline_lm`` (an option) subtracts a local baseline model's scores from the
-   target's, feature by feature, before clipping (docs/di.md has the measurements behind both);
+   ``crossfit`` (the default; off for the paper's single split) replaces the one split by three
+   folds in rotation (classifier / heads / test): every pair is tested once per seed and the heads
+   see the classifier's out-of-sample outputs; ``baseline_lm`` subtracts a baseline model's scores
+   from the target's, feature by feature, before clipping: ``self`` (the default, a small GPT-2
+   trained on the generator-training sequences, ``self_baseline_matrix``), a local model, or None
+   (docs/di.md has the measurements behind each);
 4. the seeds' p-values combined (``combine``: Šidák, SPEC §5, the default; the Cauchy combination;
    or ``pair_mean``, one test of each pair's difference averaged over the seeds); verdict
    ``member`` when the combined p < alpha, else ``inconclusive``.
@@ -38,6 +40,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -63,7 +66,7 @@ MIN_PAIRS = 10
 RECOMMENDED_TEST_PAIRS = 100
 #: Target loss gap (generated minus real suffix, nats per token) above which generated text looks
 #: so much more likely to the target that membership may not show: measured +0.84 on a non-member
-#: set of the SmolLM2 canary with the SmolLM2 generator (one family), at most +0.03 on the tiny
+#: set of the SmolLM2 canary with the SmolLM2 generator (one family), at most +0.18 on the tiny
 #: canary's (docs/di.md, "Measured, session 6").
 FAMILY_GAP_WARN = 0.3
 #: How the two linear heads are built (see ``head_test``). ``authors``: as in the authors'
@@ -843,6 +846,14 @@ def validate_options(opts: CalibratedOptions) -> None:
         raise UserError(
             f"combine must be sidak, cauchy or pair_mean, got {opts.combine!r}", "use e.g. 'sidak' (SPEC §5)"
         )
+    spec = opts.baseline_lm
+    if spec is not None and spec != SELF_BASELINE and not (spec == "smollm2" or spec.startswith(("hf:", "gguf:"))):
+        raise UserError(
+            f"baseline model {spec!r} is not one this run can load",
+            "use self (the default), hf:DIR, gguf:FILE, smollm2, or none",
+        )
+    if spec is not None and spec.startswith(("hf:", "gguf:")) and not Path(spec.split(":", 1)[1]).expanduser().exists():
+        raise UserError(f"baseline model {spec!r}: no such file or folder", "give the path of a local model")
     if opts.crossfit and not opts.baseline_lm:
         raise UserError(
             "crossfit without a baseline model flags non-member sets: in the tiny-canary bench it flagged 3 of 10 at "

@@ -90,7 +90,8 @@ def self_baseline_target(train_texts: Sequence[str], cfg: SelfBaselineConfig, se
     from blackbox_audit.adapters.hf import HFTarget
 
     model, tok = train_self_baseline(train_texts, cfg, seed)
-    return HFTarget(model, tok, name=f"self-baseline:{texts_digest(list(train_texts))[:16]}", progress=False)
+    name = f"self-baseline:{texts_digest(list(train_texts))[:16]}"
+    return HFTarget(model, tok, name=name, device="cpu", progress=False)  # fp32 CPU: what its cache key assumes
 
 
 def _train_and_score(

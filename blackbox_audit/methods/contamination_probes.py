@@ -128,6 +128,8 @@ def parse_probe(spec: str) -> ProbeSpec:
             "n >= 1, max_new_tokens >= 0 (0 = sized from the true part), temperature in [0, 2], "
             "prefix_ratio in (0, 1), cuts >= 1",
         )
+    if "cuts" in params and out.name != "next-word":
+        raise UserError(f"probe spec '{spec}': only next-word takes cuts", f"drop cuts from {out.name}")
     if out.name == "next-word" and (out.n > 1 or out.temperature > 0.0):
         raise UserError(
             f"probe spec '{spec}' samples, but next-word reads one greedy reply per cut", "drop n and temperature"
@@ -222,12 +224,11 @@ def answer_cuts(prompt: str, output: str, cuts: int) -> tuple[tuple[str, str], .
     """``next-word``'s (prompt, true next word) pairs: the item as the benchmark writes it (prompt then
     output, line breaks kept) up to the end of the output's ``k``-th word, at up to ``cuts`` points
     ``k`` from 0 (the bare question)."""
-    from blackbox_audit.scores.greedy_match import word_cuts
-    from blackbox_audit.scores.ngram_coverage import word_tokens
+    from blackbox_audit.scores.greedy_match import match_tokens, word_cuts
 
     out = []
     for head, rest in word_cuts(output, cuts, 0):
-        truth = word_tokens(rest)
+        truth = match_tokens(rest)
         if truth:
             out.append(((prompt + head).rstrip(), truth[0]))
     return tuple(out)
@@ -302,6 +303,8 @@ def score_probe(
                 replies.setdefault((p, max_new), []).append(o)
 
     def value(it: ProbeItem) -> float:
+        if spec.name == "next-word" and not it.cuts:
+            return float("nan")  # an answer without a word to guess: no evidence
         if not it.cuts:
             return reply_score(it, replies[(it.prompt, it.max_new_tokens)])
         return float(np.mean([leading_match(replies[(p, it.max_new_tokens)][0], [w]) for p, w in it.cuts]))
@@ -336,6 +339,13 @@ def probe_summary(spec: ProbeSpec, bench_values: Sequence[float], held_values: S
     )
 
 
+def _auto_reply_tokens(spec: ProbeSpec) -> int | str:
+    """What ``max_new_tokens=0`` means for ``spec`` (``_reply_tokens``), as run.json says it."""
+    if spec.name == "next-word":
+        return NEXT_WORD_TOKENS
+    return f"auto (2 per word of the true part + 8, at most {MAX_AUTO_TOKENS})"
+
+
 def describe(spec: ProbeSpec) -> Mapping[str, Any]:
     """What run.json records about the probe."""
     return {
@@ -343,7 +353,7 @@ def describe(spec: ProbeSpec) -> Mapping[str, Any]:
         "params": dict(spec.params),
         "samples": spec.n,
         "temperature": spec.temperature,
-        "reply_tokens": spec.max_new_tokens or f"auto (2 per word of the true part + 8, at most {MAX_AUTO_TOKENS})",
+        "reply_tokens": spec.max_new_tokens or _auto_reply_tokens(spec),
         "metric": "ROUGE-L F1 over lowercased word tokens, best reply"
         if spec.name != "next-word"
         else f"share of up to {spec.cuts} cuts of the answer where the greedy reply's first word token is the "

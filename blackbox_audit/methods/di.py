@@ -373,6 +373,13 @@ class CalibratedDI(Method):
             "generated suffixes are priced as copies of the real ones (same number of generator tokens)",
             "generator fine-tuning, generation and the text classifiers run locally: no API cost",
         ]
+        if opts.baseline_lm:
+            which = (
+                "the self-baseline (trained on the generator-training half)"
+                if opts.baseline_lm == "self"
+                else (f"the baseline model {opts.baseline_lm}")
+            )
+            notes.append(f"{which} scores every suffix locally: no API cost")
         if len(calls) < len(plan.calls):
             notes.append("reference-model calls are not counted")
         return CostPlan(calls=calls, notes=notes)

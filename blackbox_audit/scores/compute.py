@@ -287,8 +287,8 @@ def _fetch(
             kw: dict[str, Any] = {"max_new_tokens": max_new, "temperature": temp}
             if top_k is not None:
                 kw["top_k"] = top_k
-            # one call per seed: every target (local or API) draws sample i with seed i, so a
-            # re-run is answered from the cache and sample i never depends on the batch
+            # every target (local or API) draws sample i with seed i, so a re-run is answered from
+            # the cache and sample i never depends on the batch; all seeds go in one call
             texts = list(call.texts)
             if isinstance(target, Target):  # all seeds in one call: an API target batches them together
                 runs = target.generate_seeds(texts, list(range(n)), **kw)

@@ -18,9 +18,10 @@ text has fewer). At each cut the prompt is the text up to the end of its ``k``-t
 (line breaks kept: the model is asked to go on from exactly what it may have read; the sampled
 scores instead join words by spaces) and the target continues it greedily (temperature 0) for
 ``max_new_tokens`` tokens. The cut's value is the share of the true suffix's first
-``match_words`` word tokens (``ngram_coverage.word_tokens``) that the continuation reproduces in
-order from its start, stopping at the first miss; the score is the mean over cuts. Higher =
-more member-like, with no sign conversion.
+``match_words`` word tokens (``match_tokens``: words of any script, and punctuation marks) that
+the continuation reproduces in order from its start, stopping at the first miss; the score is
+the mean over cuts. Higher = more member-like, with no sign conversion. Text written without
+spaces between words (Chinese, Japanese) has no cut points here and scores NaN.
 
 Cost: one request per cut (``cuts`` requests per text, prompts of about half the text on
 average, ``max_new_tokens`` completion tokens each). The continuation is asked the way each
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,11 +41,17 @@ import numpy as np
 
 from blackbox_audit.errors import UserError
 
-from .ngram_coverage import word_tokens
 from .registry import Score, register_score
 from .requests import Request, Samples
 
 _WORD = re.compile(r"\S+")
+_TOKEN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
+
+
+def match_tokens(text: str) -> list[str]:
+    """Word and punctuation tokens, compared between a reply and the text: letters of any script
+    (``ngram_coverage.word_tokens`` folds to ASCII, which would leave Cyrillic or Greek with none)."""
+    return _TOKEN.findall(unicodedata.normalize("NFKC", text))
 
 
 def cut_points(n_words: int, cuts: int, min_prefix_words: int) -> list[int]:
@@ -67,8 +75,11 @@ def word_cuts(text: str, cuts: int, min_prefix_words: int) -> list[tuple[str, st
 
 
 def leading_match(sample: str, truth: list[str]) -> float:
-    """The share of ``truth`` that ``sample``'s word tokens reproduce in order from the start."""
-    got = word_tokens(sample)
+    """The share of ``truth`` that ``sample``'s word tokens reproduce in order from the start (NaN
+    for an empty ``truth``: nothing to guess)."""
+    if not truth:
+        return math.nan
+    got = match_tokens(sample)
     hits = 0
     for want, have in zip(truth, got, strict=False):
         if want != have:
@@ -102,7 +113,7 @@ class GreedyMatch(Score):
         """(prompt, the true next ``match_words`` word tokens) per cut point."""
         out = []
         for prompt, suffix in word_cuts(text, int(params["cuts"]), int(params["min_prefix_words"])):
-            truth = word_tokens(suffix)[: int(params["match_words"])]
+            truth = match_tokens(suffix)[: int(params["match_words"])]
             if prompt and truth:
                 out.append((prompt, truth))
         return out
