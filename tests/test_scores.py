@@ -336,7 +336,8 @@ def test_spec_parsing_and_field_names():
 @pytest.mark.parametrize(
     ("spec", "fragment"),
     [
-        ("perplexity", "use one of: conrecall, log_rank, loss, loss_cens, lowercase"),  # every registered score, sorted
+        # every registered score, sorted
+        ("perplexity", "use one of: conrecall, greedy_match, log_rank, loss, loss_cens, lowercase"),
         ("min_k:q=0.1", "valid: k=0.2"),
         ("min_k:k", "malformed"),
         ("min_k:k=abc", "must be a float"),
