@@ -108,6 +108,8 @@ def test_plan_prices_the_scored_pairs_only(tiny_llama_dir, small) -> None:
     assert [c.texts for c in plan.calls[:half]] == [c.texts for c in plan.calls[half:]]  # twins priced as copies
     assert all(c.kind == "conditional" and c.prefix.startswith("Question:") for c in plan.calls)
     assert any("fine-tune the generator" in n for n in plan.notes)
+    local = next(n for n in plan.notes if n.startswith("local work"))  # the CPU the user pays before any request
+    assert "1 epoch(s) over" in local and "CPU-minutes" in local
 
 
 def test_file_benchmark_without_heldout_runs_through_the_cli(
@@ -148,3 +150,24 @@ def test_the_synthetic_side_refuses_a_score_it_would_ignore() -> None:
         with pytest.raises(UserError, match="synthetic held-out side is read by calibrated DI"):
             ContaminationConfig(heldout="synthetic", **extra).validate()
     ContaminationConfig(heldout="synthetic").validate()  # the default plan is fine
+
+
+def test_the_generator_fit_options_reach_the_generator_and_bad_values_are_refused(tmp_path) -> None:
+    """``gen_epochs``/``lora_layers`` (CLI ``--gen-epochs``/``--lora-layers``) set the generator's LoRA fit;
+    the benchmark default (8 and 8) is harder than ``di``'s, and out-of-range values are one clear error."""
+    from blackbox_audit.cli import main
+    from blackbox_audit.errors import UserError
+    from blackbox_audit.methods.di import CalibratedDIConfig
+
+    gen = ch.calibrated_options(ContaminationConfig(heldout="synthetic")).generator
+    assert (gen.epochs, gen.top_layers) == (ContaminationConfig.gen_epochs, ContaminationConfig.lora_layers)
+    assert gen.epochs > CalibratedDIConfig.gen_epochs and gen.top_layers > CalibratedDIConfig.lora_layers
+    gen = ch.calibrated_options(ContaminationConfig(heldout="synthetic", gen_epochs=3, lora_layers=0)).generator
+    assert (gen.epochs, gen.top_layers) == (3, 0)
+    with pytest.raises(UserError, match="gen_epochs"):
+        ContaminationConfig(heldout="synthetic", gen_epochs=0).validate()
+    with pytest.raises(UserError, match="lora_layers"):
+        ContaminationConfig(heldout="synthetic", lora_layers=-1).validate()
+    with pytest.raises(SystemExit):  # argparse refuses a non-positive --gen-epochs before any work
+        main(["contamination", "--benchmark", "gsm8k", "--target", "openai:gpt-4o-mini", "--gen-epochs", "0",
+              "--dry-run", "--out", str(tmp_path / "o")])  # fmt: skip

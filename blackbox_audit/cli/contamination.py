@@ -73,6 +73,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="synthetic held-out side: the local model fine-tuned to write answers (smollm2, hf:DIR or gguf:FILE; "
         "default smollm2)",
     )
+    b.add_argument(
+        "--gen-epochs",
+        type=positive_int,
+        default=ContaminationConfig.gen_epochs,
+        help=f"synthetic held-out side: the generator's LoRA epochs ({ContaminationConfig.gen_epochs}; fewer leave "
+        "its answers out of the benchmark's format)",
+    )
+    b.add_argument(
+        "--lora-layers",
+        type=int,
+        default=ContaminationConfig.lora_layers,
+        help=f"synthetic held-out side: top decoder layers with LoRA; 0 = all ({ContaminationConfig.lora_layers})",
+    )
     m = p.add_argument_group("method")
     m.add_argument(
         "--part",
@@ -161,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
             bounded=args.bounded,
             heldout="synthetic" if args.heldout == SYNTHETIC else "known",
             generator=args.generator,
+            gen_epochs=args.gen_epochs,
+            lora_layers=args.lora_layers,
             sequential=not args.fixed_sample,
             min_rate=args.min_rate,
             futility_beta=args.futility_beta,

@@ -113,7 +113,8 @@ class ContaminationConfig(MethodConfig):
     region size (SPEC §4).
     ``items``: score at most this many items per side, drawn at random (seeded); None = all.
     ``heldout``: ``known`` (a set of known non-members) or ``synthetic`` (calibrated DI's generator;
-    the CLI's default when no ``--heldout FILE`` is given).
+    the CLI's default when no ``--heldout FILE`` is given); ``generator``, ``gen_epochs`` and
+    ``lora_layers``: that generator and its LoRA fit.
     ``sequential``: buy items one at a time and stop once the verdict is settled
     (``contamination_sequential``: an anytime-valid e-process; False: score every item the budget
     buys and test once). ``min_rate``: the futility rule stops once a contamination rate of at least
@@ -130,6 +131,8 @@ class ContaminationConfig(MethodConfig):
     bounded: Literal["error", "upper"] = "error"
     heldout: Literal["known", "synthetic"] = "known"
     generator: str = "smollm2"  # heldout="synthetic": the local model that writes the generated answers
+    gen_epochs: int = 8  # heldout="synthetic": the generator's LoRA epochs (contamination_heldout says why 8)
+    lora_layers: int = 8  # heldout="synthetic": top decoder layers with LoRA (0 = all)
     positions: str | None = None
     sequential: bool = True
     min_rate: float | None = 0.2
@@ -144,6 +147,9 @@ class ContaminationConfig(MethodConfig):
         if not 0.5 < self.item_auc < 1:
             raise UserError(f"item_auc must be in (0.5, 1), got {self.item_auc!r}", "use e.g. item_auc=0.8")
         check_fraction_open(self.confidence, "confidence")
+        check_positive(self.gen_epochs, "gen_epochs")
+        if self.lora_layers < 0:
+            raise UserError(f"lora_layers must be >= 0, got {self.lora_layers}", "use e.g. 8 (0 = every layer)")
         check_level(self.lam, "lambda", "--lam")
         if self.items is not None:
             check_positive(self.items, "items")

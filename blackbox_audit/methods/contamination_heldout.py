@@ -43,6 +43,10 @@ NO_RATE_REASON = (
     "generation shift, which the calibration removes only for the set-level test; pass --heldout FILE with "
     "known non-members for them"
 )
+#: CPU seconds per token pass of the generator's LoRA fine-tune, measured with SmolLM2 (8 LoRA layers,
+#: one thread, the 2-core machine of docs/di.md, "Measured, session 7": 334 CPU-s for 64 GSM8K items,
+#: 8,360 tokens, 8 epochs); the dry-run turns it into the local work a benchmark costs.
+GEN_CPU_S_PER_TOKEN_PASS = 0.005
 
 
 def synthetic_items(bench: Benchmark, part: str) -> list[tuple[str, str, str]]:
@@ -62,7 +66,9 @@ def synthetic_items(bench: Benchmark, part: str) -> list[tuple[str, str, str]]:
 def calibrated_options(config: Any) -> Any:
     """Calibrated DI's defaults (``CalibratedDIConfig``) for benchmark items: the contamination
     check's alpha and seed, the target's MIA scores read after the question, answers cut to
-    ``MAX_ANSWER_TOKENS`` generator tokens. The test is the paper's single split without a
+    ``MAX_ANSWER_TOKENS`` generator tokens, the generator fitted harder than ``di``'s (``gen_epochs``
+    and ``lora_layers``, 8 and 8 by default: with ``di``'s 2 and 4 it learns too little from half a
+    benchmark to write its answer format). The test is the paper's single split without a
     baseline model: ``di``'s default (cross-fitted, minus the self-baseline) was measured on
     document sets only, and here the self-baseline would learn from half a benchmark's answers
     (docs/di.md, "Measured, session 6")."""
@@ -73,6 +79,8 @@ def calibrated_options(config: Any) -> Any:
         seed=config.seed,
         bounded=config.bounded,
         generator=config.generator,
+        gen_epochs=config.gen_epochs,
+        lora_layers=config.lora_layers,
         crossfit=False,
         baseline_lm="none",
     ).options()
@@ -94,9 +102,14 @@ def plan_synthetic(bench: Benchmark, config: Any, part: str) -> CostPlan:
     prefixes = [p.prefix for p in infer]
     suffixes = [p.suffix for p in infer]
     calls = plan_output_calls(prefixes + prefixes, suffixes + suffixes)
+    tokens = sum(map(len, train))
+    passes = tokens * opts.generator.epochs
     notes = [
         f"synthetic held-out side (calibrated DI): {len(train)} items fine-tune the generator locally, {len(infer)} "
         "real answers and their generated twins are scored, each given its question",
+        f"local work, before any request: the fine-tune runs {opts.generator.epochs} epoch(s) over {tokens:,} tokens, "
+        f"about {passes * GEN_CPU_S_PER_TOKEN_PASS / 60:.0f} CPU-minutes at the rate measured with SmolLM2 on a "
+        "2-core CPU (--gen-epochs scales it; cached for the next target)",
         f"answers cut to {MAX_ANSWER_TOKENS} generator tokens; generated answers are priced as copies of the real ones",
         "a second target on the same benchmark reuses the generator, its answers and the classifiers from the cache",
     ]
