@@ -103,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--sets", default=None, help="synthetic: comma-separated split numbers to run (resume/parallel)")
     p.add_argument("--json", default=None, help="synthetic: append one JSON line per split here")
-    p.add_argument("--models", default=None, help="synthetic: contaminated,clean,other-items (default all)")
+    p.add_argument(
+        "--models", default=None, help="synthetic: contaminated,clean,other-items,fully-contaminated (default all)"
+    )
     a = p.parse_args(argv)
     if a.heldout == "synthetic":
         return synthetic_eval(a)
@@ -258,6 +260,9 @@ def synthetic_eval(a) -> int:
     - ``clean``: unmodified SmolLM2; each split audits 128 items drawn afresh from all 256;
     - ``other-items``: the canary, auditing 128 items drawn afresh from its 192 never-trained ones (a
       model trained on *other* GSM8K items): how often is a clean benchmark flagged (validity)?
+    - ``fully-contaminated``: the canary, auditing its 64 members only (true rate 100%, as when a
+      whole benchmark leaked into training), in an order drawn afresh, so each split trains its
+      generator on another half (power).
 
     Every split trains its own generator on half its benchmark (cached by content), so the splits of a
     clean model are independent checks of the false-flag rate. One JSON line per split (``--json``);
@@ -288,9 +293,11 @@ def synthetic_eval(a) -> int:
     members = [int(str(r["id"]).rsplit("-", 1)[1]) for r in split["members"]]
     never = [int(str(r["id"]).rsplit("-", 1)[1]) for r in split["nonmembers"] + split["calibration"]]
     n_m = len(members)
-    wanted = a.models.split(",") if a.models else ["contaminated", "clean", "other-items"]
+    wanted = a.models.split(",") if a.models else ["contaminated", "clean", "other-items", "fully-contaminated"]
     spec = build_canary(opts, cache_dir=a.cache_dir).target_spec if set(wanted) - {"clean"} else None
-    models = {"contaminated": spec, "clean": "smollm2", "other-items": spec}
+    models = {"contaminated": spec, "clean": "smollm2", "other-items": spec, "fully-contaminated": spec}
+    if set(wanted) - set(models):
+        raise SystemExit(f"--models: unknown {sorted(set(wanted) - set(models))}; choose from {sorted(models)}")
     todo = range(a.splits) if not a.sets else [int(x) for x in a.sets.split(",")]
     cfg = ContaminationConfig(heldout="synthetic", part=a.part, alpha=a.alpha)
     out = open(a.json, "a") if a.json else None  # noqa: SIM115 - appended as splits finish
@@ -302,6 +309,8 @@ def synthetic_eval(a) -> int:
                 rng = np.random.default_rng([a.seed, 2000 + s, list(models).index(name)])
                 if name == "contaminated":
                     idx = members + [never[j] for j in rng.permutation(len(never))[:n_m]]
+                elif name == "fully-contaminated":
+                    idx = [members[j] for j in rng.permutation(n_m)]
                 elif name == "clean":
                     pool = members + never
                     idx = [pool[j] for j in rng.permutation(len(pool))[: 2 * n_m]]
@@ -337,16 +346,16 @@ def replace_seed(cfg, seed: int):
 def synthetic_table(rows: list[dict], alpha: float) -> None:
     """Share of splits flagged per model, with its binomial standard error (a split run twice counts once)."""
     rows = list({(r["model"], r["split"]): r for r in rows}.values())
-    print(f"{'model':<14} {'splits':>6} {'flagged':>8} {'share ± SE':>14} {'p median':>9} {'AUC_text':>8} "
+    print(f"{'model':<18} {'splits':>6} {'flagged':>8} {'share ± SE':>14} {'p median':>9} {'AUC_text':>8} "
           f"{'AUC_comb':>8} {'pairs':>5} {'CPU s':>6}")  # fmt: skip
-    for name in ("contaminated", "clean", "other-items"):
+    for name in ("contaminated", "fully-contaminated", "clean", "other-items"):
         part = [r for r in rows if r["model"] == name]
         if not part:
             continue
         k, n = sum(r["flagged"] for r in part), len(part)
         share = k / n
         se = (share * (1 - share) / n) ** 0.5
-        print(f"{name:<14} {n:>6} {k:>8} {share:>7.2f} ± {se:.2f} {np.median([r['p'] for r in part]):>9.3g} "
+        print(f"{name:<18} {n:>6} {k:>8} {share:>7.2f} ± {se:.2f} {np.median([r['p'] for r in part]):>9.3g} "
               f"{np.mean([r['auc_text'] for r in part]):>8.3f} {np.mean([r['auc_comb'] for r in part]):>8.3f} "
               f"{np.mean([r['pairs'] for r in part]):>5.0f} {np.mean([r['cpu_s'] for r in part]):>6.0f}")  # fmt: skip
     print(f"(flagged = calibrated DI p < {alpha}; a valid check flags a clean benchmark with probability <= {alpha})")

@@ -78,6 +78,7 @@ def test_synthetic_side_runs_writes_and_spares_a_second_target(
     assert v.details["heldout"] == "synthetic" and v.details["rate"] is None and v.details["flagged_list"] is None
     assert "SYNTHETIC" in v.statement and "generation shift" in v.details["why_no_rate"]
     n = v.details["dataset_test"]["n_pairs"]
+    assert v.details["dataset_test"]["crossfit"] and v.details["dataset_test"]["baseline_lm"] == "self"  # di's default
     assert n == 31 == len(res.ids) == len(res.extras["heldout.jsonl"]) == len(res.extras["pairs.jsonl"])
     assert res.extras["di.json"]["mia_text"].startswith("suffix given its prefix")  # answers scored after questions
     pair = res.extras["pairs.jsonl"][0]
@@ -87,13 +88,14 @@ def test_synthetic_side_runs_writes_and_spares_a_second_target(
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert '"kind": "synthetic"' in json.dumps(run)
     assert read_result(tmp_path / "out").verdict.p_value == v.p_value
-    # a second target: the generator, its answers and the classifiers come from the cache
+    # a second target: the generator, its answers, the classifiers and the self-baseline come from the cache
     from blackbox_audit.di import LocalGenerator
     from blackbox_audit.di import calibrated as cal
 
     monkeypatch.setattr(LocalGenerator, "_train", lambda *a, **k: pytest.fail("generator retrained"))
     monkeypatch.setattr(LocalGenerator, "_generate_batches", lambda *a, **k: pytest.fail("answers regenerated"))
     monkeypatch.setattr(cal, "train_and_predict", lambda *a, **k: pytest.fail("classifier retrained"))
+    monkeypatch.setattr(cal, "self_baseline_target", lambda *a, **k: pytest.fail("self-baseline retrained"))
     again = method.run(AuditInputs(data=bench, target=target, cache_dir=tmp_path, progress=False))
     assert again.verdict.p_value == v.p_value
     cache.close()

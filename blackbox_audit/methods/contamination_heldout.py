@@ -68,10 +68,10 @@ def calibrated_options(config: Any) -> Any:
     check's alpha and seed, the target's MIA scores read after the question, answers cut to
     ``MAX_ANSWER_TOKENS`` generator tokens, the generator fitted harder than ``di``'s (``gen_epochs``
     and ``lora_layers``, 8 and 8 by default: with ``di``'s 2 and 4 it learns too little from half a
-    benchmark to write its answer format). The test is the paper's single split without a
-    baseline model: ``di``'s default (cross-fitted, minus the self-baseline) was measured on
-    document sets only, and here the self-baseline would learn from half a benchmark's answers
-    (docs/di.md, "Measured, session 6")."""
+    benchmark to write its answer format). The test is ``di``'s default: every pair tested once
+    per seed (cross-fitted), with the scores of a small model trained only on the generator's half
+    subtracted (the self-baseline). On the GSM8K canary the paper's single split flagged no fully
+    contaminated benchmark where this one did (docs/di.md, "Measured, session 7")."""
     from blackbox_audit.methods.di import CalibratedDIConfig
 
     opts = CalibratedDIConfig(
@@ -81,8 +81,6 @@ def calibrated_options(config: Any) -> Any:
         generator=config.generator,
         gen_epochs=config.gen_epochs,
         lora_layers=config.lora_layers,
-        crossfit=False,
-        baseline_lm="none",
     ).options()
     return replace(opts, mia_context="prefix", max_suffix_tokens=MAX_ANSWER_TOKENS)
 
@@ -111,6 +109,8 @@ def plan_synthetic(bench: Benchmark, config: Any, part: str) -> CostPlan:
         f"about {passes * GEN_CPU_S_PER_TOKEN_PASS / 60:.0f} CPU-minutes at the rate measured with SmolLM2 on a "
         "2-core CPU (--gen-epochs scales it; cached for the next target)",
         f"answers cut to {MAX_ANSWER_TOKENS} generator tokens; generated answers are priced as copies of the real ones",
+        "the test is cross-fitted and subtracts a self-baseline: a small model trained locally on the generator's "
+        "half (seconds of CPU, no API cost)",
         "a second target on the same benchmark reuses the generator, its answers and the classifiers from the cache",
     ]
     item = CostItem("generator fine-tune, generation and text classifiers (local model, no API cost)", usd=(0.0, 0.0))
@@ -176,6 +176,8 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
                 "p_values": [s["p_value"] for s in res.per_seed],
                 "flagged": flagged,
                 "n_pairs": n,
+                "crossfit": res.options.crossfit,
+                "baseline_lm": res.options.baseline_lm,
             },
             "rate": None,
             "flagged_list": None,
