@@ -111,7 +111,8 @@ def plan_synthetic(bench: Benchmark, config: Any, part: str) -> CostPlan:
         f"answers cut to {MAX_ANSWER_TOKENS} generator tokens; generated answers are priced as copies of the real ones",
         "the test is cross-fitted and subtracts a self-baseline: a small model trained locally on the generator's "
         "half (seconds of CPU, no API cost)",
-        "a second target on the same benchmark reuses the generator, its answers and the classifiers from the cache",
+        "a second target on the same benchmark reuses the generator, its answers, the classifiers and the "
+        "self-baseline from the cache",
     ]
     item = CostItem("generator fine-tune, generation and text classifiers (local model, no API cost)", usd=(0.0, 0.0))
     return CostPlan(calls=calls, items=[item], notes=notes)
