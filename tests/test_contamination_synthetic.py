@@ -77,6 +77,7 @@ def test_synthetic_side_runs_writes_and_spares_a_second_target(
     assert v.decision in ("contaminated", "not detected") and 0 <= v.p_value <= 1
     assert v.details["heldout"] == "synthetic" and v.details["rate"] is None and v.details["flagged_list"] is None
     assert "SYNTHETIC" in v.statement and "generation shift" in v.details["why_no_rate"]
+    assert v.decision == "contaminated" or "only half was trained on" in v.statement  # the measured blind spot
     n = v.details["dataset_test"]["n_pairs"]
     assert v.details["dataset_test"]["crossfit"] and v.details["dataset_test"]["baseline_lm"] == "self"  # di's default
     assert n == 31 == len(res.ids) == len(res.extras["heldout.jsonl"]) == len(res.extras["pairs.jsonl"])
