@@ -315,3 +315,17 @@ def test_default_crossfits_with_the_self_baseline_and_crossfit_needs_a_baseline_
     with pytest.raises(UserError, match="not one this run can load"):
         validate_options(CalibratedOptions(baseline_lm="Self"))
     validate_options(CalibratedOptions(crossfit=True, baseline_lm="smollm2"))
+
+
+def test_a_negative_lora_layers_is_one_clear_error_not_every_layer() -> None:
+    """The generator reads ``top_layers <= 0`` as "every layer", so a negative ``--lora-layers`` would
+    silently fine-tune the whole stack; the shared option check refuses it for ``di`` and the
+    contamination check's synthetic side alike."""
+    from blackbox_audit.methods.contamination import ContaminationConfig
+    from blackbox_audit.methods.di import CalibratedDIConfig
+
+    with pytest.raises(UserError, match="lora_layers must be >= 0"):
+        CalibratedDIConfig(lora_layers=-1).validate()
+    with pytest.raises(UserError, match="lora_layers must be >= 0"):
+        ContaminationConfig(heldout="synthetic", lora_layers=-1).validate()
+    CalibratedDIConfig(lora_layers=0).validate()  # 0 = every layer, on purpose

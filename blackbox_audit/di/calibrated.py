@@ -882,6 +882,8 @@ def validate_options(opts: CalibratedOptions) -> None:
     g = opts.generator
     if g.epochs < 1 or g.lora_r < 1 or g.batch_size < 1 or g.gen_batch_size < 1 or g.lr <= 0:
         raise UserError("generator epochs, rank, batch sizes and lr must be positive", "use the defaults")
+    if g.top_layers < 0:
+        raise UserError(f"lora_layers must be >= 0, got {g.top_layers}", "use e.g. 8 (0 = every layer)")
     if g.temperature < 0 or not 0 < g.top_p <= 1 or g.top_k < 0 or g.repetition_penalty <= 0:
         raise UserError(
             "sampling options out of range (temperature >= 0, 0 < top_p <= 1, top_k >= 0, repetition_penalty > 0)",

@@ -148,8 +148,11 @@ class ContaminationConfig(MethodConfig):
             raise UserError(f"item_auc must be in (0.5, 1), got {self.item_auc!r}", "use e.g. item_auc=0.8")
         check_fraction_open(self.confidence, "confidence")
         check_positive(self.gen_epochs, "gen_epochs")
-        if self.lora_layers < 0:
-            raise UserError(f"lora_layers must be >= 0, got {self.lora_layers}", "use e.g. 8 (0 = every layer)")
+        if self.heldout == "synthetic":  # calibrated DI's own checks of the options it will run with
+            from blackbox_audit.di import validate_options
+            from blackbox_audit.methods.contamination_heldout import calibrated_options
+
+            validate_options(calibrated_options(self))
         check_level(self.lam, "lambda", "--lam")
         if self.items is not None:
             check_positive(self.items, "items")
