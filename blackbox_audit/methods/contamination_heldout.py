@@ -161,12 +161,11 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
         f"generated for the same questions beyond the generation shift (held-out side: SYNTHETIC, calibrated DI; "
         f"{res.options.combine} p = {res.p_value:.3g}, level {cfg.alpha:g}; {n} pairs)"
     )
-    statement += (
-        ""
-        if flagged
-        else "; this is not evidence that the benchmark is clean: on the GSM8K canary this side missed every "
-        "benchmark of which only half was trained on (docs/di.md, 'Measured, session 7')"
-    )
+    if not flagged:
+        statement += (
+            "; this is not evidence that the benchmark is clean: on the GSM8K canary this side missed every "
+            "benchmark of which only half was trained on (docs/di.md, 'Measured, session 7')"
+        )
     verdict = Verdict(
         decision=decision,
         statement=statement,
