@@ -257,15 +257,18 @@ def synthetic_eval(a) -> int:
 
     - ``contaminated``: the fine-tuned canary; each split audits its 64 members + 64 never-trained
       items drawn afresh (true rate 50%): how often is the benchmark flagged (power)?
-    - ``clean``: unmodified SmolLM2; each split audits 128 items drawn afresh from all 256;
     - ``other-items``: the canary, auditing 128 items drawn afresh from its 192 never-trained ones (a
       model trained on *other* GSM8K items): how often is a clean benchmark flagged (validity)?
+    - ``clean``: unmodified SmolLM2, auditing the same redrawn benchmarks as ``other-items`` (split s
+      of one is split s of the other), so the two share each split's generator, generations and
+      classifiers from the cache and a clean split costs only the target's scores;
     - ``fully-contaminated``: the canary, auditing its 64 members only (true rate 100%, as when a
       whole benchmark leaked into training), in an order drawn afresh, so each split trains its
       generator on another half (power).
 
-    Every split trains its own generator on half its benchmark (cached by content), so the splits of a
-    clean model are independent checks of the false-flag rate. One JSON line per split (``--json``);
+    Every split trains its own generator on half its benchmark (cached by content). A model's splits
+    redraw from one pool of items, so their benchmarks overlap: they are separate checks of the
+    false-flag rate, not fully independent ones. One JSON line per split (``--json``);
     ``--sets`` runs some splits only (e.g. to spread them over processes); the table is printed from
     every line of the JSON file.
     """
@@ -306,14 +309,13 @@ def synthetic_eval(a) -> int:
         for name in wanted:
             target = workspace.open_target(models[name], device="cpu", progress=False)
             for s in todo:
-                rng = np.random.default_rng([a.seed, 2000 + s, list(models).index(name)])
+                # both clean models audit the same redrawn benchmarks: one generator per split serves both
+                draw = "other-items" if name == "clean" else name
+                rng = np.random.default_rng([a.seed, 2000 + s, list(models).index(draw)])
                 if name == "contaminated":
                     idx = members + [never[j] for j in rng.permutation(len(never))[:n_m]]
                 elif name == "fully-contaminated":
                     idx = [members[j] for j in rng.permutation(n_m)]
-                elif name == "clean":
-                    pool = members + never
-                    idx = [pool[j] for j in rng.permutation(len(pool))[: 2 * n_m]]
                 else:
                     idx = [never[j] for j in rng.permutation(len(never))[: 2 * n_m]]
                 bench = gsm.subset(idx)
