@@ -14,6 +14,7 @@ import pytest
 from blackbox_audit.benchmarks import build_benchmark, load_gsm8k
 from blackbox_audit.methods import AuditInputs
 from blackbox_audit.methods import contamination_heldout as ch
+from blackbox_audit.methods.calculator_notes import calculator_warning
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
 from blackbox_audit.results import read_result, write_result
 
@@ -78,6 +79,9 @@ def test_synthetic_side_runs_writes_and_spares_a_second_target(
     assert v.details["heldout"] == "synthetic" and v.details["rate"] is None and v.details["flagged_list"] is None
     assert "SYNTHETIC" in v.statement and "generation shift" in v.details["why_no_rate"]
     assert v.decision == "contaminated" or "only half was trained on" in v.statement  # the measured blind spot
+    notes = v.details["shift_check"]["calculator_notes"]  # GSM8K's own notes are all right
+    assert notes["real"]["notes"] > 0 and notes["real"]["wrong"] == 0 and notes["generated"]["notes"] >= 0
+    assert (calculator_warning(notes) is not None) == any("calculator notes" in w for w in res.warnings)
     n = v.details["dataset_test"]["n_pairs"]
     assert v.details["dataset_test"]["crossfit"] and v.details["dataset_test"]["baseline_lm"] == "self"  # di's default
     assert n == 31 == len(res.ids) == len(res.extras["heldout.jsonl"]) == len(res.extras["pairs.jsonl"])
@@ -111,6 +115,7 @@ def test_plan_prices_the_scored_pairs_only(tiny_llama_dir, small) -> None:
     assert [c.texts for c in plan.calls[:half]] == [c.texts for c in plan.calls[half:]]  # twins priced as copies
     assert all(c.kind == "conditional" and c.prefix.startswith("Question:") for c in plan.calls)
     assert any("fine-tune the generator" in n for n in plan.notes)
+    assert any("calculator notes" in n for n in plan.notes)  # GSM8K: the generator's arithmetic, said up front
     local = next(n for n in plan.notes if n.startswith("local work"))  # the CPU the user pays before any request
     assert "1 epoch(s) over" in local and "CPU-minutes" in local
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from blackbox_audit.benchmarks import Benchmark
 from blackbox_audit.methods.base import AuditInputs
+from blackbox_audit.methods.calculator_notes import calculator_check, calculator_warning, wrong_notes
 from blackbox_audit.planning import CostItem, CostPlan
 from blackbox_audit.results import MethodResult, Verdict
 
@@ -114,6 +115,12 @@ def plan_synthetic(bench: Benchmark, config: Any, part: str) -> CostPlan:
         "a second target on the same benchmark reuses the generator, its answers, the classifiers and the "
         "self-baseline from the cache",
     ]
+    if wrong_notes(suffixes)["notes"]:
+        notes.append(
+            "the local generator gets about two thirds of its calculator notes (<<a*b=c>>) wrong: a target better at "
+            "this arithmetic may see generated answers as unlikely for that reason alone, which reads as "
+            "contamination; this side's validity was measured on SmolLM2-based targets only (docs/contamination.md)"
+        )
     item = CostItem("generator fine-tune, generation and text classifiers (local model, no API cost)", usd=(0.0, 0.0))
     return CostPlan(calls=calls, items=[item], notes=notes)
 
@@ -155,17 +162,11 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
     body = res.to_json()
     n = len(res.heldout.pairs)
     flagged = res.flagged
+    notes = calculator_check(res.heldout.real, res.heldout.generated)
+    notes_warning = calculator_warning(notes)
     decision = "contaminated" if flagged else "not detected"
-    statement = (
-        f"{bench.name}: the target {'separates' if flagged else 'does not separate'} real answers from answers "
-        f"generated for the same questions beyond the generation shift (held-out side: SYNTHETIC, calibrated DI; "
-        f"{res.options.combine} p = {res.p_value:.3g}, level {cfg.alpha:g}; {n} pairs)"
-    )
-    if not flagged:
-        statement += (
-            "; this is not evidence that the benchmark is clean: on the GSM8K canary this side missed every "
-            "benchmark of which only half was trained on (docs/di.md, 'Measured, session 7')"
-        )
+    test = f"{res.options.combine} p = {res.p_value:.3g}, level {cfg.alpha:g}; {n} pairs"
+    statement = synthetic_statement(bench.name, flagged, test, notes_warning is not None)
     verdict = Verdict(
         decision=decision,
         statement=statement,
@@ -189,7 +190,8 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
             "why_no_rate": NO_RATE_REASON,
             "shift_check": {
                 k: res.shift.get(k) for k in ("bow_auc", "classifier_auc", "auc_se_if_no_shift", "self_baseline")
-            },
+            }
+            | {"calculator_notes": notes},
             "part": part,
             "mia_features": res.features,
         },
@@ -206,6 +208,11 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
         f"{res.shift['classifier_auc']:.3f}",
         f"rate and flagged list: not computed ({NO_RATE_REASON})",
     ]
+    if notes is not None:
+        summary.append(
+            f"calculator notes wrong: {notes['real']['wrong']}/{notes['real']['notes']} real, "
+            f"{notes['generated']['wrong']}/{notes['generated']['notes']} generated"
+        )
     heldout_rows = [
         {"id": f"{p.seq_id}/generated", **{name: float(v) for name, v in zip(res.features, row, strict=True)}}
         for p, row in zip(pairs, res.heldout_scores, strict=True)
@@ -233,8 +240,28 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
         extras={"heldout.jsonl": heldout_rows, "pairs.jsonl": pair_rows, "di.json": body},
         provenance=provenance,
         summary=summary,
-        warnings=res.warnings,
+        warnings=[*res.warnings, *([notes_warning] if notes_warning else [])],
     )
+
+
+def synthetic_statement(name: str, flagged: bool, test: str, arithmetic_cue: bool) -> str:
+    """The verdict's sentence, with what it cannot rule out: a flag on a target better at the benchmark's
+    arithmetic than the generator (``calculator_notes``), a miss on a half-trained benchmark (measured)."""
+    statement = (
+        f"{name}: the target {'separates' if flagged else 'does not separate'} real answers from answers generated "
+        f"for the same questions beyond the generation shift (held-out side: SYNTHETIC, calibrated DI; {test})"
+    )
+    if flagged and arithmetic_cue:
+        statement += (
+            "; not confirmed for a target better at arithmetic than the generator: the generated answers' calculator "
+            "notes are wrong far more often than the real ones' (see the warning)"
+        )
+    if not flagged:
+        statement += (
+            "; this is not evidence that the benchmark is clean: on the GSM8K canary this side missed every "
+            "benchmark of which only half was trained on (docs/di.md, 'Measured, session 7')"
+        )
+    return statement
 
 
 def _di_dir(cache_dir: Any) -> Path:

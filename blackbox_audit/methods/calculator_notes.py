@@ -1,0 +1,97 @@
+"""How often an answer's GSM8K calculator notes (``<<48/2=24>>``) are wrong: a cue of the generator's
+arithmetic that the contamination check's synthetic side reports beside its verdict.
+
+Why: calibrated DI assumes that a target which never trained on the benchmark sees the generated
+answers as at least as likely as the real ones. The local generator (SmolLM2-135M) gets about half
+of its notes' results wrong, while GSM8K's own notes are right. A target that can do the arithmetic
+(a GPT model, unlike the SmolLM2 canaries on which the side's validity was measured) may see the
+generated answers as unlikely for that reason alone, which the test would read as contamination.
+The share of wrong notes on each side puts a number on that cue without any request.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from collections.abc import Sequence
+from typing import Any
+
+NOTE = re.compile(r"<<([^<>=]+)=([^<>=]+)>>")
+_OPS: dict[type, Any] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
+#: Generated minus real share of wrong notes above which the verdict warns (with ``MIN_NOTES`` notes).
+WRONG_GAP_WARN = 0.2
+MIN_NOTES = 10
+
+
+def _value(node: ast.AST) -> float:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
+        return float(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_value(node.left), _value(node.right))
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_value(node.operand))
+    raise ValueError("not plain arithmetic")
+
+
+def evaluate(expr: str) -> float | None:
+    """The value of a note's left side (``+ - * /``, brackets, decimals; ``,`` thousands separators
+    dropped), or None when it is not plain arithmetic (text, a division by zero)."""
+    try:
+        return _value(ast.parse(expr.replace(",", "").strip(), mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError, TypeError):
+        return None
+
+
+def note_is_right(expr: str, result: str) -> bool | None:
+    """Whether ``result`` equals ``expr``'s value rounded to the decimals it shows; None if either
+    side does not parse."""
+    value = evaluate(expr)
+    shown = result.replace(",", "").strip()
+    try:
+        stated = float(shown)
+    except ValueError:
+        return None
+    if value is None:
+        return None
+    decimals = len(shown.split(".", 1)[1]) if "." in shown else 0
+    return abs(value - stated) <= 0.5 * 10.0**-decimals + 1e-9 * max(1.0, abs(value))
+
+
+def wrong_notes(answers: Sequence[str]) -> dict[str, Any]:
+    """Over every note that parses in ``answers``: how many, how many are wrong, the wrong share."""
+    checked = [note_is_right(e, r) for a in answers for e, r in NOTE.findall(a)]
+    checked = [c for c in checked if c is not None]
+    wrong = sum(not c for c in checked)
+    return {"notes": len(checked), "wrong": wrong, "wrong_share": wrong / len(checked) if checked else None}
+
+
+def calculator_check(real: Sequence[str], generated: Sequence[str]) -> dict[str, Any] | None:
+    """The wrong-note shares of real and generated answers, or None when the real answers hold no
+    notes (a benchmark other than GSM8K)."""
+    sides = {"real": wrong_notes(real), "generated": wrong_notes(generated)}
+    if sides["real"]["notes"] == 0:
+        return None
+    return sides
+
+
+def calculator_warning(check: dict[str, Any] | None) -> str | None:
+    """A warning when the generated answers' notes are wrong far more often than the real ones'."""
+    if check is None or check["generated"]["notes"] < MIN_NOTES:
+        return None
+    real, gen = check["real"]["wrong_share"], check["generated"]["wrong_share"]
+    if gen - real <= WRONG_GAP_WARN:
+        return None
+    return (
+        f"{gen:.0%} of the generated answers' calculator notes (<<a*b=c>>) are wrong, against {real:.0%} of the "
+        "real answers': a target that does this arithmetic better than the local generator (a GPT model) can see "
+        "generated answers as unlikely for that reason alone, which the synthetic side reads as contamination. Its "
+        "validity was measured only on SmolLM2-based targets, as weak at it as the generator (docs/contamination.md)"
+    )
