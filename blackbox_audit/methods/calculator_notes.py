@@ -2,10 +2,11 @@
 arithmetic that the contamination check's synthetic side reports beside its verdict.
 
 Why: calibrated DI assumes that a target which never trained on the benchmark sees the generated
-answers as at least as likely as the real ones. The local generator (SmolLM2-135M) gets about half
-of its notes' results wrong, while GSM8K's own notes are right. A target that can do the arithmetic
-(a GPT model, unlike the SmolLM2 canaries on which the side's validity was measured) may see the
-generated answers as unlikely for that reason alone, which the test would read as contamination.
+answers as at least as likely as the real ones. The local generator (SmolLM2-135M) got 65% of its
+notes' results wrong in the bench (docs/di.md, "Measured, session 8"), while GSM8K's own are
+right. A target that can do the arithmetic (a GPT model, unlike the SmolLM2 canaries on which the
+side's validity was measured) may see the generated answers as unlikely for that reason alone,
+which the test would read as contamination.
 The share of wrong notes on each side puts a number on that cue without any request.
 """
 
@@ -93,5 +94,5 @@ def calculator_warning(check: dict[str, Any] | None) -> str | None:
         f"{gen:.0%} of the generated answers' calculator notes (<<a*b=c>>) are wrong, against {real:.0%} of the "
         "real answers': a target that does this arithmetic better than the local generator (a GPT model) can see "
         "generated answers as unlikely for that reason alone, which the synthetic side reads as contamination. Its "
-        "validity was measured only on SmolLM2-based targets, as weak at it as the generator (docs/contamination.md)"
+        "validity was measured only on SmolLM2-based targets, of the generator's own base model (docs/contamination.md)"
     )

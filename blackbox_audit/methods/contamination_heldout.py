@@ -117,9 +117,10 @@ def plan_synthetic(bench: Benchmark, config: Any, part: str) -> CostPlan:
     ]
     if wrong_notes(suffixes)["notes"]:
         notes.append(
-            "the local generator gets about two thirds of its calculator notes (<<a*b=c>>) wrong: a target better at "
-            "this arithmetic may see generated answers as unlikely for that reason alone, which reads as "
-            "contamination; this side's validity was measured on SmolLM2-based targets only (docs/contamination.md)"
+            "SmolLM2-135M, the default generator, got 65% of its calculator notes (<<a*b=c>>) wrong in the bench: a "
+            "target better at this arithmetic may see generated answers as unlikely for that reason alone, which "
+            "reads as contamination; this side's validity was measured on SmolLM2-based targets only "
+            "(docs/contamination.md); verdict.json reports the share for the run"
         )
     item = CostItem("generator fine-tune, generation and text classifiers (local model, no API cost)", usd=(0.0, 0.0))
     return CostPlan(calls=calls, items=[item], notes=notes)
