@@ -6,8 +6,8 @@ answers as at least as likely as the real ones. The local generator (SmolLM2-135
 notes' results wrong in the bench (docs/di.md, "Measured, session 8"), while GSM8K's own are
 right. A target that can do the arithmetic (a GPT model, unlike the SmolLM2 canaries on which the
 side's validity was measured) may see the generated answers as unlikely for that reason alone,
-which the test would read as contamination.
-The share of wrong notes on each side puts a number on that cue without any request.
+which the test would read as contamination. The share of wrong notes on each side puts a number
+on that cue without any request.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def plan_synthetic(bench: Benchmark, config: Any, part: str) -> CostPlan:
     """The dry-run of the synthetic side: the target scores the inference half's real answers and
     their generated twins (priced as copies: same generator tokens), given the question."""
     from blackbox_audit.di.calibrated import _check_sizes, inference_items
-    from blackbox_audit.di.generator import LocalGenerator
+    from blackbox_audit.di.generator import GeneratorConfig, LocalGenerator
     from blackbox_audit.scores.output import plan_output_calls
 
     opts = calibrated_options(config)
@@ -116,11 +116,17 @@ def plan_synthetic(bench: Benchmark, config: Any, part: str) -> CostPlan:
         "self-baseline from the cache",
     ]
     if wrong_notes(suffixes)["notes"]:
+        default = config.generator == GeneratorConfig.model
+        who = (
+            "the generator (SmolLM2-135M)"
+            if default
+            else "SmolLM2-135M, the default generator (yours is not measured),"
+        )
         notes.append(
-            "SmolLM2-135M, the default generator, got 65% of its calculator notes (<<a*b=c>>) wrong in the bench: a "
-            "target better at this arithmetic may see generated answers as unlikely for that reason alone, which "
-            "reads as contamination; this side's validity was measured on SmolLM2-based targets only "
-            "(docs/contamination.md); verdict.json reports the share for the run"
+            f"{who} got 65% of its calculator notes (<<a*b=c>>) wrong in the bench: a target better "
+            "at this arithmetic may see generated answers as unlikely for that reason alone, which reads as "
+            "contamination; this side's validity was measured on SmolLM2-based targets only (docs/contamination.md); "
+            "verdict.json reports the share for the run"
         )
     item = CostItem("generator fine-tune, generation and text classifiers (local model, no API cost)", usd=(0.0, 0.0))
     return CostPlan(calls=calls, items=[item], notes=notes)
@@ -163,11 +169,11 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
     body = res.to_json()
     n = len(res.heldout.pairs)
     flagged = res.flagged
-    notes = calculator_check(res.heldout.real, res.heldout.generated)
-    notes_warning = calculator_warning(notes)
+    calc = calculator_check(res.heldout.real, res.heldout.generated)
+    calc_warning = calculator_warning(calc)
     decision = "contaminated" if flagged else "not detected"
     test = f"{res.options.combine} p = {res.p_value:.3g}, level {cfg.alpha:g}; {n} pairs"
-    statement = synthetic_statement(bench.name, flagged, test, notes_warning is not None)
+    statement = synthetic_statement(bench.name, flagged, test, calc_warning is not None)
     verdict = Verdict(
         decision=decision,
         statement=statement,
@@ -192,7 +198,7 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
             "shift_check": {
                 k: res.shift.get(k) for k in ("bow_auc", "classifier_auc", "auc_se_if_no_shift", "self_baseline")
             }
-            | {"calculator_notes": notes},
+            | {"calculator_notes": calc},
             "part": part,
             "mia_features": res.features,
         },
@@ -209,10 +215,10 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
         f"{res.shift['classifier_auc']:.3f}",
         f"rate and flagged list: not computed ({NO_RATE_REASON})",
     ]
-    if notes is not None:
+    if calc is not None:
         summary.append(
-            f"calculator notes wrong: {notes['real']['wrong']}/{notes['real']['notes']} real, "
-            f"{notes['generated']['wrong']}/{notes['generated']['notes']} generated"
+            f"calculator notes wrong: {calc['real']['wrong']}/{calc['real']['notes']} real, "
+            f"{calc['generated']['wrong']}/{calc['generated']['notes']} generated"
         )
     heldout_rows = [
         {"id": f"{p.seq_id}/generated", **{name: float(v) for name, v in zip(res.features, row, strict=True)}}
@@ -241,7 +247,7 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
         extras={"heldout.jsonl": heldout_rows, "pairs.jsonl": pair_rows, "di.json": body},
         provenance=provenance,
         summary=summary,
-        warnings=[*res.warnings, *([notes_warning] if notes_warning else [])],
+        warnings=[*res.warnings, *([calc_warning] if calc_warning else [])],
     )
 
 
