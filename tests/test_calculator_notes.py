@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from blackbox_audit.benchmarks import load_gsm8k
@@ -11,6 +12,8 @@ from blackbox_audit.methods.calculator_notes import (
     calculator_warning,
     evaluate,
     note_is_right,
+    target_penalty,
+    twin_kind,
     wrong_notes,
 )
 
@@ -57,3 +60,25 @@ def test_the_verdict_says_what_a_flag_and_a_miss_cannot_rule_out() -> None:
     assert "not confirmed" not in plain and "not evidence" not in plain
     missed = synthetic_statement("gsm8k", False, "p = 0.6", arithmetic_cue=True)
     assert "does not separate" in missed and "only half was trained on" in missed and "not confirmed" not in missed
+
+
+def test_the_target_penalty_compares_twins_with_wrong_and_right_notes() -> None:
+    rng = np.random.default_rng(0)
+    twins = ["<<2*3=7>>"] * 30 + ["<<2*3=6>>"] * 30 + ["no note"] * 10
+    assert [twin_kind(t) for t in twins[29:31] + twins[-1:]] == ["wrong", "right", "none"]
+    noise = rng.normal(0, 0.1, len(twins))
+    punished = target_penalty(twins, noise - 0.3 * np.array([t == "<<2*3=7>>" for t in twins]))
+    assert punished is not None and punished["p_value"] < 1e-6
+    assert (punished["n_wrong"], punished["n_right"]) == (30, 30)
+    assert abs(punished["wrong_minus_right"] + 0.3) < 3 * punished["se"]
+    blind = target_penalty(twins, noise)
+    assert blind is not None and blind["p_value"] > 0.01 and abs(blind["wrong_minus_right"]) < 3 * blind["se"]
+    assert target_penalty(["<<2*3=7>>", "<<2*3=6>>", "<<2*3=6>>"], [0.0, 0.1, 0.2]) is None  # one wrong twin
+
+
+def test_the_warning_says_what_the_run_measured_of_the_targets_penalty() -> None:
+    check = calculator_check(["<<2*3=6>>"] * MIN_NOTES, ["<<2*3=6>>"] * 5 + ["<<2*3=7>>"] * 5)
+    pen = {"score": "loss", "wrong_minus_right": -0.4, "se": 0.1, "n_wrong": 5, "n_right": 5}
+    assert "does penalise" in calculator_warning(check | {"target_penalty": pen | {"p_value": 0.001}})
+    assert "No penalty by this target" in calculator_warning(check | {"target_penalty": pen | {"p_value": 0.3}})
+    assert "too few twins" in calculator_warning(check | {"target_penalty": None})

@@ -82,6 +82,7 @@ def test_synthetic_side_runs_writes_and_spares_a_second_target(
     notes = v.details["shift_check"]["calculator_notes"]  # GSM8K's own notes are all right
     assert notes["real"]["notes"] > 0 and notes["real"]["wrong"] == 0 and notes["generated"]["notes"] >= 0
     assert (calculator_warning(notes) is not None) == any("calculator notes" in w for w in res.warnings)
+    assert "target_penalty" in notes  # None when the tiny generator writes too few notes to compare
     n = v.details["dataset_test"]["n_pairs"]
     assert v.details["dataset_test"]["crossfit"] and v.details["dataset_test"]["baseline_lm"] == "self"  # di's default
     assert n == 31 == len(res.ids) == len(res.extras["heldout.jsonl"]) == len(res.extras["pairs.jsonl"])

@@ -18,6 +18,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 NOTE = re.compile(r"<<([^<>=]+)=([^<>=]+)>>")
 _OPS: dict[type, Any] = {
     ast.Add: operator.add,
@@ -83,16 +85,61 @@ def calculator_check(real: Sequence[str], generated: Sequence[str]) -> dict[str,
     return sides
 
 
-def calculator_warning(check: dict[str, Any] | None) -> str | None:
-    """A warning when the generated answers' notes are wrong far more often than the real ones'."""
+def twin_kind(answer: str) -> str:
+    """``wrong`` (a note that parses is wrong), ``right`` (notes that parse, all right) or ``none``."""
+    checked = [c for c in (note_is_right(e, r) for e, r in NOTE.findall(answer)) if c is not None]
+    return "wrong" if False in checked else "right" if checked else "none"
+
+
+def target_penalty(generated: Sequence[str], gap: Sequence[float]) -> dict[str, Any] | None:
+    """Does *this* target penalise wrong arithmetic? ``gap[i]`` is pair i's loss score (mean log-prob
+    per token, higher = member) of the generated answer minus that of its real answer, from the
+    target. The mean gap of pairs whose twin has a wrong note minus that of pairs whose twin's notes
+    are all right, with Welch's SE and one-sided p (H1: lower, i.e. penalised); None with fewer
+    than 2 pairs in a group. The real answers cancel pair by pair, so only the twins' notes differ
+    between the groups, up to what else a wrong note goes with (measured on SmolLM2 targets:
+    docs/di.md, "Measured, session 8")."""
+    from scipy.stats import ttest_ind
+
+    kinds = [twin_kind(g) for g in generated]
+    d = np.asarray(gap, dtype=np.float64)
+    wrong = d[[k == "wrong" for k in kinds]]
+    right = d[[k == "right" for k in kinds]]
+    if len(wrong) < 2 or len(right) < 2:
+        return None
+    test = ttest_ind(wrong, right, equal_var=False, alternative="less")
+    se = float(np.sqrt(wrong.var(ddof=1) / len(wrong) + right.var(ddof=1) / len(right)))
+    return {
+        "score": "loss",
+        "wrong_minus_right": float(wrong.mean() - right.mean()),
+        "se": se,
+        "p_value": float(test.pvalue),
+        "n_wrong": len(wrong),
+        "n_right": len(right),
+    }
+
+
+def calculator_warning(check: dict[str, Any] | None, alpha: float = 0.05) -> str | None:
+    """A warning when the generated answers' notes are wrong far more often than the real ones',
+    with what the run measured of the target's own penalty (``check["target_penalty"]``)."""
     if check is None or check["generated"]["notes"] < MIN_NOTES:
         return None
     real, gen = check["real"]["wrong_share"], check["generated"]["wrong_share"]
     if gen - real <= WRONG_GAP_WARN:
         return None
-    return (
+    text = (
         f"{gen:.0%} of the generated answers' calculator notes (<<a*b=c>>) are wrong, against {real:.0%} of the "
         "real answers': a target that does this arithmetic better than the local generator (a GPT model) can see "
         "generated answers as unlikely for that reason alone, which the synthetic side reads as contamination. Its "
         "validity was measured only on SmolLM2-based targets, of the generator's own base model (docs/contamination.md)"
     )
+    pen = check.get("target_penalty")
+    if pen is None:
+        return text + "; too few twins with wrong and with right notes to measure this target's penalty"
+    measured = (
+        f"twins with a wrong note score {pen['wrong_minus_right']:+.3f} ± {pen['se']:.3f} nats per token against "
+        f"twins whose notes are right (p = {pen['p_value']:.3g}; {pen['n_wrong']} and {pen['n_right']} pairs)"
+    )
+    if pen["p_value"] < alpha:
+        return text + f". This target does penalise wrong notes: {measured}"
+    return text + f". No penalty by this target was measured at this size: {measured}"

@@ -31,7 +31,12 @@ from typing import Any
 
 from blackbox_audit.benchmarks import Benchmark
 from blackbox_audit.methods.base import AuditInputs
-from blackbox_audit.methods.calculator_notes import calculator_check, calculator_warning, wrong_notes
+from blackbox_audit.methods.calculator_notes import (
+    calculator_check,
+    calculator_warning,
+    target_penalty,
+    wrong_notes,
+)
 from blackbox_audit.planning import CostItem, CostPlan
 from blackbox_audit.results import MethodResult, Verdict
 
@@ -170,7 +175,11 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
     n = len(res.heldout.pairs)
     flagged = res.flagged
     calc = calculator_check(res.heldout.real, res.heldout.generated)
-    calc_warning = calculator_warning(calc)
+    if calc is not None and "loss" in res.features:
+        j = res.features.index("loss")
+        gap = res.heldout_scores[:, j] - res.suspect_scores[:, j]
+        calc["target_penalty"] = target_penalty(res.heldout.generated, gap)
+    calc_warning = calculator_warning(calc, cfg.alpha)
     decision = "contaminated" if flagged else "not detected"
     test = f"{res.options.combine} p = {res.p_value:.3g}, level {cfg.alpha:g}; {n} pairs"
     statement = synthetic_statement(bench.name, flagged, test, calc_warning is not None)
@@ -219,6 +228,12 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
         summary.append(
             f"calculator notes wrong: {calc['real']['wrong']}/{calc['real']['notes']} real, "
             f"{calc['generated']['wrong']}/{calc['generated']['notes']} generated"
+            + (
+                f"; the target scores twins with a wrong note {pen['wrong_minus_right']:+.3f} ± {pen['se']:.3f} nats "
+                f"per token against twins with right ones (p = {pen['p_value']:.3g})"
+                if (pen := calc.get("target_penalty"))
+                else ""
+            )
         )
     heldout_rows = [
         {"id": f"{p.seq_id}/generated", **{name: float(v) for name, v in zip(res.features, row, strict=True)}}
