@@ -68,10 +68,14 @@ def note_is_right(expr: str, result: str) -> bool | None:
     return abs(value - stated) <= 0.5 * 10.0**-decimals + 1e-9 * max(1.0, abs(value))
 
 
+def checked_notes(answer: str) -> list[bool]:
+    """Whether each note of ``answer`` that parses is right, in order."""
+    return [c for c in (note_is_right(e, r) for e, r in NOTE.findall(answer)) if c is not None]
+
+
 def wrong_notes(answers: Sequence[str]) -> dict[str, Any]:
     """Over every note that parses in ``answers``: how many, how many are wrong, the wrong share."""
-    checked = [note_is_right(e, r) for a in answers for e, r in NOTE.findall(a)]
-    checked = [c for c in checked if c is not None]
+    checked = [c for a in answers for c in checked_notes(a)]
     wrong = sum(not c for c in checked)
     return {"notes": len(checked), "wrong": wrong, "wrong_share": wrong / len(checked) if checked else None}
 
@@ -87,7 +91,7 @@ def calculator_check(real: Sequence[str], generated: Sequence[str]) -> dict[str,
 
 def twin_kind(answer: str) -> str:
     """``wrong`` (a note that parses is wrong), ``right`` (notes that parse, all right) or ``none``."""
-    checked = [c for c in (note_is_right(e, r) for e, r in NOTE.findall(answer)) if c is not None]
+    checked = checked_notes(answer)
     return "wrong" if False in checked else "right" if checked else "none"
 
 
@@ -96,9 +100,9 @@ def target_penalty(generated: Sequence[str], gap: Sequence[float]) -> dict[str, 
     per token, higher = member) of the generated answer minus that of its real answer, from the
     target. The mean gap of pairs whose twin has a wrong note minus that of pairs whose twin's notes
     are all right, with Welch's SE and one-sided p (H1: lower, i.e. penalised); None with fewer
-    than 2 pairs in a group. The real answers cancel pair by pair, so only the twins' notes differ
-    between the groups, up to what else a wrong note goes with (measured on SmolLM2 targets:
-    docs/di.md, "Measured, session 8")."""
+    than 2 pairs in a group (or no spread to test). Each gap is taken against its own real answer,
+    so the question's difficulty cancels; the groups can still differ in what else goes with a
+    wrong note (on SmolLM2 targets the difference is about 0: docs/di.md, "Measured, session 8")."""
     from scipy.stats import ttest_ind
 
     kinds = [twin_kind(g) for g in generated]
@@ -108,6 +112,8 @@ def target_penalty(generated: Sequence[str], gap: Sequence[float]) -> dict[str, 
     if len(wrong) < 2 or len(right) < 2:
         return None
     test = ttest_ind(wrong, right, equal_var=False, alternative="less")
+    if not np.isfinite(test.pvalue):
+        return None
     se = float(np.sqrt(wrong.var(ddof=1) / len(wrong) + right.var(ddof=1) / len(right)))
     return {
         "score": "loss",
