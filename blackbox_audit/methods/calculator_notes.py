@@ -142,10 +142,15 @@ def calculator_warning(check: dict[str, Any] | None, alpha: float = 0.05) -> str
     pen = check.get("target_penalty")
     if pen is None:
         return text + "; too few twins with wrong and with right notes to measure this target's penalty"
-    measured = (
-        f"twins with a wrong note score {pen['wrong_minus_right']:+.3f} ± {pen['se']:.3f} nats per token against "
-        f"twins whose notes are right (p = {pen['p_value']:.3g}; {pen['n_wrong']} and {pen['n_right']} pairs)"
-    )
+    measured = penalty_text(pen)
     if pen["p_value"] < alpha:
         return text + f". This target does penalise wrong notes: {measured}"
     return text + f". No penalty by this target was measured at this size: {measured}"
+
+
+def penalty_text(pen: dict[str, Any]) -> str:
+    """``target_penalty``'s result in words (the warning and the run's summary)."""
+    return (
+        f"twins with a wrong note score {pen['wrong_minus_right']:+.3f} ± {pen['se']:.3f} nats per token against "
+        f"twins whose notes are right (p = {pen['p_value']:.3g}; {pen['n_wrong']} and {pen['n_right']} pairs)"
+    )

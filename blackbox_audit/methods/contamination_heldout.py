@@ -34,6 +34,7 @@ from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.calculator_notes import (
     calculator_check,
     calculator_warning,
+    penalty_text,
     target_penalty,
     wrong_notes,
 )
@@ -228,12 +229,7 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
         summary.append(
             f"calculator notes wrong: {calc['real']['wrong']}/{calc['real']['notes']} real, "
             f"{calc['generated']['wrong']}/{calc['generated']['notes']} generated"
-            + (
-                f"; the target scores twins with a wrong note {pen['wrong_minus_right']:+.3f} ± {pen['se']:.3f} nats "
-                f"per token against twins with right ones (p = {pen['p_value']:.3g})"
-                if (pen := calc.get("target_penalty"))
-                else ""
-            )
+            + (f"; on this target, {penalty_text(pen)}" if (pen := calc.get("target_penalty")) else "")
         )
     heldout_rows = [
         {"id": f"{p.seq_id}/generated", **{name: float(v) for name, v in zip(res.features, row, strict=True)}}
