@@ -104,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sets", default=None, help="synthetic: comma-separated split numbers to run (resume/parallel)")
     p.add_argument("--json", default=None, help="synthetic: append one JSON line per split here")
     p.add_argument(
+        "--generator",
+        default=None,
+        help="synthetic: the generator (smollm2 / hf:DIR / gguf:FILE; default the check's, SmolLM2-135M)",
+    )
+    p.add_argument(
         "--models", default=None, help="synthetic: contaminated,clean,other-items,fully-contaminated (default all)"
     )
     a = p.parse_args(argv)
@@ -303,6 +308,10 @@ def synthetic_eval(a) -> int:
         raise SystemExit(f"--models: unknown {sorted(set(wanted) - set(models))}; choose from {sorted(models)}")
     todo = range(a.splits) if not a.sets else [int(x) for x in a.sets.split(",")]
     cfg = ContaminationConfig(heldout="synthetic", part=a.part, alpha=a.alpha)
+    if a.generator:
+        from dataclasses import replace
+
+        cfg = replace(cfg, generator=a.generator)
     out = open(a.json, "a") if a.json else None  # noqa: SIM115 - appended as splits finish
     workspace = Workspace.open(cache_dir=a.cache_dir)
     try:
@@ -324,7 +333,8 @@ def synthetic_eval(a) -> int:
                     AuditInputs(data=bench, target=target, cache_dir=a.cache_dir, progress=False)
                 )
                 v = res.verdict
-                row = {"model": name, "split": s, "p": v.p_value, "flagged": v.decision == "contaminated",
+                row = {"model": name, "split": s, "generator": cfg.generator, "p": v.p_value,
+                       "flagged": v.decision == "contaminated",
                        "auc_text": v.estimate.get("auc_text"), "auc_comb": v.estimate.get("auc_comb"),
                        "pairs": v.details["dataset_test"]["n_pairs"], "bow_auc": v.details["shift_check"]["bow_auc"],
                        "wall_s": round(time.perf_counter() - t0), "cpu_s": round(time.process_time() - c0)}  # fmt: skip

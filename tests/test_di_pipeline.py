@@ -65,7 +65,8 @@ def target(tiny_target, tmp_path):
 
 
 def test_cached_top_layer_training_computes_the_full_models_loss(tiny_llama_dir: Path, texts: list[str]) -> None:
-    """The frozen lower layers' cached output + top layers give the loss of a full forward pass."""
+    """The frozen lower layers' cached output + top layers give the loss of a full forward pass
+    (whose LM head also runs on the padding)."""
     import torch
     from peft import LoraConfig, get_peft_model
 
@@ -73,7 +74,7 @@ def test_cached_top_layer_training_computes_the_full_models_loss(tiny_llama_dir:
     cfg = GeneratorConfig(top_layers=2)
     cut = gen._split_point(cfg)
     assert cut == 2
-    seqs = [gen.encode(t)[:20] for t in texts[:6]]
+    seqs = [gen.encode(t)[: 10 + 2 * i] for i, t in enumerate(texts[:6])]  # unequal: the batch is padded
     lora = LoraConfig(
         r=4,
         target_modules=["q_proj", "v_proj"],
@@ -86,6 +87,7 @@ def test_cached_top_layer_training_computes_the_full_models_loss(tiny_llama_dir:
     with torch.no_grad():
         cached, _ = gen._step_loss(peft_model, seqs, list(range(6)), hidden, cut)
         full, _ = gen._step_loss(peft_model, seqs, list(range(6)), None, None)
+    assert len({len(s) for s in seqs}) == 6 and all(len(s) == 10 + 2 * i for i, s in enumerate(seqs))
     assert float(cached) == pytest.approx(float(full), rel=1e-5)
     gen._restore(peft_model)
     assert not any("lora" in n for n, _ in gen.model.named_parameters())  # base model left as loaded
@@ -375,3 +377,71 @@ def test_self_baseline_check_flags_unmatched_sampling_only(texts: list[str], tmp
     assert not good["unmatched"] and abs(good["loss_gap"]) < 0.3
     again = self_baseline_check(train, real, same, store, seed=0)
     assert again == good and store.hits.get("self_baseline", 0) >= 1
+
+
+class _StartsWithBos:
+    """A tokenizer that puts a BOS before every text it encodes with special tokens, as Gemma's does."""
+
+    def __init__(self, tokenizer, bos: int) -> None:
+        self._tok, self.bos = tokenizer, bos
+
+    def __call__(self, text, add_special_tokens: bool = True, **kw):
+        out = dict(self._tok(text, add_special_tokens=False, **kw))
+        if add_special_tokens:
+            out["input_ids"] = [self.bos, *out["input_ids"]]
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+
+def test_a_start_token_reaches_the_generators_training_and_prompts_only_where_its_tokenizer_adds_one(
+    tiny_llama_dir: Path, texts: list[str], tmp_path: Path, monkeypatch
+) -> None:
+    """Gemma writes only "Answer:" lines when its BOS is missing; SmolLM2 adds none, and its cached
+    adapters keep their keys."""
+    import blackbox_audit.di.generator as generator_module
+    from blackbox_audit.di.artifacts import content_key, texts_digest
+    from blackbox_audit.di.segment import fixed_pairs
+
+    plain = LocalGenerator(f"hf:{tiny_llama_dir}", progress=False)
+    cfg = GeneratorConfig(epochs=1, top_layers=2, batch_size=4, gen_batch_size=4)
+    seqs = [tuple(plain.encode(t)[:16]) for t in texts[:4]]
+    assert plain.start_ids == []
+    old_key = {"generator": plain.fingerprint(), "train": texts_digest([list(s) for s in seqs]),
+               "training": cfg.training(), "seed": 0}  # fmt: skip
+    assert plain.adapter_key(seqs, cfg, 0) == content_key(old_key)  # keys as before the start token existed
+
+    bos = len(plain.tokenizer) - 1
+    gen = LocalGenerator(f"hf:{tiny_llama_dir}", progress=False)
+    gen._tokenizer = _StartsWithBos(gen.tokenizer, bos)
+    assert gen.start_ids == [bos]
+    assert gen.encode(texts[0]) == plain.encode(texts[0])  # texts still concatenate without it
+    assert gen.adapter_key(seqs, cfg, 0) != plain.adapter_key(seqs, cfg, 0)
+
+    trained: list[list[int]] = []
+    real_pad_right = generator_module.pad_right
+
+    def recording_pad_right(rows, pad):
+        trained.extend(list(r) for r in rows)
+        return real_pad_right(rows, pad)
+
+    monkeypatch.setattr(generator_module, "pad_right", recording_pad_right)
+    store = ArtifactStore(tmp_path / "di")
+    adapter_dir, info = gen.ensure_adapter(seqs, cfg, 0, store)
+    assert trained and all(r[0] == bos and r[1:] in [list(s) for s in seqs] for r in trained)
+
+    prompts: list[list[int]] = []
+    model_cls = type(gen.model)
+    real_generate = model_cls.generate
+
+    def recording_generate(self, *a, input_ids=None, attention_mask=None, **kw):
+        for row, m in zip(input_ids.tolist(), attention_mask.tolist(), strict=True):
+            prompts.append([t for t, keep in zip(row, m, strict=True) if keep])
+        return real_generate(self, *a, input_ids=input_ids, attention_mask=attention_mask, **kw)
+
+    monkeypatch.setattr(model_cls, "generate", recording_generate)
+    pairs = fixed_pairs([(f"q{i}", t[:40], t[40:120]) for i, t in enumerate(texts[:3])], gen.encode, gen.decode)
+    generated, _ = gen.generate(adapter_dir, info["key"], pairs, cfg, 0, store)
+    assert len(generated) == 3
+    assert sorted(prompts) == sorted([bos, *p.prefix_ids] for p in pairs)

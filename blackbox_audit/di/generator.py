@@ -129,6 +129,7 @@ class LocalGenerator:
         self._tokenizer: Any = None
         self._model: Any = None
         self._fingerprint: str | None = None
+        self._start_ids: list[int] | None = None
         _ = self.tokenizer  # a broken folder fails now, before any other work
 
     @property
@@ -173,6 +174,19 @@ class LocalGenerator:
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    @property
+    def start_ids(self) -> list[int]:
+        """What the tokenizer puts before a text (Gemma's BOS; nothing for SmolLM2).
+
+        Texts are encoded without it, so that prefixes and suffixes concatenate; the model still
+        sees it before each training sequence and prompt: Gemma writes only "Answer:" lines
+        without its BOS."""
+        if self._start_ids is None:
+            bare = self.encode("a")
+            full = list(self.tokenizer("a")["input_ids"])
+            self._start_ids = full[: len(full) - len(bare)] if full[len(full) - len(bare) :] == bare else []
+        return self._start_ids
+
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), clean_up_tokenization_spaces=False)
 
@@ -193,6 +207,8 @@ class LocalGenerator:
                 "train": texts_digest([list(t) for t in train_ids]),
                 "training": cfg.training(),
                 "seed": seed,
+                # only where a start token is prepended, so that SmolLM2's cached adapters keep their keys
+                **({"start_ids": self.start_ids} if self.start_ids else {}),
             }
         )
 
@@ -256,7 +272,7 @@ class LocalGenerator:
             )
         else:
             lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM")
-        seqs = [list(t) for t in train_ids if len(t) >= 2]
+        seqs = [self.start_ids + list(t) for t in train_ids if len(t) >= 2]
         steps = steps_per_epoch(len(seqs), cfg.batch_size) * cfg.epochs
         warmup = int(np.ceil(cfg.warmup_ratio * steps))
         with seeded_torch(seed):
@@ -322,11 +338,12 @@ class LocalGenerator:
         inner = self.model.model
         with only_layers(self.model, list(inner.layers)[cut:], final_norm=True):
             top = inner(inputs_embeds=h, attention_mask=mask, use_cache=False).last_hidden_state
-        logits = self.model.lm_head(top)[:, :-1].float()
-        loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=IGNORE
-        )
-        return loss, n_tok
+        # The LM head runs on predicted positions only, not on padding: with Gemma's 262k-token
+        # vocabulary it is most of a step's cost and memory. The mean is the same as ignore_index's.
+        target = labels[:, 1:].reshape(-1)
+        keep = target != IGNORE
+        logits = self.model.lm_head(top[:, :-1].reshape(-1, top.shape[-1])[keep]).float()
+        return torch.nn.functional.cross_entropy(logits, target[keep]), n_tok
 
     # ------------------------------------------------------------------ generation
     def generation_key(self, adapter_key: str, pairs: Sequence[Pair], cfg: GeneratorConfig, seed: int) -> str:
@@ -416,7 +433,7 @@ class LocalGenerator:
         try:
             for b in todo:
                 idx = batches[b]
-                prompts = [list(pairs[i].prefix_ids) for i in idx]
+                prompts = [self.start_ids + list(pairs[i].prefix_ids) for i in idx]
                 width = max(len(p) for p in prompts)
                 ids = torch.full((len(idx), width), self.pad_id, dtype=torch.long)
                 mask = torch.zeros((len(idx), width), dtype=torch.long)
