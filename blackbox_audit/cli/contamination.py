@@ -70,8 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument(
         "--generator",
         default=ContaminationConfig.generator,
-        help="synthetic held-out side: the local model fine-tuned to write answers (smollm2, hf:DIR or gguf:FILE; "
-        "default smollm2)",
+        help="synthetic held-out side: the local model fine-tuned to write answers (smollm2, gemma3-270m: another "
+        "family, for SmolLM2-based targets, needs its wheels, docs/di.md; hf:DIR or gguf:FILE; default smollm2)",
     )
     b.add_argument(
         "--gen-epochs",

@@ -72,7 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument(
         "--generator",
         default=_C.generator,
-        help="local model that writes the held-out suffixes: smollm2 (default), hf:DIR or gguf:FILE",
+        help="local model that writes the held-out suffixes: smollm2 (default), gemma3-270m (another family, for "
+        "SmolLM2-based targets; needs its wheels, docs/di.md), hf:DIR or gguf:FILE",
     )
     c.add_argument("--seeds", type=positive_int, default=_C.seeds, help=f"re-splits of the pairs ({_C.seeds})")
     c.add_argument(

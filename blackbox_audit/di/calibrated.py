@@ -642,7 +642,7 @@ def family_warning(gap: Mapping[str, Mapping[str, float]]) -> str | None:
         "nats per token): the generator writes text of the target's own kind, as when both come from one model "
         "family, and membership that raises the real text's likelihood by less than that cannot show, so an "
         "'inconclusive' here says little (measured on a SmolLM2 canary with the SmolLM2 generator, docs/di.md); "
-        "use a generator of another family (--generator hf:DIR)"
+        "use a generator of another family (--generator gemma3-270m for a SmolLM2-based target, or hf:DIR)"
     )
 
 

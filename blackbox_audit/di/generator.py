@@ -56,6 +56,7 @@ from .segment import Pair
 log = logging.getLogger(__name__)
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "tokenizer.model")
+GEMMA3 = "gemma3-270m"  # Gemma 3 270M: a generator of another family than SmolLM2 (adapters/hf_weights.py)
 _LLAMA_LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -92,17 +93,20 @@ class GeneratorConfig:
 def _cannot_load(spec: str, why: str) -> UserError:
     return UserError(
         f"the generator '{spec}' cannot be loaded: {why}",
-        "pass --generator smollm2 (the default), hf:DIR (a local transformers causal LM) or gguf:FILE",
+        f"pass --generator smollm2 (the default), {GEMMA3} (another family), hf:DIR (a local transformers "
+        "causal LM) or gguf:FILE",
     )
 
 
 def resolve_folder(spec: str) -> Path:
     """The local transformers folder behind a generator spec (GGUF files are converted once)."""
-    from blackbox_audit.adapters.hf_weights import converted_gguf_dir, smollm2_gguf_path
+    from blackbox_audit.adapters.hf_weights import converted_gguf_dir, gemma3_gguf_path, smollm2_gguf_path
 
     scheme, _, rest = spec.partition(":")
     if spec == "smollm2":
         return converted_gguf_dir(smollm2_gguf_path())
+    if spec == GEMMA3:
+        return converted_gguf_dir(gemma3_gguf_path())
     if scheme == "gguf" and rest:
         path = Path(rest).expanduser()
         if not path.is_file() or path.suffix != ".gguf":
@@ -116,7 +120,7 @@ def resolve_folder(spec: str) -> Path:
         if not (path / "config.json").is_file():
             raise _cannot_load(spec, f"'{rest}' is not a transformers model folder (no config.json)")
         return path
-    raise _cannot_load(spec, "a generator must be a local model (smollm2, hf:DIR or gguf:FILE), not an API")
+    raise _cannot_load(spec, f"a generator must be a local model (smollm2, {GEMMA3}, hf:DIR or gguf:FILE), not an API")
 
 
 class LocalGenerator:
