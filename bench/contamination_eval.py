@@ -334,7 +334,7 @@ def synthetic_eval(a) -> int:
                 )
                 v = res.verdict
                 row = {"model": name, "split": s, "generator": cfg.generator, "p": v.p_value,
-                       "flagged": v.decision == "contaminated",
+                       "flagged": v.details["dataset_test"]["flagged"], "decision": v.decision,
                        "auc_text": v.estimate.get("auc_text"), "auc_comb": v.estimate.get("auc_comb"),
                        "pairs": v.details["dataset_test"]["n_pairs"], "bow_auc": v.details["shift_check"]["bow_auc"],
                        "wall_s": round(time.perf_counter() - t0), "cpu_s": round(time.process_time() - c0)}  # fmt: skip

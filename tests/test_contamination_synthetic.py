@@ -75,10 +75,14 @@ def test_synthetic_side_runs_writes_and_spares_a_second_target(
     inputs = AuditInputs(data=bench, target=target, cache_dir=tmp_path, progress=False)
     res = method.run(inputs)
     v = res.verdict
-    assert v.decision in ("contaminated", "not detected") and 0 <= v.p_value <= 1
+    assert v.decision in ("contaminated", "not detected", "inconclusive") and 0 <= v.p_value <= 1
+    # the tiny target and the tiny Llama generator have their own tokenizers: another family
+    assert v.details["dataset_test"]["target_shares_generator_family"] is False
+    assert v.decision == ("inconclusive" if v.details["dataset_test"]["flagged"] else "not detected")
+    assert (v.decision == "inconclusive") == any("reported as inconclusive" in line for line in res.summary)
     assert v.details["heldout"] == "synthetic" and v.details["rate"] is None and v.details["flagged_list"] is None
     assert "SYNTHETIC" in v.statement and "generation shift" in v.details["why_no_rate"]
-    assert v.decision == "contaminated" or "only half was trained on" in v.statement  # the measured blind spot
+    assert v.details["dataset_test"]["flagged"] or "only half was trained on" in v.statement  # the measured blind spot
     notes = v.details["shift_check"]["calculator_notes"]  # GSM8K's own notes are all right
     assert notes["real"]["notes"] > 0 and notes["real"]["wrong"] == 0 and notes["generated"]["notes"] >= 0
     assert (calculator_warning(notes) is not None) == any("calculator notes" in w for w in res.warnings)
@@ -107,7 +111,7 @@ def test_synthetic_side_runs_writes_and_spares_a_second_target(
     cache.close()
 
 
-def test_plan_prices_the_scored_pairs_only(tiny_llama_dir, small) -> None:
+def test_plan_prices_the_scored_pairs_only(tiny_llama_dir, small, monkeypatch) -> None:
     bench = gsm8k_items(62)
     method = Contamination(ContaminationConfig(heldout="synthetic", generator=f"hf:{tiny_llama_dir}"))
     plan = method.plan(AuditInputs(data=bench))
@@ -119,6 +123,17 @@ def test_plan_prices_the_scored_pairs_only(tiny_llama_dir, small) -> None:
     assert any("calculator notes" in n for n in plan.notes)  # GSM8K: the generator's arithmetic, said up front
     local = next(n for n in plan.notes if n.startswith("local work"))  # the CPU the user pays before any request
     assert "1 epoch(s) over" in local and "CPU-minutes" in local
+    assert "measured with SmolLM2" in local  # a generator without its own measured rate is priced at SmolLM2's
+    import blackbox_audit.methods.contamination_heldout as heldout_mod
+
+    spec = f"hf:{tiny_llama_dir}"
+    monkeypatch.setitem(heldout_mod.GEN_CPU_S_PER_TOKEN_PASS_BY_GENERATOR, spec, 60.0)  # a generator's own rate
+    own = next(n for n in method.plan(AuditInputs(data=bench)).notes if n.startswith("local work"))
+    assert f"measured with {spec}" in own
+    minutes = [int(n.split("about ")[1].split(" CPU-minutes")[0].replace(",", "")) for n in (local, own)]
+    assert minutes[1] > 1000 * max(minutes[0], 1)  # 12,000 times the SmolLM2 rate
+    rule = next(n for n in plan.notes if n.startswith("verdict:"))  # what a flag will mean, before any request
+    assert "'inconclusive'" in rule and "14/20" in rule and "--heldout FILE" in rule
 
 
 def test_file_benchmark_without_heldout_runs_through_the_cli(
@@ -180,3 +195,30 @@ def test_the_generator_fit_options_reach_the_generator_and_bad_values_are_refuse
     with pytest.raises(SystemExit):  # argparse refuses a non-positive --gen-epochs before any work
         main(["contamination", "--benchmark", "gsm8k", "--target", "openai:gpt-4o-mini", "--gen-epochs", "0",
               "--dry-run", "--out", str(tmp_path / "o")])  # fmt: skip
+
+
+def test_a_flag_is_contamination_only_on_a_target_of_the_generators_family(tiny_llama_dir) -> None:
+    """On targets of another family this side flagged clean benchmarks (docs/contamination.md, session 9)."""
+    from types import SimpleNamespace
+
+    from blackbox_audit.di import LocalGenerator
+    from blackbox_audit.methods.contamination_heldout import (
+        shares_generator_family,
+        synthetic_decision,
+        synthetic_statement,
+    )
+
+    spec = f"hf:{tiny_llama_dir}"
+    vocab = LocalGenerator(spec, progress=False).tokenizer.get_vocab()
+    same = SimpleNamespace(tokenizer=SimpleNamespace(get_vocab=lambda: dict(vocab)))
+    other = SimpleNamespace(tokenizer=SimpleNamespace(get_vocab=lambda: {**vocab, "<extra>": len(vocab)}))
+    api = SimpleNamespace(name="openai:gpt-4o-mini")
+    assert [shares_generator_family(t, spec) for t in (same, other, api)] == [True, False, None]
+    decisions = [synthetic_decision(True, f) for f in (True, False, None)]
+    assert decisions == ["contaminated", "inconclusive", "inconclusive"]
+    assert {synthetic_decision(False, f) for f in (True, False, None)} == {"not detected"}
+    for family, relation in ((False, "of another model family"), (None, "not known to share")):
+        text = synthetic_statement("gsm8k", True, "p = 0.001", arithmetic_cue=False, same_family=family)
+        assert "INCONCLUSIVE, not contamination" in text and relation in text and "--heldout FILE" in text
+        assert "OTHER" not in text and "CLEAN" not in text  # the measured figures are filled in
+    assert "INCONCLUSIVE" not in synthetic_statement("gsm8k", True, "p = 0.001", arithmetic_cue=False)

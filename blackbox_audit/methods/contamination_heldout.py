@@ -54,6 +54,12 @@ NO_RATE_REASON = (
 #: one thread, the 2-core machine of docs/di.md, "Measured, session 7": 334 CPU-s for 64 GSM8K items,
 #: 8,360 tokens, 8 epochs); the dry-run turns it into the local work a benchmark costs.
 GEN_CPU_S_PER_TOKEN_PASS = 0.005
+#: The same for Gemma 3 270M (``--generator gemma3-270m``): its 262k-token LM head makes it about 3x
+#: slower (docs/di.md, "Measured, session 9": 944 CPU-s for 64 GSM8K items, 8,148 tokens, 8 epochs).
+GEN_CPU_S_PER_TOKEN_PASS_BY_GENERATOR = {"gemma3-270m": 0.0145}
+#: What this side flagged with a generator of another family than the target (Gemma 3 270M on SmolLM2 targets;
+#: docs/contamination.md, "Measured, session 9"): why a flag is not contamination on such a target.
+CROSS_FAMILY_FLAGS = "20/20 clean benchmarks of a canary trained on other GSM8K items and 14/20 of unmodified SmolLM2"
 
 
 def synthetic_items(bench: Benchmark, part: str) -> list[tuple[str, str, str]]:
@@ -109,17 +115,22 @@ def plan_synthetic(bench: Benchmark, config: Any, part: str) -> CostPlan:
     calls = plan_output_calls(prefixes + prefixes, suffixes + suffixes)
     tokens = sum(map(len, train))
     passes = tokens * opts.generator.epochs
+    rate = GEN_CPU_S_PER_TOKEN_PASS_BY_GENERATOR.get(config.generator, GEN_CPU_S_PER_TOKEN_PASS)
+    rate_of = config.generator if config.generator in GEN_CPU_S_PER_TOKEN_PASS_BY_GENERATOR else "SmolLM2"
     notes = [
         f"synthetic held-out side (calibrated DI): {len(train)} items fine-tune the generator locally, {len(infer)} "
         "real answers and their generated twins are scored, each given its question",
         f"local work, before any request: the fine-tune runs {opts.generator.epochs} epoch(s) over {tokens:,} tokens, "
-        f"about {passes * GEN_CPU_S_PER_TOKEN_PASS / 60:.0f} CPU-minutes at the rate measured with SmolLM2 on a "
+        f"about {passes * rate / 60:.0f} CPU-minutes at the rate measured with {rate_of} on a "
         "2-core CPU (--gen-epochs scales it; cached for the next target)",
         f"answers cut to {MAX_ANSWER_TOKENS} generator tokens; generated answers are priced as copies of the real ones",
         "the test is cross-fitted and subtracts a self-baseline: a small model trained locally on the generator's "
         "half (seconds of CPU, no API cost)",
         "a second target on the same benchmark reuses the generator, its answers, the classifiers and the "
         "self-baseline from the cache",
+        f"verdict: 'contaminated' only on a target of the generator's model family (one that reads text with its "
+        f"tokenizer); on another (an API model) a flag reads 'inconclusive': with a generator of another family "
+        f"this side flagged {CROSS_FAMILY_FLAGS} (docs/contamination.md); --heldout FILE gives the verdict there",
     ]
     if wrong_notes(suffixes)["notes"]:
         default = config.generator == GeneratorConfig.model
@@ -181,9 +192,10 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
         gap = res.heldout_scores[:, j] - res.suspect_scores[:, j]
         calc["target_penalty"] = target_penalty(res.heldout.generated, gap)
     calc_warning = calculator_warning(calc, cfg.alpha)
-    decision = "contaminated" if flagged else "not detected"
+    same_family = shares_generator_family(inputs.target, cfg.generator)
+    decision = synthetic_decision(flagged, same_family)
     test = f"{res.options.combine} p = {res.p_value:.3g}, level {cfg.alpha:g}; {n} pairs"
-    statement = synthetic_statement(bench.name, flagged, test, calc_warning is not None)
+    statement = synthetic_statement(bench.name, flagged, test, calc_warning is not None, same_family)
     verdict = Verdict(
         decision=decision,
         statement=statement,
@@ -198,6 +210,7 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
                 "p_value": res.p_value,
                 "p_values": [s["p_value"] for s in res.per_seed],
                 "flagged": flagged,
+                "target_shares_generator_family": same_family,
                 "n_pairs": n,
                 "crossfit": res.options.crossfit,
                 "baseline_lm": res.options.baseline_lm,
@@ -220,7 +233,8 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
         "were paired with generated ones and scored given their question",
         f"dataset-level test: {res.options.combine} p = {res.p_value:.3g} over {len(res.per_seed)} seeds -> "
         f"{'FLAGGED' if flagged else 'not flagged'} at {cfg.alpha:g} (AUC_text {body['auc_text']:.3f}, "
-        f"AUC_comb {body['auc_comb']:.3f})",
+        f"AUC_comb {body['auc_comb']:.3f})"
+        + ("; reported as inconclusive: the target is not of the generator's family" * (decision == "inconclusive")),
         f"generator shift check: bag-of-words AUC {res.shift['bow_auc']:.3f}, text classifier AUC "
         f"{res.shift['classifier_auc']:.3f}",
         f"rate and flagged list: not computed ({NO_RATE_REASON})",
@@ -262,14 +276,45 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
     )
 
 
-def synthetic_statement(name: str, flagged: bool, test: str, arithmetic_cue: bool) -> str:
-    """The verdict's sentence, with what it cannot rule out: a flag on a target better at the benchmark's
-    arithmetic than the generator (``calculator_notes``), a miss on a half-trained benchmark (measured)."""
+def shares_generator_family(target: Any, generator: str) -> bool | None:
+    """Whether the target reads text with the generator's vocabulary, i.e. comes from its model family:
+    the only targets on which this side's validity is measured. None when the target shows no
+    tokenizer (an API target: assume another family)."""
+    get_vocab = getattr(getattr(target, "tokenizer", None), "get_vocab", None)
+    if get_vocab is None:
+        return None
+    from blackbox_audit.di.generator import LocalGenerator
+
+    return bool(get_vocab() == LocalGenerator(generator, progress=False).tokenizer.get_vocab())
+
+
+def synthetic_decision(flagged: bool, same_family: bool | None) -> str:
+    """A flag reads as contamination only on a target of the generator's family: on targets of another
+    family this side flagged clean benchmarks (``CROSS_FAMILY_FLAGS``), so there it is inconclusive."""
+    if not flagged:
+        return "not detected"
+    return "contaminated" if same_family else "inconclusive"
+
+
+def synthetic_statement(
+    name: str, flagged: bool, test: str, arithmetic_cue: bool, same_family: bool | None = True
+) -> str:
+    """The verdict's sentence, with what it cannot rule out: a flag on a target of another family than the
+    generator (measured), or better at the benchmark's arithmetic than the generator (``calculator_notes``),
+    a miss on a half-trained benchmark (measured)."""
     statement = (
         f"{name}: the target {'separates' if flagged else 'does not separate'} real answers from answers generated "
         f"for the same questions beyond the generation shift (held-out side: SYNTHETIC, calibrated DI; {test})"
     )
-    if flagged and arithmetic_cue:
+    if flagged and not same_family:
+        relation = "of another model family than" if same_family is False else "not known to share the model family of"
+        statement += (
+            f"; INCONCLUSIVE, not contamination: the target is {relation} the generator, and such a target "
+            "can separate real answers from generated ones without having trained on the items (with a generator "
+            f"of another family this side flagged {CROSS_FAMILY_FLAGS}: docs/contamination.md, 'Measured, "
+            "session 9'); test for contamination with known non-members (--heldout FILE)"
+        )
+    elif flagged and arithmetic_cue:
         statement += (
             "; not confirmed for a target better at arithmetic than the generator: the generated answers' calculator "
             "notes are wrong far more often than the real ones' (see the warning)"
