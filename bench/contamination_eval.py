@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--generator",
         default=None,
-        help="synthetic: the generator (smollm2 / hf:DIR / gguf:FILE; default the check's, SmolLM2-135M)",
+        help="synthetic: the generator (smollm2 / gemma3-270m / hf:DIR / gguf:FILE; default the check's, SmolLM2-135M)",
     )
     p.add_argument(
         "--models", default=None, help="synthetic: contaminated,clean,other-items,fully-contaminated (default all)"

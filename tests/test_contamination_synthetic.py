@@ -219,6 +219,6 @@ def test_a_flag_is_contamination_only_on_a_target_of_the_generators_family(tiny_
     assert {synthetic_decision(False, f) for f in (True, False, None)} == {"not detected"}
     for family, relation in ((False, "of another model family"), (None, "not known to share")):
         text = synthetic_statement("gsm8k", True, "p = 0.001", arithmetic_cue=False, same_family=family)
-        assert "INCONCLUSIVE, not contamination" in text and relation in text and "--heldout FILE" in text
+        assert "INCONCLUSIVE, not evidence of contamination" in text and relation in text and "--heldout FILE" in text
         assert "OTHER" not in text and "CLEAN" not in text  # the measured figures are filled in
     assert "INCONCLUSIVE" not in synthetic_statement("gsm8k", True, "p = 0.001", arithmetic_cue=False)

@@ -304,12 +304,13 @@ def synthetic_statement(
     a miss on a half-trained benchmark (measured)."""
     statement = (
         f"{name}: the target {'separates' if flagged else 'does not separate'} real answers from answers generated "
-        f"for the same questions beyond the generation shift (held-out side: SYNTHETIC, calibrated DI; {test})"
+        f"for the same questions beyond the generation shift a text classifier sees (held-out side: SYNTHETIC, "
+        f"calibrated DI; {test})"
     )
     if flagged and not same_family:
         relation = "of another model family than" if same_family is False else "not known to share the model family of"
         statement += (
-            f"; INCONCLUSIVE, not contamination: the target is {relation} the generator, and such a target "
+            f"; INCONCLUSIVE, not evidence of contamination: the target is {relation} the generator, and such a target "
             "can separate real answers from generated ones without having trained on the items (with a generator "
             f"of another family this side flagged {CROSS_FAMILY_FLAGS}: docs/contamination.md, 'Measured, "
             "session 9'); test for contamination with known non-members (--heldout FILE)"
