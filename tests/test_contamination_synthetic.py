@@ -125,6 +125,9 @@ def test_plan_prices_the_scored_pairs_only(tiny_llama_dir, small, monkeypatch) -
     assert "1 epoch(s) over" in local and "CPU-minutes" in local
     assert "measured with SmolLM2" in local  # a generator without its own measured rate is priced at SmolLM2's
     import blackbox_audit.methods.contamination_heldout as heldout_mod
+    from blackbox_audit.di.generator import GEMMA3
+
+    assert GEMMA3 in heldout_mod.GEN_CPU_S_PER_TOKEN_PASS_BY_GENERATOR  # the spec literal is the generator's
 
     spec = f"hf:{tiny_llama_dir}"
     monkeypatch.setitem(heldout_mod.GEN_CPU_S_PER_TOKEN_PASS_BY_GENERATOR, spec, 60.0)  # a generator's own rate
@@ -208,12 +211,12 @@ def test_a_flag_is_contamination_only_on_a_target_of_the_generators_family(tiny_
         synthetic_statement,
     )
 
-    spec = f"hf:{tiny_llama_dir}"
-    vocab = LocalGenerator(spec, progress=False).tokenizer.get_vocab()
+    generator = LocalGenerator(f"hf:{tiny_llama_dir}", progress=False)
+    vocab = generator.tokenizer.get_vocab()
     same = SimpleNamespace(tokenizer=SimpleNamespace(get_vocab=lambda: dict(vocab)))
     other = SimpleNamespace(tokenizer=SimpleNamespace(get_vocab=lambda: {**vocab, "<extra>": len(vocab)}))
     api = SimpleNamespace(name="openai:gpt-4o-mini")
-    assert [shares_generator_family(t, spec) for t in (same, other, api)] == [True, False, None]
+    assert [shares_generator_family(t, generator) for t in (same, other, api)] == [True, False, None]
     decisions = [synthetic_decision(True, f) for f in (True, False, None)]
     assert decisions == ["contaminated", "inconclusive", "inconclusive"]
     assert {synthetic_decision(False, f) for f in (True, False, None)} == {"not detected"}

@@ -56,6 +56,7 @@ NO_RATE_REASON = (
 GEN_CPU_S_PER_TOKEN_PASS = 0.005
 #: The same for Gemma 3 270M (``--generator gemma3-270m``): its 262k-token LM head makes it about 3x
 #: slower (docs/di.md, "Measured, session 9": 944 CPU-s for 64 GSM8K items, 8,148 tokens, 8 epochs).
+#: (Keyed by the spec literal: importing di.generator's GEMMA3 here would load blackbox_audit.di at start-up.)
 GEN_CPU_S_PER_TOKEN_PASS_BY_GENERATOR = {"gemma3-270m": 0.0145}
 #: What this side flagged with a generator of another family than the target (Gemma 3 270M on SmolLM2 targets;
 #: docs/contamination.md, "Measured, session 9"): why a flag is not contamination on such a target.
@@ -115,8 +116,8 @@ def plan_synthetic(bench: Benchmark, config: Any, part: str) -> CostPlan:
     calls = plan_output_calls(prefixes + prefixes, suffixes + suffixes)
     tokens = sum(map(len, train))
     passes = tokens * opts.generator.epochs
-    rate = GEN_CPU_S_PER_TOKEN_PASS_BY_GENERATOR.get(config.generator, GEN_CPU_S_PER_TOKEN_PASS)
-    rate_of = config.generator if config.generator in GEN_CPU_S_PER_TOKEN_PASS_BY_GENERATOR else "SmolLM2"
+    own = GEN_CPU_S_PER_TOKEN_PASS_BY_GENERATOR.get(config.generator)
+    rate, rate_of = (own, config.generator) if own else (GEN_CPU_S_PER_TOKEN_PASS, "SmolLM2")
     notes = [
         f"synthetic held-out side (calibrated DI): {len(train)} items fine-tune the generator locally, {len(infer)} "
         "real answers and their generated twins are scored, each given its question",
@@ -151,7 +152,7 @@ def plan_synthetic(bench: Benchmark, config: Any, part: str) -> CostPlan:
 
 def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str) -> MethodResult:
     """The check with the synthetic held-out side: calibrated DI on question/answer pairs (module doc)."""
-    from blackbox_audit.di import ArtifactStore, calibrated_di
+    from blackbox_audit.di import ArtifactStore, LocalGenerator, calibrated_di
     from blackbox_audit.engine.budget import BudgetExceeded
 
     cfg = method.config
@@ -160,7 +161,10 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
     store = ArtifactStore(None if inputs.no_cache else _di_dir(inputs.cache_dir))
     stopped = None
     try:
-        res = calibrated_di(inputs.target, items=items, options=opts, store=store, progress=inputs.progress)
+        generator = LocalGenerator(opts.generator.model, progress=inputs.progress)  # also read for its family
+        res = calibrated_di(
+            inputs.target, items=items, options=opts, store=store, progress=inputs.progress, generator=generator
+        )
     except BudgetExceeded as exc:
         res, stopped = None, exc.problem
     finally:
@@ -192,7 +196,7 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
         gap = res.heldout_scores[:, j] - res.suspect_scores[:, j]
         calc["target_penalty"] = target_penalty(res.heldout.generated, gap)
     calc_warning = calculator_warning(calc, cfg.alpha)
-    same_family = shares_generator_family(inputs.target, cfg.generator)
+    same_family = shares_generator_family(inputs.target, generator)
     decision = synthetic_decision(flagged, same_family)
     test = f"{res.options.combine} p = {res.p_value:.3g}, level {cfg.alpha:g}; {n} pairs"
     statement = synthetic_statement(bench.name, flagged, test, calc_warning is not None, same_family)
@@ -276,16 +280,14 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
     )
 
 
-def shares_generator_family(target: Any, generator: str) -> bool | None:
+def shares_generator_family(target: Any, generator: Any) -> bool | None:
     """Whether the target reads text with the generator's vocabulary, i.e. comes from its model family:
     the only targets on which this side's validity is measured. None when the target shows no
     tokenizer (an API target: assume another family)."""
     get_vocab = getattr(getattr(target, "tokenizer", None), "get_vocab", None)
     if get_vocab is None:
         return None
-    from blackbox_audit.di.generator import LocalGenerator
-
-    return bool(get_vocab() == LocalGenerator(generator, progress=False).tokenizer.get_vocab())
+    return bool(get_vocab() == generator.tokenizer.get_vocab())
 
 
 def synthetic_decision(flagged: bool, same_family: bool | None) -> str:
