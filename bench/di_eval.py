@@ -14,9 +14,9 @@ language) outside the split and outside ``shifted.jsonl``.
 
     .venv/bin/python bench/di_eval.py --canary /tmp/canary_tiny --member-sets 5 --nonmember-sets 10
 
-``--generator`` swaps the generator (default SmolLM2-135M) for a cheaper one where the CPU cannot
-afford fifteen SmolLM2 fine-tunes; ``--table FILE`` prints the table of a (possibly stopped) run's
-``--json`` file.
+``--generator`` swaps the generator (default ``auto``, resolved from the canary's vocabulary as
+``di`` resolves it: SmolLM2-135M for the tiny canary, Gemma 3 270M for the SmolLM2 canary);
+``--table FILE`` prints the table of a (possibly stopped) run's ``--json`` file.
 
 ``--timing-docs N`` instead times one calibrated run from an empty cache on N member documents
 (wall and CPU time; CPU time counts every thread of this process) and prints its size.
@@ -128,7 +128,9 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=None, help="default: the method's")
     ap.add_argument("--seq-tokens", type=int, default=None, help="default: the method's")
     ap.add_argument("--gen-epochs", type=int, default=None, help="default: the method's")
-    ap.add_argument("--generator", default=None, help="smollm2 / hf:DIR / gguf:FILE (default: the method's)")
+    ap.add_argument(
+        "--generator", default="auto", help="auto (the method's default) / smollm2 / gemma3-270m / hf:DIR / gguf:FILE"
+    )
     ap.add_argument("--heads", default="nested", choices=("nested", "authors"))
     ap.add_argument("--sampling", default="default", choices=("default", "authors"))
     ap.add_argument(
@@ -151,6 +153,7 @@ def main() -> int:
     ap.add_argument("--alpha", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-calibrated", action="store_true", help="plain DI rows only (fast)")
+    ap.add_argument("--skip-plain", action="store_true", help="calibrated DI rows only")
     ap.add_argument("--cache-dir", default=None, help="bench cache (default: a folder under the system temp dir)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--timing-docs", type=int, default=0, help="time one calibrated run on N member docs instead")
@@ -180,6 +183,7 @@ def main() -> int:
         calibrated_di,
         plain_di,
     )
+    from blackbox_audit.di.generator_choice import AUTO, choose_generator
     from blackbox_audit.sim.canary import load_canary
     from blackbox_audit.workspace import Workspace
 
@@ -190,8 +194,11 @@ def main() -> int:
     gen_kw: dict[str, Any] = {}
     if args.gen_epochs:
         gen_kw["epochs"] = args.gen_epochs
-    if args.generator:
-        gen_kw["model"] = args.generator
+    gen_kw["model"] = args.generator
+    if args.generator == AUTO:  # as `di` resolves its default, from the target's vocabulary
+        choice = choose_generator(f"hf:{canary.model_dir}")
+        print(f"generator auto -> {choice.spec}: {choice.reason}", flush=True)
+        gen_kw["model"] = choice.spec
     if args.sampling == "authors":
         gen_kw |= {"temperature": 0.6, "top_p": 0.9, "top_k": 50, "repetition_penalty": 1.2}
     if args.temperature is not None:
@@ -244,8 +251,10 @@ def main() -> int:
     # interleaved (m, n, n, m, n, n, ...) so that a bench stopped early has rows of both kinds
     suspects = interleave(member_sets, nonmember_sets)
     iid_start = args.nonmember_sets * args.docs  # IID held-out sets follow the non-member suspect sets
-    if iid_start + n_sets * args.docs > len(pool) or n_sets * args.docs > len(shifted):
-        sys.exit("not enough non-member or shifted texts for these sizes: lower --docs")
+    if args.nonmember_sets * args.docs > len(pool):
+        sys.exit(f"not enough non-member texts for {args.nonmember_sets} sets of {args.docs}: lower --docs")
+    if not args.skip_plain and (iid_start + n_sets * args.docs > len(pool) or n_sets * args.docs > len(shifted)):
+        sys.exit("not enough held-out texts for plain DI's rows at these sizes: lower --docs or add --skip-plain")
 
     workspace = Workspace.open(cache_dir=cache_dir / "cache")
     target = workspace.open_target(f"hf:{canary.model_dir}", device="cpu", progress=False)
@@ -259,7 +268,7 @@ def main() -> int:
         texts = [r["text"] for r in rows]
         iid = [r["text"] for r in pool[iid_start + k * args.docs : iid_start + (k + 1) * args.docs]]
         shift = [r["text"] for r in shifted[k * args.docs : (k + 1) * args.docs]]
-        settings = [("plain IID", iid), ("plain shifted", shift)]
+        settings = [] if args.skip_plain else [("plain IID", iid), ("plain shifted", shift)]
         for name, held in settings:
             t0, c0 = time.perf_counter(), time.process_time()
             r = plain_di(target, texts, held, options=PlainOptions(alpha=args.alpha, seed=args.seed), progress=False)

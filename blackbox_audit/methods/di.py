@@ -208,7 +208,8 @@ class CalibratedDIConfig(MethodConfig):
     ``crossfit`` (every pair tested once per seed; default on), ``baseline_lm`` (whose scores are
     subtracted from the target's: ``self``, the default, a small model trained on the generator-training
     sequences; or a local model ``hf:DIR``; ``none`` for no baseline), ``alpha``,
-    ``clip_frac``, ``heads`` (nested, or authors). Generator: ``generator`` (smollm2 / hf:DIR / gguf:FILE),
+    ``clip_frac``, ``heads`` (nested, or authors). Generator: ``generator`` (auto, the default: a model of
+    another family than the target, ``di.generator_choice``; smollm2 / gemma3-270m / hf:DIR / gguf:FILE),
     LoRA ``lora_r``/``lora_alpha`` on the top ``lora_layers`` layers, ``gen_epochs``, ``gen_lr``,
     sampling ``temperature``/``top_p``/``top_k``/``repetition_penalty``. Text classifier:
     ``classifier_*``."""
@@ -229,7 +230,7 @@ class CalibratedDIConfig(MethodConfig):
     clip_frac: float = 0.05
     heads: Literal["nested", "authors"] = "nested"
     bounded: Literal["error", "upper"] = "error"
-    generator: str = "smollm2"
+    generator: str = "auto"
     gen_epochs: int = 2
     gen_lr: float = 1e-3
     gen_batch_size: int = 16
@@ -247,8 +248,9 @@ class CalibratedDIConfig(MethodConfig):
     classifier_lr: float = 2e-4
     classifier_batch_size: int = 32
 
-    def options(self) -> Any:
-        """The ``blackbox_audit.di.CalibratedOptions`` this config describes."""
+    def options(self, generator: str | None = None) -> Any:
+        """The ``blackbox_audit.di.CalibratedOptions`` this config describes, with ``generator`` (what
+        ``auto`` resolved to) in place of the config's own spec."""
         from blackbox_audit.di import CalibratedOptions, GeneratorConfig, TextClassifierConfig
 
         return CalibratedOptions(
@@ -269,7 +271,7 @@ class CalibratedDIConfig(MethodConfig):
             features=self.features or None,
             bounded=self.bounded,
             generator=GeneratorConfig(
-                model=self.generator,
+                model=generator or self.generator,
                 lora_r=self.lora_r,
                 lora_alpha=self.lora_alpha,
                 top_layers=self.lora_layers,
@@ -329,13 +331,35 @@ class CalibratedDI(Method):
         _check_target(inputs, self.config.features)
         super().check(inputs)
 
-    def generator(self, progress: bool = True) -> Any:
+    def choose_generator(self, target: Any) -> Any:
+        """Resolve ``--generator auto`` for ``target`` (a spec before loading, or the loaded target),
+        once; None when the config names its generator. The CLI calls it first, to say the choice up front."""
+        from blackbox_audit.di.generator_choice import AUTO, choose_generator
+
+        if self.config.generator != AUTO:
+            return None
+        if getattr(self, "_choice", None) is None:
+            self._choice = choose_generator(target)
+        return self._choice
+
+    def generator_spec(self, target: Any = None) -> str:
+        """The generator this run uses: the config's, or what ``auto`` resolves to for ``target``
+        (with no target known, as for an API target: the audit's dry-run plans API targets)."""
+        from blackbox_audit.di.generator_choice import SMOLLM2
+
+        choice = self.choose_generator(target) if target is not None else getattr(self, "_choice", None)
+        if choice is not None:
+            return choice.spec
+        return SMOLLM2 if self.config.generator == "auto" else self.config.generator
+
+    def generator(self, progress: bool = True, target: Any = None) -> Any:
         """The generator (loaded once; a spec that cannot be loaded is a ``UserError`` here)."""
         from blackbox_audit.di import LocalGenerator
 
+        spec = self.generator_spec(target)
         gen = getattr(self, "_generator", None)
-        if gen is None:
-            gen = self._generator = LocalGenerator(self.config.generator, progress=progress)
+        if gen is None or gen.spec != spec:
+            gen = self._generator = LocalGenerator(spec, progress=progress)
         gen.progress = progress
         return gen
 
@@ -350,8 +374,8 @@ class CalibratedDI(Method):
         from blackbox_audit.di.segment import cut, segment, shuffle_split
         from blackbox_audit.scores import FetchCall, plan_requests
 
-        opts = self.config.options()
-        gen = self.generator(progress=False)
+        gen = self.generator(progress=False, target=inputs.target)
+        opts = self.config.options(gen.spec)
         docs = list(zip(inputs.ids, inputs.texts, strict=True))
         segs, _ = segment(
             docs,
@@ -371,7 +395,9 @@ class CalibratedDI(Method):
             f"{len(segs)} sequences: {len(segs) - len(infer)} train the generator locally, {len(infer)} pairs are "
             "scored (real + generated suffix each)",
             "generated suffixes are priced as copies of the real ones (same number of generator tokens)",
-            "generator fine-tuning, generation and the text classifiers run locally: no API cost",
+            f"generator {gen.spec}"
+            + (f" (auto: {choice.reason})" if (choice := getattr(self, "_choice", None)) else "")
+            + "; its fine-tuning, generation and the text classifiers run locally: no API cost",
         ]
         if opts.baseline_lm:
             which = (
@@ -388,7 +414,8 @@ class CalibratedDI(Method):
         from blackbox_audit.di import ArtifactStore, calibrated_di
 
         self.check(inputs)
-        opts = self.config.options()
+        generator = self.generator(inputs.progress, target=inputs.target)
+        opts = self.config.options(generator.spec)
         if inputs.no_cache:
             store = ArtifactStore(None)
         else:
@@ -400,13 +427,14 @@ class CalibratedDI(Method):
                 inputs.target,
                 list(zip(inputs.ids, inputs.texts, strict=True)),
                 options=opts,
-                generator=self.generator(inputs.progress),
+                generator=generator,
                 store=store,
                 reference=inputs.reference,
                 progress=inputs.progress,
             )
         finally:
             store.close()
+        choice = getattr(self, "_choice", None)
         pairs = res.heldout.pairs
         ids = [f"{p.seq_id}/real" for p in pairs] + [f"{p.seq_id}/generated" for p in pairs]
         sides = ["suspect"] * len(pairs) + ["heldout"] * len(pairs)
@@ -468,6 +496,7 @@ class CalibratedDI(Method):
             provenance={
                 "di": {
                     "generator": res.heldout.info["generator"],
+                    "generator_choice": choice.to_json() if choice else None,
                     "adapter_id": res.heldout.info["adapter"]["key"],  # not *_key: run.json drops names like keys
                     "generation_id": res.heldout.info["generation"]["key"],
                     "artifacts": res.info["artifacts"],
@@ -475,5 +504,5 @@ class CalibratedDI(Method):
                 }
             },
             summary=summary,
-            warnings=res.warnings,
+            warnings=[*res.warnings, *([choice.reason] if choice and choice.fallback else [])],
         )

