@@ -1,6 +1,7 @@
 """Step 2 of calibrated DI (Zhao et al. §4.1, App. D.1): a LoRA generator that writes held-out suffixes.
 
-The generator is a local causal LM (default SmolLM2-135M, the ``smollm2`` target's weights; any
+The generator is a local causal LM (SmolLM2-135M, the ``smollm2`` target's weights; Gemma 3 270M,
+which ``di``'s default ``auto`` picks for SmolLM2-family targets, ``generator_choice``; any
 ``hf:DIR`` or ``gguf:FILE``) fine-tuned with LoRA (peft) on the generator-train sequences by
 next-token prediction, then asked to continue each inference prefix for exactly as many tokens
 as the real suffix has.

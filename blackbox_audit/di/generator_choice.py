@@ -112,6 +112,6 @@ def choose_generator(target: Any) -> GeneratorChoice:
     return GeneratorChoice(
         GEMMA3,
         "the target reads text with SmolLM2's vocabulary (SmolLM2 family): Gemma 3 270M, another family, writes "
-        "the held-out suffixes (a SmolLM2 generator's text is of the target's own kind and hid membership on the "
-        "SmolLM2 canary bench; docs/di.md)",
+        "the held-out suffixes (SmolLM2 canary benches: 6 of 7 member sets and 0 of 25 non-member sets flagged, "
+        "where a SmolLM2 generator, whose text is of the target's own kind, flagged no member set; docs/di.md)",
     )
