@@ -75,8 +75,8 @@ def same_vocabulary(a: Any, b: Any) -> bool:
 
 def choose_generator(target: Any) -> GeneratorChoice:
     """Resolve ``auto`` for a target: a spec string (before loading) or a loaded target (its
-    ``tokenizer``; none for API targets)."""
-    from blackbox_audit.adapters.hf_weights import converted_gguf_dir, gemma3_available, smollm2_gguf_path
+    ``tokenizer``; none for API targets). None (no target known) resolves as an API target."""
+    from blackbox_audit.adapters.hf_weights import gemma3_available
 
     if isinstance(target, str):
         try:
@@ -97,7 +97,7 @@ def choose_generator(target: Any) -> GeneratorChoice:
             "the target shows no vocabulary (an API): SmolLM2-135M, assumed of another family; for a SmolLM2 "
             f"served behind an API pass --generator {GEMMA3}",
         )
-    if vocab != _vocabulary(converted_gguf_dir(smollm2_gguf_path())):
+    if vocab != _vocabulary(tokenizer_folder(SMOLLM2)):
         return GeneratorChoice(SMOLLM2, "the target does not read text with SmolLM2's vocabulary: SmolLM2-135M")
     if not gemma3_available():
         from blackbox_audit.adapters.hf_weights import GEMMA3_INSTALL

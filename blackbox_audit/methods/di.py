@@ -345,12 +345,14 @@ class CalibratedDI(Method):
     def generator_spec(self, target: Any = None) -> str:
         """The generator this run uses: the config's, or what ``auto`` resolves to for ``target``
         (with no target known, as for an API target: the audit's dry-run plans API targets)."""
-        from blackbox_audit.di.generator_choice import AUTO, SMOLLM2
+        from blackbox_audit.di.generator_choice import AUTO, choose_generator
 
-        choice = self.choose_generator(target) if target is not None else getattr(self, "_choice", None)
-        if choice is not None:
-            return choice.spec
-        return SMOLLM2 if self.config.generator == AUTO else self.config.generator
+        if self.config.generator != AUTO:
+            return self.config.generator
+        if target is not None:
+            return self.choose_generator(target).spec
+        choice = getattr(self, "_choice", None)
+        return (choice or choose_generator(None)).spec  # not kept: a later call may know the target
 
     def generator(self, progress: bool = True, target: Any = None) -> Any:
         """The generator (loaded once; a spec that cannot be loaded is a ``UserError`` here)."""
