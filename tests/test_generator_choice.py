@@ -84,3 +84,42 @@ def test_the_cli_says_the_choice_up_front_and_run_json_keeps_it(tiny_lm_dir: Pat
     captured = capsys.readouterr()
     assert "note: generator smollm2: the target does not read text with SmolLM2's vocabulary" in captured.err
     assert "generator smollm2 (auto:" in captured.out
+
+
+def test_an_api_target_is_read_through_its_local_tokenizer(gemma_installed: None, tiny_lm_dir: Path) -> None:
+    """A SmolLM2 behind an API shows its family only through ``--tokenizer``: before loading (the spec
+    and the tokenizer) and after (the loaded target's token table) the choice is the same."""
+    from transformers import AutoTokenizer
+
+    from blackbox_audit.adapters.hf_weights import smollm2_gguf_path
+    from blackbox_audit.adapters.tokenizers import HFTable, TiktokenTable
+
+    api = "compat:http://127.0.0.1:9/v1#m"
+    for tokenizer in ("smollm2", str(smollm2_gguf_path()), str(tokenizer_folder("smollm2"))):
+        assert choose_generator(api, tokenizer).spec == GEMMA3, tokenizer
+    tiny = choose_generator(api, str(tiny_lm_dir))
+    assert tiny.spec == SMOLLM2 and "does not read text with SmolLM2's vocabulary" in tiny.reason
+    openai = choose_generator("openai:gpt-4o-mini", "tiktoken:o200k_base")
+    assert openai.spec == SMOLLM2 and "tiktoken:o200k_base, not SmolLM2's vocabulary" in openai.reason
+    assert "--tokenizer smollm2" in choose_generator(api).reason  # no local tokenizer: says how to give one
+
+    smollm2_table = HFTable(AutoTokenizer.from_pretrained(str(tokenizer_folder("smollm2"))), "hf:smollm2")
+    assert choose_generator(SimpleNamespace(name=api, table=smollm2_table)).spec == GEMMA3
+    assert choose_generator(SimpleNamespace(name=api, table=TiktokenTable("o200k_base"))).spec == SMOLLM2
+
+
+def test_the_cli_reads_an_api_targets_tokenizer_for_the_choice(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys
+) -> None:
+    """``di`` on a compat target with ``--tokenizer smollm2``: the family is recognised up front (Gemma
+    is made to look missing here, so the fallback's warning shows it and SmolLM2 is what loads)."""
+    from blackbox_audit.cli import main
+    from blackbox_audit.sim.tiny_models import sample_texts
+
+    monkeypatch.setattr(hf_weights, "gemma3_available", lambda: False)
+    suspect = tmp_path / "s.jsonl"
+    suspect.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(sample_texts(80))))
+    args = ["di", "--target", "compat:http://127.0.0.1:9/v1#m", "--tokenizer", "smollm2", "--suspect", str(suspect)]
+    assert main([*args, "--cache-dir", str(tmp_path / "c"), "--dry-run", "--out", str(tmp_path / "dry")]) == 0
+    err = capsys.readouterr().err
+    assert "WARNING: generator smollm2: the target reads text with SmolLM2's vocabulary" in err

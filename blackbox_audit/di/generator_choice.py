@@ -6,8 +6,9 @@ ones and membership cannot show (two SmolLM2 canary benches: 0 of 7 member sets 
 generator of another family removes that (Gemma 3 270M on the same benches: 6 of 7, and 0 of 25
 non-member sets; docs/di.md, "Measured, session 10"). The family is read from the vocabulary:
 a target that reads text with SmolLM2's vocabulary gets Gemma 3 270M, every other target
-SmolLM2. API targets show no vocabulary and get SmolLM2 (a SmolLM2 served behind an API is not
-recognised: pass ``--generator gemma3-270m`` there).
+SmolLM2. An API target shows its vocabulary only through a local tokenizer (``--tokenizer``: an
+HF folder, a ``.gguf`` or ``smollm2``), so a SmolLM2 served behind an API with ``--tokenizer
+smollm2`` gets Gemma as a local SmolLM2 does; without one, or with a tiktoken table, it gets SmolLM2.
 
 The choice is made from the target spec before any weights load, so it is said up front, and
 ``auto`` resolves the same way on a re-run from ``run.json``.
@@ -73,16 +74,43 @@ def same_vocabulary(a: Any, b: Any) -> bool:
     return bool(a.get_vocab() == b.get_vocab())
 
 
-def choose_generator(target: Any) -> GeneratorChoice:
+def api_tokenizer_spec(tokenizer: str) -> str | None:
+    """An API target's ``--tokenizer`` as a white-box spec whose folder ``tokenizer_folder`` finds
+    (``smollm2``, ``gguf:FILE``, ``hf:DIR``); None for a tiktoken table (OpenAI's, never SmolLM2's)."""
+    from blackbox_audit.adapters.tokenizers import TIKTOKEN_FILES
+
+    if tokenizer.startswith("tiktoken:") or tokenizer in TIKTOKEN_FILES:
+        return None
+    if tokenizer == SMOLLM2:
+        return SMOLLM2
+    path = tokenizer.removeprefix("hf:").removeprefix("gguf:")
+    return f"gguf:{path}" if path.endswith(".gguf") else f"hf:{path}"
+
+
+NO_VOCABULARY = (
+    "the target shows no vocabulary (an API without a local --tokenizer): SmolLM2-135M, assumed of another "
+    f"family; for a SmolLM2 served behind an API pass --tokenizer smollm2 (or --generator {GEMMA3})"
+)
+
+
+def choose_generator(target: Any, tokenizer: str | None = None) -> GeneratorChoice:
     """Resolve ``auto`` for a target: a spec string (before loading) or a loaded target (its
-    ``tokenizer``; none for API targets). None (no target known) resolves as an API target."""
+    ``tokenizer``, or an API target's local token table). None (no target known) resolves as an API
+    target. ``tokenizer``: an API spec's ``--tokenizer``, the only sign of its vocabulary before loading."""
     from blackbox_audit.adapters.hf_weights import gemma3_available
+    from blackbox_audit.adapters.registry import is_api_spec
 
     if isinstance(target, str):
+        spec = target
+        if is_api_spec(target):
+            spec = api_tokenizer_spec(tokenizer) if tokenizer else None
+            if tokenizer and spec is None:
+                reason = f"the target reads text with {tokenizer}, not SmolLM2's vocabulary: SmolLM2-135M"
+                return GeneratorChoice(SMOLLM2, reason)
         try:
-            folder = tokenizer_folder(target)
+            folder = tokenizer_folder(spec) if spec else None
         except (OSError, ValueError):
-            folder = Path(target)  # unreadable: said below; loading the target names the problem
+            folder = Path(spec)  # unreadable: said below; loading the target names the problem
         vocab = _vocabulary(folder) if folder is not None else None
         if folder is not None and vocab is None:
             return GeneratorChoice(
@@ -90,13 +118,11 @@ def choose_generator(target: Any) -> GeneratorChoice:
             )
     else:
         tok = getattr(target, "tokenizer", None)
+        if tok is None:  # an API target: its local token table, if it has an HF one (tiktoken has no vocab)
+            tok = getattr(getattr(target, "table", None), "tok", None)
         vocab = tok.get_vocab() if hasattr(tok, "get_vocab") else None
     if vocab is None:
-        return GeneratorChoice(
-            SMOLLM2,
-            "the target shows no vocabulary (an API): SmolLM2-135M, assumed of another family; for a SmolLM2 "
-            f"served behind an API pass --generator {GEMMA3}",
-        )
+        return GeneratorChoice(SMOLLM2, NO_VOCABULARY)
     if vocab != _vocabulary(tokenizer_folder(SMOLLM2)):
         return GeneratorChoice(SMOLLM2, "the target does not read text with SmolLM2's vocabulary: SmolLM2-135M")
     if not gemma3_available():

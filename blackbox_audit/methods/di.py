@@ -331,15 +331,16 @@ class CalibratedDI(Method):
         _check_target(inputs, self.config.features)
         super().check(inputs)
 
-    def choose_generator(self, target: Any) -> Any:
-        """Resolve ``--generator auto`` for ``target`` (a spec before loading, or the loaded target),
-        once; None when the config names its generator. The CLI calls it first, to say the choice up front."""
+    def choose_generator(self, target: Any, tokenizer: str | None = None) -> Any:
+        """Resolve ``--generator auto`` for ``target`` (a spec before loading, with an API target's
+        ``--tokenizer``, or the loaded target), once; None when the config names its generator. The CLI
+        calls it first, to say the choice up front."""
         from blackbox_audit.di.generator_choice import AUTO, choose_generator
 
         if self.config.generator != AUTO:
             return None
         if getattr(self, "_choice", None) is None:
-            self._choice = choose_generator(target)
+            self._choice = choose_generator(target, tokenizer)
         return self._choice
 
     def generator_spec(self, target: Any = None) -> str:
