@@ -214,9 +214,13 @@ def test_a_flag_is_contamination_only_on_a_target_of_the_generators_family(tiny_
     generator = LocalGenerator(f"hf:{tiny_llama_dir}", progress=False)
     vocab = generator.tokenizer.get_vocab()
     same = SimpleNamespace(tokenizer=SimpleNamespace(get_vocab=lambda: dict(vocab)))
-    other = SimpleNamespace(tokenizer=SimpleNamespace(get_vocab=lambda: {**vocab, "<extra>": len(vocab)}))
+    renumbered = {token: (i + 1) % len(vocab) for token, i in vocab.items()}
+    other = SimpleNamespace(tokenizer=SimpleNamespace(get_vocab=lambda: renumbered))
     api = SimpleNamespace(name="openai:gpt-4o-mini")
     assert [shares_generator_family(t, generator) for t in (same, other, api)] == [True, False, None]
+    # an API target with a local HF tokenizer (--tokenizer) shows its vocabulary through its token table
+    behind_api = SimpleNamespace(name="compat:http://h/v1#m", table=SimpleNamespace(tok=generator.tokenizer))
+    assert shares_generator_family(behind_api, generator) is True
     decisions = [synthetic_decision(True, f) for f in (True, False, None)]
     assert decisions == ["contaminated", "inconclusive", "inconclusive"]
     assert {synthetic_decision(False, f) for f in (True, False, None)} == {"not detected"}

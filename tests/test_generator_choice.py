@@ -123,3 +123,16 @@ def test_the_cli_reads_an_api_targets_tokenizer_for_the_choice(
     assert main([*args, "--cache-dir", str(tmp_path / "c"), "--dry-run", "--out", str(tmp_path / "dry")]) == 0
     err = capsys.readouterr().err
     assert "WARNING: generator smollm2: the target reads text with SmolLM2's vocabulary" in err
+
+
+def test_the_family_test_allows_a_few_added_tokens_and_nothing_renumbered() -> None:
+    """A fine-tune that added special tokens keeps its base's family; other vocabularies do not."""
+    from blackbox_audit.di.generator_choice import same_vocabulary
+
+    base = {f"t{i}": i for i in range(1000)}
+    assert same_vocabulary(base, dict(base))
+    assert same_vocabulary(base, {**base, **{f"<added{i}>": 1000 + i for i in range(10)}})  # 1%: a fine-tune
+    assert not same_vocabulary(base, {**base, **{f"<added{i}>": 1000 + i for i in range(11)}})
+    assert not same_vocabulary(base, {**base, "t0": 5})  # a token renumbered
+    assert not same_vocabulary(base, {f"u{i}": i for i in range(1000)})  # another vocabulary of the same size
+    assert not same_vocabulary({}, {})

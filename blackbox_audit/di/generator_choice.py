@@ -16,6 +16,7 @@ The choice is made from the target spec before any weights load, so it is said u
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,10 +69,27 @@ def _vocabulary(folder: Path) -> dict[str, int] | None:
         return None  # the target's own load says what is wrong with the folder
 
 
-def same_vocabulary(a: Any, b: Any) -> bool:
-    """Whether two tokenizers read text with the same vocabulary: this project's test of "one model
-    family" (a fine-tune that added tokens reads as another family)."""
-    return bool(a.get_vocab() == b.get_vocab())
+#: how many tokens a fine-tune may add to its base's vocabulary and still read as its family (share of the base's)
+ADDED_TOKENS_TOLERANCE = 0.01
+
+
+def same_vocabulary(a: Mapping[str, int], b: Mapping[str, int]) -> bool:
+    """Whether two vocabularies (token -> id) are one model family's: this project's family test. Every
+    token of the smaller one has the same id in the larger, which adds at most 1% more (a fine-tune
+    that added a few special tokens keeps its base's family; a renumbered or other vocabulary does not)."""
+    small, large = sorted((a, b), key=len)
+    if not small or len(large) - len(small) > ADDED_TOKENS_TOLERANCE * len(small):
+        return False
+    return all(large.get(token) == i for token, i in small.items())
+
+
+def target_vocabulary(target: Any) -> dict[str, int] | None:
+    """A loaded target's vocabulary: its tokenizer's, or an API target's local HF token table's
+    (``--tokenizer``); None when it shows none (an API without one, or a tiktoken table)."""
+    tok = getattr(target, "tokenizer", None)
+    if tok is None:
+        tok = getattr(getattr(target, "table", None), "tok", None)
+    return tok.get_vocab() if hasattr(tok, "get_vocab") else None
 
 
 def api_tokenizer_spec(tokenizer: str) -> str | None:
@@ -117,13 +135,10 @@ def choose_generator(target: Any, tokenizer: str | None = None) -> GeneratorChoi
                 SMOLLM2, f"the tokenizer of {target} could not be read before loading it: SmolLM2-135M"
             )
     else:
-        tok = getattr(target, "tokenizer", None)
-        if tok is None:  # an API target: its local token table, if it has an HF one (tiktoken has no vocab)
-            tok = getattr(getattr(target, "table", None), "tok", None)
-        vocab = tok.get_vocab() if hasattr(tok, "get_vocab") else None
+        vocab = target_vocabulary(target)
     if vocab is None:
         return GeneratorChoice(SMOLLM2, NO_VOCABULARY)
-    if vocab != _vocabulary(tokenizer_folder(SMOLLM2)):
+    if not same_vocabulary(vocab, _vocabulary(tokenizer_folder(SMOLLM2)) or {}):
         return GeneratorChoice(SMOLLM2, "the target does not read text with SmolLM2's vocabulary: SmolLM2-135M")
     if not gemma3_available():
         from blackbox_audit.adapters.hf_weights import GEMMA3_INSTALL

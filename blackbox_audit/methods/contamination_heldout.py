@@ -283,13 +283,13 @@ def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str)
 def shares_generator_family(target: Any, generator: Any) -> bool | None:
     """Whether the target reads text with the generator's vocabulary, i.e. comes from its model family:
     the only targets on which this side's validity is measured. None when the target shows no
-    tokenizer (an API target: assume another family)."""
-    from blackbox_audit.di.generator_choice import same_vocabulary
+    vocabulary (an API target without a local HF tokenizer: assume another family)."""
+    from blackbox_audit.di.generator_choice import same_vocabulary, target_vocabulary
 
-    tokenizer = getattr(target, "tokenizer", None)
-    if not hasattr(tokenizer, "get_vocab"):
+    vocab = target_vocabulary(target)
+    if vocab is None:
         return None
-    return same_vocabulary(tokenizer, generator.tokenizer)
+    return same_vocabulary(vocab, generator.tokenizer.get_vocab())
 
 
 def synthetic_decision(flagged: bool, same_family: bool | None) -> str:
