@@ -257,6 +257,55 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+class SyntheticDraws:
+    """The synthetic mode's canary, targets and benchmarks (``synthetic_eval``; also read by
+    ``contamination_reference.py``, which audits the same splits)."""
+
+    def __init__(self, a) -> None:
+        from blackbox_audit.benchmarks import load_gsm8k
+        from blackbox_audit.sim.canary import CanaryOptions, build_canary, default_train_config, draw_split
+        from blackbox_audit.sim.corpora import corpus_samples
+
+        train = default_train_config("smollm2")
+        if a.epochs:
+            from dataclasses import replace
+
+            train = replace(train, epochs=a.epochs)
+        # n_shifted=0: this mode uses no shifted set (the trained model is the same either way; the key differs)
+        opts = CanaryOptions(corpus="benchmark:gsm8k", base="smollm2", seed=a.seed, n_members=a.members,
+                             n_nonmembers=a.nonmembers, n_calibration=a.calibration, train=train,
+                             n_shifted=0)  # fmt: skip
+        self.seed = a.seed
+        self.gsm = load_gsm8k()
+        split = draw_split(corpus_samples(opts.corpus), opts)
+        self.members = [int(str(r["id"]).rsplit("-", 1)[1]) for r in split["members"]]
+        self.never = [int(str(r["id"]).rsplit("-", 1)[1]) for r in split["nonmembers"] + split["calibration"]]
+        all_models = ["contaminated", "clean", "other-items", "fully-contaminated"]
+        self.wanted = a.models.split(",") if a.models else all_models
+        if set(self.wanted) - set(all_models):
+            raise SystemExit(
+                f"--models: unknown {sorted(set(self.wanted) - set(all_models))}; choose from {all_models}"
+            )
+        spec = build_canary(opts, cache_dir=a.cache_dir).target_spec if set(self.wanted) - {"clean"} else None
+        self.models = {"contaminated": spec, "clean": "smollm2", "other-items": spec, "fully-contaminated": spec}
+        self.todo = range(a.splits) if not a.sets else [int(x) for x in a.sets.split(",")]
+
+    def indices(self, name: str, split: int) -> list[int]:
+        """GSM8K rows of ``name``'s benchmark in ``split`` (both clean models audit the same redrawn
+        benchmarks, so one generator per split serves both)."""
+        members, never, n_m = self.members, self.never, len(self.members)
+        draw = "other-items" if name == "clean" else name
+        rng = np.random.default_rng([self.seed, 2000 + split, list(self.models).index(draw)])
+        if name == "contaminated":
+            return members + [never[j] for j in rng.permutation(len(never))[:n_m]]
+        if name == "fully-contaminated":
+            return [members[j] for j in rng.permutation(n_m)]
+        return [never[j] for j in rng.permutation(len(never))[: 2 * n_m]]
+
+    def benchmark(self, name: str, split: int):
+        return self.gsm.subset(self.indices(name, split))
+
+
 def synthetic_eval(a) -> int:
     """``--heldout synthetic``: the check as run with no held-out file, on three targets.
 
@@ -280,33 +329,12 @@ def synthetic_eval(a) -> int:
     import torch
 
     torch.set_num_threads(a.threads)
-    from blackbox_audit.benchmarks import load_gsm8k
     from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
-    from blackbox_audit.sim.canary import CanaryOptions, build_canary, default_train_config, draw_split
-    from blackbox_audit.sim.corpora import corpus_samples
     from blackbox_audit.workspace import Workspace
 
-    train = default_train_config("smollm2")
-    if a.epochs:
-        from dataclasses import replace
-
-        train = replace(train, epochs=a.epochs)
-    # n_shifted=0: this mode uses no shifted set (the trained model is the same either way; the key differs)
-    opts = CanaryOptions(corpus="benchmark:gsm8k", base="smollm2", seed=a.seed, n_members=a.members,
-                         n_nonmembers=a.nonmembers, n_calibration=a.calibration, train=train,
-                         n_shifted=0)  # fmt: skip
-    gsm = load_gsm8k()
-    split = draw_split(corpus_samples(opts.corpus), opts)
-    members = [int(str(r["id"]).rsplit("-", 1)[1]) for r in split["members"]]
-    never = [int(str(r["id"]).rsplit("-", 1)[1]) for r in split["nonmembers"] + split["calibration"]]
-    n_m = len(members)
-    wanted = a.models.split(",") if a.models else ["contaminated", "clean", "other-items", "fully-contaminated"]
-    spec = build_canary(opts, cache_dir=a.cache_dir).target_spec if set(wanted) - {"clean"} else None
-    models = {"contaminated": spec, "clean": "smollm2", "other-items": spec, "fully-contaminated": spec}
-    if set(wanted) - set(models):
-        raise SystemExit(f"--models: unknown {sorted(set(wanted) - set(models))}; choose from {sorted(models)}")
-    todo = range(a.splits) if not a.sets else [int(x) for x in a.sets.split(",")]
+    draws = SyntheticDraws(a)
+    wanted, models, todo = draws.wanted, draws.models, draws.todo
     cfg = ContaminationConfig(heldout="synthetic", part=a.part, alpha=a.alpha)
     if a.generator:
         from dataclasses import replace
@@ -318,16 +346,7 @@ def synthetic_eval(a) -> int:
         for name in wanted:
             target = workspace.open_target(models[name], device="cpu", progress=False)
             for s in todo:
-                # both clean models audit the same redrawn benchmarks: one generator per split serves both
-                draw = "other-items" if name == "clean" else name
-                rng = np.random.default_rng([a.seed, 2000 + s, list(models).index(draw)])
-                if name == "contaminated":
-                    idx = members + [never[j] for j in rng.permutation(len(never))[:n_m]]
-                elif name == "fully-contaminated":
-                    idx = [members[j] for j in rng.permutation(n_m)]
-                else:
-                    idx = [never[j] for j in rng.permutation(len(never))[: 2 * n_m]]
-                bench = gsm.subset(idx)
+                bench = draws.benchmark(name, s)
                 t0, c0 = time.perf_counter(), time.process_time()
                 res = Contamination(replace_seed(cfg, s)).run(
                     AuditInputs(data=bench, target=target, cache_dir=a.cache_dir, progress=False)
