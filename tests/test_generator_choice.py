@@ -102,6 +102,8 @@ def test_an_api_target_is_read_through_its_local_tokenizer(gemma_installed: None
     openai = choose_generator("openai:gpt-4o-mini", "tiktoken:o200k_base")
     assert openai.spec == SMOLLM2 and "tiktoken:o200k_base, not SmolLM2's vocabulary" in openai.reason
     assert "--tokenizer smollm2" in choose_generator(api).reason  # no local tokenizer: says how to give one
+    unreadable = choose_generator(api, "/nonexistent/tokenizer")
+    assert unreadable.spec == SMOLLM2 and "could not be read" in unreadable.reason
 
     smollm2_table = HFTable(AutoTokenizer.from_pretrained(str(tokenizer_folder("smollm2"))), "hf:smollm2")
     assert choose_generator(SimpleNamespace(name=api, table=smollm2_table)).spec == GEMMA3

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from blackbox_audit.errors import UserError
+
 from .generator import GEMMA3
 
 AUTO = "auto"
@@ -92,17 +94,14 @@ def target_vocabulary(target: Any) -> dict[str, int] | None:
     return tok.get_vocab() if hasattr(tok, "get_vocab") else None
 
 
-def api_tokenizer_spec(tokenizer: str) -> str | None:
-    """An API target's ``--tokenizer`` as a white-box spec whose folder ``tokenizer_folder`` finds
-    (``smollm2``, ``gguf:FILE``, ``hf:DIR``); None for a tiktoken table (OpenAI's, never SmolLM2's)."""
-    from blackbox_audit.adapters.tokenizers import TIKTOKEN_FILES
+def api_tokenizer_vocabulary(tokenizer: str) -> dict[str, int] | None:
+    """The vocabulary of an API target's ``--tokenizer``, read as the target will read it
+    (``load_token_table``: a GGUF's tokenizer without converting its weights); None for a tiktoken
+    table (OpenAI's, never SmolLM2's). A tokenizer that cannot be read raises ``UserError``."""
+    from blackbox_audit.adapters.tokenizers import load_token_table
 
-    if tokenizer.startswith("tiktoken:") or tokenizer in TIKTOKEN_FILES:
-        return None
-    if tokenizer == SMOLLM2:
-        return SMOLLM2
-    path = tokenizer.removeprefix("hf:").removeprefix("gguf:")
-    return f"gguf:{path}" if path.endswith(".gguf") else f"hf:{path}"
+    tok = getattr(load_token_table(tokenizer), "tok", None)
+    return tok.get_vocab() if hasattr(tok, "get_vocab") else None
 
 
 NO_VOCABULARY = (
@@ -118,17 +117,21 @@ def choose_generator(target: Any, tokenizer: str | None = None) -> GeneratorChoi
     from blackbox_audit.adapters.hf_weights import gemma3_available
     from blackbox_audit.adapters.registry import is_api_spec
 
-    if isinstance(target, str):
-        spec = target
-        if is_api_spec(target):
-            spec = api_tokenizer_spec(tokenizer) if tokenizer else None
-            if tokenizer and spec is None:
+    if isinstance(target, str) and is_api_spec(target):
+        vocab = None
+        if tokenizer:
+            try:
+                vocab = api_tokenizer_vocabulary(tokenizer)
+            except (UserError, OSError, ValueError):
+                return GeneratorChoice(SMOLLM2, f"the tokenizer {tokenizer} could not be read: SmolLM2-135M")
+            if vocab is None:
                 reason = f"the target reads text with {tokenizer}, not SmolLM2's vocabulary: SmolLM2-135M"
                 return GeneratorChoice(SMOLLM2, reason)
+    elif isinstance(target, str):
         try:
-            folder = tokenizer_folder(spec) if spec else None
+            folder = tokenizer_folder(target)
         except (OSError, ValueError):
-            folder = Path(spec)  # unreadable: said below; loading the target names the problem
+            folder = Path(target)  # unreadable: said below; loading the target names the problem
         vocab = _vocabulary(folder) if folder is not None else None
         if folder is not None and vocab is None:
             return GeneratorChoice(
