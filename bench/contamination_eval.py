@@ -257,6 +257,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def emit(row: dict, out) -> dict:
+    """Print one split's JSON line, and append it to ``out`` (an open file, or None) as it finishes."""
+    print(json.dumps(row), flush=True)
+    if out:
+        out.write(json.dumps(row) + "\n")
+        out.flush()
+    return row
+
+
+def read_rows(path: str) -> list[dict]:
+    """Every JSON line of ``path`` (all runs that appended to it)."""
+    return [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+
+
 class SyntheticDraws:
     """The synthetic mode's canary, targets and benchmarks (``synthetic_eval``; also read by
     ``contamination_reference.py``, which audits the same splits)."""
@@ -357,14 +371,11 @@ def synthetic_eval(a) -> int:
                        "auc_text": v.estimate.get("auc_text"), "auc_comb": v.estimate.get("auc_comb"),
                        "pairs": v.details["dataset_test"]["n_pairs"], "bow_auc": v.details["shift_check"]["bow_auc"],
                        "wall_s": round(time.perf_counter() - t0), "cpu_s": round(time.process_time() - c0)}  # fmt: skip
-                print(json.dumps(row), flush=True)
-                if out:
-                    out.write(json.dumps(row) + "\n")
-                    out.flush()
+                emit(row, out)
     finally:
         workspace.close()
     if a.json:
-        synthetic_table([json.loads(x) for x in Path(a.json).read_text().splitlines() if x.strip()], a.alpha)
+        synthetic_table(read_rows(a.json), a.alpha)
     return 0
 
 

@@ -28,13 +28,12 @@ Run from the repository root (``CACHE`` as for ``contamination_eval.py``):
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-from contamination_eval import SyntheticDraws  # bench/ is the script's folder, so it is on sys.path
+from contamination_eval import SyntheticDraws, emit, read_rows  # bench/ is the script's folder, so it is on sys.path
 
 
 def lift_reference_refusal(reference: str, captured: dict) -> None:
@@ -117,23 +116,30 @@ def loss_gaps(captured: dict, members: set[int]) -> dict:
     }
 
 
+def over_splits(rs: list[dict], key: str, se: bool = True) -> str:
+    """A per-split mean's mean over splits (± its SE over splits with ``se``); '-' where it is undefined."""
+    v = np.array([r[key][0] for r in rs], dtype=float)
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return "-"
+    if not se or len(v) < 2:
+        return f"{v.mean():+.3f}"
+    return f"{v.mean():+.3f} ± {v.std(ddof=1) / np.sqrt(len(v)):.3f}"
+
+
+def by_model(rows: list[dict]) -> dict[str, list[dict]]:
+    return {name: [r for r in rows if r["model"] == name] for name in dict.fromkeys(r["model"] for r in rows)}
+
+
 def table(rows: list[dict], alpha: float) -> None:
     rows = list({(r["model"], r["split"]): r for r in rows}.values())
     print(f"{'model':20s} {'splits':>6s} {'flagged':>8s} {'p max':>8s} {'e (all)':>15s} {'e trained':>15s} "
           f"{'e untrained':>15s} {'sd e':>6s}")  # fmt: skip
-    for name in dict.fromkeys(r["model"] for r in rows):
-        rs = [r for r in rows if r["model"] == name]
-
-        def avg(key: str, rs: list[dict] = rs) -> str:
-            v = np.array([r[key][0] for r in rs], dtype=float)
-            v = v[np.isfinite(v)]
-            if len(v) < 2:
-                return f"{v[0]:+.3f}" if len(v) else "-"
-            return f"{v.mean():+.3f} ± {v.std(ddof=1) / np.sqrt(len(v)):.3f}"
-
+    for name, rs in by_model(rows).items():
         flagged = sum(r["p"] < alpha for r in rs)
-        print(f"{name:20s} {len(rs):6d} {flagged:>4d}/{len(rs):<3d} {max(r['p'] for r in rs):8.2g} {avg('e'):>15s} "
-              f"{avg('e_trained'):>15s} {avg('e_untrained'):>15s} {np.mean([r['e_sd'] for r in rs]):6.3f}")  # fmt: skip
+        e = [over_splits(rs, k) for k in ("e", "e_trained", "e_untrained")]
+        print(f"{name:20s} {len(rs):6d} {flagged:>4d}/{len(rs):<3d} {max(r['p'] for r in rs):8.2g} {e[0]:>15s} "
+              f"{e[1]:>15s} {e[2]:>15s} {np.mean([r['e_sd'] for r in rs]):6.3f}")  # fmt: skip
     print(
         "(flagged = calibrated DI with the reference subtracted, p < alpha; e = per-pair loss gap real - generated "
         "under the target minus the same under the reference, nats per token, mean over splits ± SE over splits)"
@@ -141,18 +147,14 @@ def table(rows: list[dict], alpha: float) -> None:
     mis = [r for r in rows if "delta" in r]
     if not mis:
         return
+    keys = ("d_trained", "d_mis_trained", "delta", "delta_trained", "delta_untrained")
     print(f"\n{'model':20s} {'splits':>6s} {'delta>0':>8s} {'d trained':>9s} {'d_mis trained':>13s} {'delta':>8s} "
           f"{'delta trained':>13s} {'delta untrained':>15s}")  # fmt: skip
-    for name in dict.fromkeys(r["model"] for r in mis):
-        rs = [r for r in mis if r["model"] == name]
-
-        def m(key: str, rs: list[dict] = rs) -> str:
-            v = np.array([r[key][0] for r in rs], dtype=float)
-            return f"{np.nanmean(v):+.3f}" if np.isfinite(v).any() else "-"
-
+    for name, rs in by_model(mis).items():
         hits = sum(r["p_delta_greater"] < alpha for r in rs)
-        print(f"{name:20s} {len(rs):6d} {hits:>4d}/{len(rs):<3d} {m('d_trained'):>9s} {m('d_mis_trained'):>13s} "
-              f"{m('delta'):>8s} {m('delta_trained'):>13s} {m('delta_untrained'):>15s}")  # fmt: skip
+        m = [over_splits(rs, k, se=False) for k in keys]
+        print(f"{name:20s} {len(rs):6d} {hits:>4d}/{len(rs):<3d} {m[0]:>9s} {m[1]:>13s} {m[2]:>8s} {m[3]:>13s} "
+              f"{m[4]:>15s}")  # fmt: skip
     print(
         "(target only; d_mis: the same answers after another pair's question; delta = d - d_mis; delta>0 = "
         "one-sided t-test p < alpha)"
@@ -207,16 +209,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 row = {"model": name, "split": s, "reference": a.reference, "p": res.verdict.p_value,
                        **loss_gaps(captured, members), "cpu_s": round(time.process_time() - t0)}  # fmt: skip
-                print(json.dumps(row), flush=True)
-                rows.append(row)
-                if out:
-                    out.write(json.dumps(row) + "\n")
-                    out.flush()
+                rows.append(emit(row, out))
     finally:
         workspace.close()
-    if a.json:
-        rows = [json.loads(x) for x in Path(a.json).read_text().splitlines() if x.strip()]
-    table(rows, a.alpha)
+    table(read_rows(a.json) if a.json else rows, a.alpha)
     return 0
 
 
