@@ -337,26 +337,29 @@ def plan_audit(path: str | Path, *, cache_dir: str | None = None, echo: Callable
             pricing = str(Path(tmp) / "prices.json")
             Path(pricing).write_text(json.dumps({"models": models}))
 
+        def target_spec_and_options(name: str) -> tuple[str, dict[str, Any]]:
+            t = spec.targets[name]
+            if t.emulate is not None:
+                e = t.emulate
+                model = e.get("model") or "emu-" + e["profile"]
+                target_spec = f"compat:http://127.0.0.1:{e.get('port', 0)}/v1#{model}"
+            else:
+                target_spec = run.local_spec(t)
+            keep = ("tokenizer", "api", "system", "user_template") if is_api_spec(target_spec) else LOCAL_BASE_OPTIONS
+            return target_spec, {k: v for k, v in run.api_options(t).items() if k in keep}
+
         def view(name: str) -> Any:
             if name not in views:
-                t = spec.targets[name]
-                if t.emulate is not None:
-                    e = t.emulate
-                    model = e.get("model") or "emu-" + e["profile"]
-                    target_spec = f"compat:http://127.0.0.1:{e.get('port', 0)}/v1#{model}"
-                else:
-                    target_spec = run.local_spec(t)
-                if is_api_spec(target_spec):
-                    keep = ("tokenizer", "api", "system", "user_template")
-                else:
-                    keep = LOCAL_BASE_OPTIONS
-                opts = {k: v for k, v in run.api_options(t).items() if k in keep}
+                target_spec, opts = target_spec_and_options(name)
                 views[name] = planning_view(target_spec, cache=cache, pricing=pricing, **opts)
             return views[name]
 
         try:
             for step in spec.steps:
                 method = METHODS[step.method](step.config)
+                if step.target and hasattr(method, "choose_generator"):  # as the run will, from the target
+                    target_spec, opts = target_spec_and_options(step.target)
+                    method.choose_generator(target_spec, opts.get("tokenizer"))
                 inputs = AuditInputs(
                     data=run.dataset(step.data) if step.data else None,
                     sets={r: run.dataset(n) for r, n in step.sets.items()},

@@ -138,3 +138,25 @@ def test_the_family_test_allows_a_few_added_tokens_and_nothing_renumbered() -> N
     assert not same_vocabulary(base, {**base, "t0": 5})  # a token renumbered
     assert not same_vocabulary(base, {f"u{i}": i for i in range(1000)})  # another vocabulary of the same size
     assert not same_vocabulary({}, {})
+
+
+def test_the_audit_dry_run_plans_the_generator_the_run_will_use(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys
+) -> None:
+    """An audit spec's di step on SmolLM2: the dry-run resolves ``auto`` from the step's target, as the
+    run does (Gemma is made to look missing, so the fallback's reason shows it and SmolLM2 is loaded)."""
+    from blackbox_audit.cli import main
+    from blackbox_audit.sim.tiny_models import sample_texts
+
+    monkeypatch.setattr(hf_weights, "gemma3_available", lambda: False)
+    (tmp_path / "s.jsonl").write_text(
+        "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(sample_texts(80)))
+    )
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        '[audit]\nout = "runs/x"\n\n[targets.m]\nspec = "smollm2"\n\n[data.s]\npath = "s.jsonl"\n\n'
+        '[[steps]]\nmethod = "di_calibrated"\ntarget = "m"\ndata = "s"\n'
+    )
+    assert main(["audit", str(spec), "--dry-run", "--cache-dir", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert "generator smollm2 (auto: the target reads text with SmolLM2's vocabulary" in out

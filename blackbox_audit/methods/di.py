@@ -344,8 +344,9 @@ class CalibratedDI(Method):
         return self._choice
 
     def generator_spec(self, target: Any = None) -> str:
-        """The generator this run uses: the config's, or what ``auto`` resolves to for ``target``
-        (with no target known, as for an API target: the audit's dry-run plans API targets)."""
+        """The generator this run uses: the config's, or what ``auto`` resolved to (``choose_generator``:
+        the CLI and the audit's dry-run call it first, from the target spec) or resolves to for ``target``;
+        with no target known at all, as for an API target."""
         from blackbox_audit.di.generator_choice import AUTO, choose_generator
 
         if self.config.generator != AUTO:
