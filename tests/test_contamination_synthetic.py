@@ -228,4 +228,6 @@ def test_a_flag_is_contamination_only_on_a_target_of_the_generators_family(tiny_
         text = synthetic_statement("gsm8k", True, "p = 0.001", arithmetic_cue=False, same_family=family)
         assert "INCONCLUSIVE, not evidence of contamination" in text and relation in text and "--heldout FILE" in text
         assert "OTHER" not in text and "CLEAN" not in text  # the measured figures are filled in
+    missed = synthetic_statement("gsm8k", False, "p = 0.9", arithmetic_cue=False)
+    assert "not evidence that the benchmark is clean" in missed and "--heldout FILE" in missed  # half-trained: missed
     assert "INCONCLUSIVE" not in synthetic_statement("gsm8k", True, "p = 0.001", arithmetic_cue=False)

@@ -61,6 +61,9 @@ GEN_CPU_S_PER_TOKEN_PASS_BY_GENERATOR = {"gemma3-270m": 0.0145}
 #: What this side flagged with a generator of another family than the target (Gemma 3 270M on SmolLM2 targets;
 #: docs/contamination.md, "Measured, session 9"): why a flag is not contamination on such a target.
 CROSS_FAMILY_FLAGS = "20/20 clean benchmarks of a canary trained on other GSM8K items and 14/20 of unmodified SmolLM2"
+#: measured with 128 known non-members on the GSM8K canary whose half-trained benchmark this side misses
+#: (bench/contamination_eval.py --only finetuned --splits 50; docs/di.md, "Measured, session 11")
+KNOWN_HELDOUT_HALF_TRAINED = "46 of 50"
 
 
 def synthetic_items(bench: Benchmark, part: str) -> list[tuple[str, str, str]]:
@@ -327,7 +330,9 @@ def synthetic_statement(
     if not flagged:
         statement += (
             "; this is not evidence that the benchmark is clean: on the GSM8K canary this side missed every "
-            "benchmark of which only half was trained on (docs/di.md, 'Measured, session 7')"
+            "benchmark of which only half was trained on, which no test of this side can tell from a model trained "
+            "on other items of the benchmark's kind (docs/di.md, 'Measured, sessions 7 and 11'); known non-members "
+            f"(--heldout FILE) found {KNOWN_HELDOUT_HALF_TRAINED} of such benchmarks on the same canary"
         )
     return statement
 
