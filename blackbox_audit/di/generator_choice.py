@@ -85,13 +85,19 @@ def same_vocabulary(a: Mapping[str, int], b: Mapping[str, int]) -> bool:
     return all(large.get(token) == i for token, i in small.items())
 
 
+def _token_table_vocabulary(table: Any) -> dict[str, int] | None:
+    """An API target's local token table's vocabulary: an HF table's; None for a tiktoken one (OpenAI's)."""
+    tok = getattr(table, "tok", None)
+    return tok.get_vocab() if hasattr(tok, "get_vocab") else None
+
+
 def target_vocabulary(target: Any) -> dict[str, int] | None:
     """A loaded target's vocabulary: its tokenizer's, or an API target's local HF token table's
     (``--tokenizer``); None when it shows none (an API without one, or a tiktoken table)."""
     tok = getattr(target, "tokenizer", None)
-    if tok is None:
-        tok = getattr(getattr(target, "table", None), "tok", None)
-    return tok.get_vocab() if hasattr(tok, "get_vocab") else None
+    if hasattr(tok, "get_vocab"):
+        return tok.get_vocab()
+    return _token_table_vocabulary(getattr(target, "table", None))
 
 
 def api_tokenizer_vocabulary(tokenizer: str) -> dict[str, int] | None:
@@ -100,8 +106,7 @@ def api_tokenizer_vocabulary(tokenizer: str) -> dict[str, int] | None:
     table (OpenAI's, never SmolLM2's). A tokenizer that cannot be read raises ``UserError``."""
     from blackbox_audit.adapters.tokenizers import load_token_table
 
-    tok = getattr(load_token_table(tokenizer), "tok", None)
-    return tok.get_vocab() if hasattr(tok, "get_vocab") else None
+    return _token_table_vocabulary(load_token_table(tokenizer))
 
 
 NO_VOCABULARY = (
