@@ -29,7 +29,7 @@ budget the items bought in that order until the budget is spent. Per plan the sc
   per-item AUC (members vs never-trained items);
 - **fixed-sample**: the smallest budget (on a geometric grid) at which the one rank test on
   the items bought flags the benchmark in >= 80% of orders (the check before sequential stopping);
-- **sequential**: the e-process of ``methods.contamination_sequential`` with the check's default
+- **sequential**: the e-process of ``methods.contamination.sequential`` with the check's default
   futility rule, fed in each order; a run flags at budget B when its wealth crosses 1/alpha
   before B is spent (its path does not depend on B), so the budget flagging >= 80% of orders is
   the 80th percentile of the spend at the crossing; also the median spend when it stops;
@@ -44,7 +44,7 @@ its standard error, must stay <= alpha + 2 SE. The redraws share one pool of ite
 not fully independent draws.
 
 ``--write-calibration`` writes the per-plan AUCs, miss shares and costs measured here into
-``blackbox_audit/planning/plan_calibration.json`` (what the dry-run's plan choice reads), with
+``blackbox_audit/methods/contamination/plan_calibration.json`` (what the dry-run's plan choice reads), with
 the canary, profile, command and git revision.
 
 **Chat-trained SmolLM2 canary.** Read through the chat API, the SmolLM2 canary's members show
@@ -175,7 +175,7 @@ class Scorer:
     def score(self, target: Any, items: list[Item], plan: Any, label: str) -> dict[str, dict[str, Any]]:
         from tqdm.auto import tqdm
 
-        from blackbox_audit.methods.contamination_purchase import engine_spend
+        from blackbox_audit.methods.contamination.purchase import engine_spend
         from blackbox_audit.scores.output import compute_output_scores
 
         todo = [it for it in items if f"{plan.key}|{it.id}" not in self.rows]
@@ -470,7 +470,7 @@ def fixed_budget(orders, rows, alpha: float, grid: np.ndarray, target: float = 0
 
 def sequential_spend(orders, rows, design) -> tuple[np.ndarray, np.ndarray]:
     """Per order: the spend when the e-process crossed (inf if it never did) and when it stopped."""
-    from blackbox_audit.methods.contamination_sequential import SequentialRankTest
+    from blackbox_audit.methods.contamination.sequential import SequentialRankTest
 
     cross, stop = [], []
     for order in orders:
@@ -494,7 +494,7 @@ def auc(pos: list[float], neg: list[float]) -> float:
 def clean_flags(pool_ids: list[str], rows, n_side: int, redraws: int, design, seed: int) -> tuple[float, float, float]:
     """Flag rate (and SE) of the sequential test over redraws of a clean pool; median items bought."""
     from blackbox_audit.methods.contamination import interleave
-    from blackbox_audit.methods.contamination_sequential import SequentialRankTest
+    from blackbox_audit.methods.contamination.sequential import SequentialRankTest
 
     flags, bought = 0, []
     for r in range(redraws):
@@ -532,7 +532,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--write-calibration",
         action="store_true",
-        help="write planning/plan_calibration.json (tiny: the first canary; smollm2: joins it, each plan's lowest AUC "
+        help="write methods/contamination/plan_calibration.json (tiny: the first canary; smollm2: joins it, "
+        "each plan's lowest AUC "
         "counts)",
     )
     p.add_argument("--calibration-plans", default=CALIBRATION_PLANS, help="the plans written to the calibration")
@@ -577,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(a.threads)
     from blackbox_audit.engine import PricingTable
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
-    from blackbox_audit.planning.score_plans import ScorePlan
+    from blackbox_audit.methods.contamination.score_plans import ScorePlan
 
     command = ".venv/bin/python bench/power_per_dollar.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     print(f"$ {command}")
@@ -763,12 +764,12 @@ def write_calibration(
 ) -> None:
     import datetime
 
-    from blackbox_audit.planning.score_plans import CALIBRATION_FILE
+    from blackbox_audit.methods.contamination.score_plans import CALIBRATION_FILE
     from blackbox_audit.results.provenance import git_revision
 
     data = {
         "_comment": "per-item AUC (members vs never-trained items) and cost of each contamination score plan, "
-        "measured by bench/power_per_dollar.py; read by planning/score_plans.py",
+        "measured by bench/power_per_dollar.py; read by methods/contamination/score_plans.py",
         "source": {
             "canary": f"GSM8K {a.canary} canary ({canary.card['sizes']}, epochs {canary.card.get('epochs')}, "
             f"build {canary.card.get('build_id')})" + (f", chat-trained {chat_key}" if chat_key else ""),

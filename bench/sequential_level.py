@@ -1,6 +1,6 @@
 """The contamination check's sequential test: its level under optional stopping, and its price in power.
 
-``blackbox_audit.methods.contamination_sequential`` reads the rank statistic after every item and
+``blackbox_audit.methods.contamination.sequential`` reads the rank statistic after every item and
 stops the first time its e-process reaches ``1/alpha``. This script measures, by simulation:
 
 1. **Level.** Clean data (benchmark and held-out scores from one distribution, with ties), read
@@ -12,7 +12,7 @@ stops the first time its e-process reaches ``1/alpha``. This script measures, by
    sequential test run to ``n`` items per side, the items it bought when it stopped (median), and
    the fixed-sample rank test's power at the same ``n``. Then, per ``n``: the set-AUC shift that
    each test detects with 80% power (bisection), and their ratio squared, which is how many times
-   more items the sequential test needs at the margin (``planning.power.SEQUENTIAL_ITEM_FACTOR``
+   more items the sequential test needs at the margin (``methods.contamination.power.SEQUENTIAL_ITEM_FACTOR``
    quotes it).
 
 Run: ``.venv/bin/python bench/sequential_level.py`` (defaults: 2000 clean runs of 200 + 200 items,
@@ -41,7 +41,7 @@ def run_level(alpha: float, n: int, runs: int, futility: float | None, seed: int
     """(sequential flag rate, its SE, fixed-sample-read-after-every-pair flag rate) on clean data."""
     from scipy.stats import mannwhitneyu
 
-    from blackbox_audit.methods.contamination_sequential import SequentialDesign, run_sequential
+    from blackbox_audit.methods.contamination.sequential import SequentialDesign, run_sequential
 
     rng = np.random.default_rng([seed, int(alpha * 1000), n])
     sides = np.arange(2 * n) % 2
@@ -65,7 +65,7 @@ def power_at(delta: float, n: int, runs: int, alpha: float, seed: int) -> tuple[
     """(sequential power, median items bought when it stopped or n*2, fixed-sample power) at set AUC 0.5+delta."""
     from scipy.stats import mannwhitneyu
 
-    from blackbox_audit.methods.contamination_sequential import SequentialDesign, run_sequential
+    from blackbox_audit.methods.contamination.sequential import SequentialDesign, run_sequential
 
     rng = np.random.default_rng([seed, n, int(delta * 1e4)])
     sides = np.arange(2 * n) % 2

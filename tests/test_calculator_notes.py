@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from blackbox_audit.benchmarks import load_gsm8k
-from blackbox_audit.methods.calculator_notes import (
+from blackbox_audit.methods.contamination.calculator_notes import (
     MIN_NOTES,
     calculator_check,
     calculator_warning,
@@ -52,7 +52,7 @@ def test_the_warning_needs_enough_notes_and_a_wide_gap() -> None:
 
 
 def test_the_verdict_says_what_a_flag_and_a_miss_cannot_rule_out() -> None:
-    from blackbox_audit.methods.contamination_heldout import synthetic_statement
+    from blackbox_audit.methods.contamination.heldout import synthetic_statement
 
     cued = synthetic_statement("gsm8k", True, "p = 0.001", arithmetic_cue=True)
     assert cued.startswith("gsm8k: the target separates") and "not confirmed for a target better at arithmetic" in cued

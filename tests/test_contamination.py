@@ -32,8 +32,8 @@ from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.fixtures.records import hand_record
 from blackbox_audit.methods import AuditInputs, get_method
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig, interleave
-from blackbox_audit.methods.contamination_stats import member_share_lower_bound, pac_style_rate, rank_test
-from blackbox_audit.planning.power import detectable_rate
+from blackbox_audit.methods.contamination.power import detectable_rate
+from blackbox_audit.methods.contamination.stats import member_share_lower_bound, pac_style_rate, rank_test
 from blackbox_audit.results import read_result, write_result
 from blackbox_audit.scores.output import compute_output_scores, output_specs
 
@@ -450,7 +450,7 @@ def test_a_small_budget_completes_items_and_counts_the_unfinished_ones_spend() -
 def test_with_batch_an_api_target_buys_items_in_large_chunks() -> None:
     from types import SimpleNamespace
 
-    from blackbox_audit.methods.contamination_purchase import BATCH_CHUNK, LOCAL_CHUNK, chunk_size
+    from blackbox_audit.methods.contamination.purchase import BATCH_CHUNK, LOCAL_CHUNK, chunk_size
 
     assert chunk_size(SimpleNamespace()) == LOCAL_CHUNK  # a local model: nothing billed
     assert chunk_size(SimpleNamespace(engine=_Engine(), batch=None)) == 1  # an API: item by item

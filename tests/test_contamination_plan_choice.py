@@ -24,7 +24,7 @@ def _write(path: Path, rows) -> Path:
 @pytest.mark.timeout(600)
 def test_auto_plan_is_chosen_before_scoring_and_recorded(tiny_target, tiny_lm_dir, tmp_path, capsys) -> None:
     from blackbox_audit.cli import main
-    from blackbox_audit.planning.score_plans import load_calibration
+    from blackbox_audit.methods.contamination.score_plans import load_calibration
 
     if load_calibration() is None:
         pytest.skip("no calibration shipped")

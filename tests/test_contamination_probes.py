@@ -15,7 +15,7 @@ from blackbox_audit.cli import main
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods import AuditInputs
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
-from blackbox_audit.methods.contamination_probes import (
+from blackbox_audit.methods.contamination.probes import (
     parse_probe,
     probe_item,
     reply_score,

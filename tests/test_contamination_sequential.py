@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from blackbox_audit.methods.contamination_sequential import (
+from blackbox_audit.methods.contamination.sequential import (
     SequentialDesign,
     SequentialRankTest,
     futility_auc,

@@ -13,9 +13,9 @@ import pytest
 
 from blackbox_audit.benchmarks import build_benchmark, load_gsm8k
 from blackbox_audit.methods import AuditInputs
-from blackbox_audit.methods import contamination_heldout as ch
-from blackbox_audit.methods.calculator_notes import calculator_warning
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
+from blackbox_audit.methods.contamination import heldout as ch
+from blackbox_audit.methods.contamination.calculator_notes import calculator_warning
 from blackbox_audit.results import read_result, write_result
 
 pytest.importorskip("peft")
@@ -124,7 +124,7 @@ def test_plan_prices_the_scored_pairs_only(tiny_llama_dir, small, monkeypatch) -
     local = next(n for n in plan.notes if n.startswith("local work"))  # the CPU the user pays before any request
     assert "1 epoch(s) over" in local and "CPU-minutes" in local
     assert "measured with SmolLM2" in local  # a generator without its own measured rate is priced at SmolLM2's
-    import blackbox_audit.methods.contamination_heldout as heldout_mod
+    import blackbox_audit.methods.contamination.heldout as heldout_mod
     from blackbox_audit.di.generator import GEMMA3
 
     assert GEMMA3 in heldout_mod.GEN_CPU_S_PER_TOKEN_PASS_BY_GENERATOR  # the spec literal is the generator's
@@ -205,7 +205,7 @@ def test_a_flag_is_contamination_only_on_a_target_of_the_generators_family(tiny_
     from types import SimpleNamespace
 
     from blackbox_audit.di import LocalGenerator
-    from blackbox_audit.methods.contamination_heldout import (
+    from blackbox_audit.methods.contamination.heldout import (
         shares_generator_family,
         synthetic_decision,
         synthetic_statement,

@@ -14,8 +14,8 @@ from blackbox_audit.data import Dataset, Sample
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods import AuditInputs
 from blackbox_audit.methods.decop import Decop, DecopConfig
-from blackbox_audit.methods.decop_paraphrases import read_paraphrase_file
-from blackbox_audit.methods.decop_quiz import (
+from blackbox_audit.methods.decop.paraphrases import read_paraphrase_file
+from blackbox_audit.methods.decop.quiz import (
     orders,
     parse_choice,
     quiz_prompt,

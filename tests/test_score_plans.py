@@ -1,4 +1,4 @@
-"""Choosing the contamination check's score plan by power per dollar (``planning.score_plans``)."""
+"""Choosing the contamination check's score plan by power per dollar (``methods.contamination.score_plans``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from blackbox_audit.planning.contamination import ItemCost
-from blackbox_audit.planning.power import SEQUENTIAL_ITEM_FACTOR, detectable_rate, sequential_detectable_rate
-from blackbox_audit.planning.score_plans import (
+from blackbox_audit.methods.contamination.costs import ItemCost
+from blackbox_audit.methods.contamination.power import (
+    SEQUENTIAL_ITEM_FACTOR,
+    detectable_rate,
+    sequential_detectable_rate,
+)
+from blackbox_audit.methods.contamination.score_plans import (
     ASSUMED_LOSS_AUC,
     CALIBRATION_FILE,
     DEFAULT_PLAN,

@@ -3,7 +3,7 @@
 Runs the ``contamination`` method (``blackbox_audit.methods.contamination``) on a benchmark
 (``gsm8k``, ``mmlu[:SUBJECT]`` or a file with question/answer fields, ``blackbox_audit.benchmarks``)
 against known non-members (``--heldout FILE``) or, by default, a synthetic held-out side
-(calibrated dataset inference: ``methods.contamination_heldout``). It writes the result with the one result writer:
+(calibrated dataset inference: ``methods.contamination.heldout``). It writes the result with the one result writer:
 ``scores.jsonl`` (benchmark items: score, p_value, flagged), ``flagged.jsonl``, ``heldout.jsonl``,
 ``verdict.json`` (dataset-level test, the rate's lower confidence bound, flagged count, PAC-style rate, power, what
 the budget bought) and ``run.json`` (with the engine's spend ledger for API targets).

@@ -15,9 +15,10 @@ the recovery ladder's shape and the price; ``price_plan`` turns the two into ``E
   ``local_view`` and ``view_of_target`` (a loaded target);
 - ``price``: ``price_plan`` -> ``PlanEstimate`` (scoring, sampling, fine-tuning, notes);
 - ``measured``: what finished runs measured about an endpoint's recovery (``MeasuredRecovery``),
-  which narrows the next estimate to a prediction interval;
-- ``contamination`` and ``power``: the contamination check's per-item costs, the items a budget
-  buys, and the rank test's power at that size.
+  which narrows the next estimate to a prediction interval.
+
+The contamination check's own costing (per-item costs, items a budget buys, the rank test's power,
+score plans) lives in its package, ``methods.contamination``.
 
 **Layering.** Planning sits below the methods and the adapters: it imports neither (``tests/
 test_layout.py``); both import it. Calls and targets are read duck-typed (``scores.FetchCall``,

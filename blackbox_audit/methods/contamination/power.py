@@ -1,7 +1,7 @@
 """How many items a contamination check needs: the power statement of its rank test.
 
 ``detectable_rate`` is the smallest member share the one-sided rank test
-(``methods.contamination_stats.rank_test``) finds with the given power at level ``alpha``, for an
+(``methods.contamination.stats.rank_test``) finds with the given power at level ``alpha``, for an
 assumed member-vs-non-member AUC ``A``. A benchmark with a share ``pi`` of members has an AUC of
 ``0.5 + pi (A - 0.5)`` against non-members; with the U statistic's normal approximation,
 ``pi_min = (z_{1-alpha} + z_power) sqrt((n + m + 1) / (12 n m)) / (A - 0.5)``.
@@ -32,7 +32,7 @@ def detectable_rate(n: int, m: int, alpha: float, auc: float, power: float = POW
     return (_z(1 - alpha) + _z(power)) * se / (auc - 0.5)
 
 
-#: how many times more items the sequential test (``methods.contamination_sequential``) needs than
+#: how many times more items the sequential test (``methods.contamination.sequential``) needs than
 #: the fixed-sample rank test for 80% power at alpha 0.05 on an effect at the margin; measured by
 #: ``bench/sequential_level.py --runs 500 --power-runs 100 --sizes 50,200`` (the ratio of the squared
 #: set-AUC shifts each detects: 1.63 at 50 items per side, 1.95 at 200; the upper end, rounded, is

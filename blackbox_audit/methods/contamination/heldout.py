@@ -31,7 +31,7 @@ from typing import Any
 
 from blackbox_audit.benchmarks import Benchmark
 from blackbox_audit.methods.base import AuditInputs
-from blackbox_audit.methods.calculator_notes import (
+from blackbox_audit.methods.contamination.calculator_notes import (
     calculator_check,
     calculator_warning,
     penalty_text,

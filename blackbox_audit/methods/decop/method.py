@@ -2,7 +2,7 @@
 Models Training Data"; ``avduarte333/DE-COP_Method``), a multiple-choice quiz per text.
 
 Each text is shown among K - 1 paraphrases (``--paraphrases FILE`` or a local ``--paraphraser``
-model, ``decop_paraphrases``) in every order (``decop_quiz``), and the target is asked which passage
+model, ``paraphrases``) in every order (``quiz``), and the target is asked which passage
 is verbatim. A model that trained on the passage picks it more often than chance. The score per
 text (higher = member) is the position-debiased probability of the verbatim option where the
 target gives letter logprobs (white-box, or an API through logprob recovery), else the share of
@@ -26,8 +26,8 @@ from blackbox_audit.methods.base import AuditInputs, Method, MethodConfig, Needs
 from blackbox_audit.planning import CostItem, CostPlan
 from blackbox_audit.results import MethodResult
 
-from .decop_paraphrases import GeneratorSettings, generate_paraphrases, read_paraphrase_file
-from .decop_quiz import (
+from .paraphrases import GeneratorSettings, generate_paraphrases, read_paraphrase_file
+from .quiz import (
     LETTERS,
     ORDERS,
     QuizScore,
@@ -183,7 +183,7 @@ class Decop(Method):
 
     # ------------------------------------------------------------------ run
     def _letter_values(self, target: Any, prompts: list[str]) -> tuple[np.ndarray, int]:
-        """[quizzes, K] letter logprobs as the next token after each prompt (``decop_quiz``), and how
+        """[quizzes, K] letter logprobs as the next token after each prompt (``quiz``), and how
         many of the values read are only upper bounds."""
         k = self.config.options
         forms = letter_forms(k)

@@ -30,7 +30,7 @@ same distribution* (the held-out side). Scores are oriented higher = member, as 
   non-members* that the same threshold marks, which is what it reads on clean data.
 
 The power statement (how small a rate the rank test detects with so many items) is sample-size
-planning, shared with the dry-run: ``blackbox_audit.planning.power``.
+planning, shared with the dry-run: ``blackbox_audit.methods.contamination.power``.
 """
 
 from __future__ import annotations

@@ -187,7 +187,7 @@ def plan_row(
     probe_usd: float,
     calibration: Calibration | None,
 ) -> PlanRow:
-    """Price ``plan`` from its dry-run ``items`` (``planning.contamination.ItemCost`` in buying order)."""
+    """Price ``plan`` from its dry-run ``items`` (``costs.ItemCost`` in buying order)."""
     lo = [float(r.usd[0]) for r in items]
     hi = [float(r.usd[1]) for r in items]
     share = None

@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from .counting import call_cost
-from .ladder import DEFAULT_EPS
+from blackbox_audit.planning.counting import call_cost
+from blackbox_audit.planning.ladder import DEFAULT_EPS
+from blackbox_audit.planning.price import PlanEstimate
+from blackbox_audit.planning.views import PlanningView
+
 from .power import format_power, power_statement
-from .price import PlanEstimate
-from .views import PlanningView
 
 
 @dataclass(frozen=True)
@@ -211,8 +212,8 @@ def item_cost(side: int, calls: Sequence[Any], view: PlanningView, *, prompt: st
 
 def sampling_item_cost(side: int, calls: Sequence[Any], view: PlanningView) -> ItemCost:
     """An item probed by generation (``item_cost``): requests, prompt and completion tokens, USD."""
-    from .estimate import estimate_generation
-    from .price import SAMPLING_PROMPT_OVERHEAD
+    from blackbox_audit.planning.estimate import estimate_generation
+    from blackbox_audit.planning.price import SAMPLING_PROMPT_OVERHEAD
 
     ests = []
     for call in calls:

@@ -7,10 +7,10 @@ same distribution** (the held-out side) under one membership score, chosen befor
 (default ``loss``, the fine-tuning objective), and reports four numbers:
 
 1. **dataset-level test**: is the benchmark, as a set, distinguishable from the held-out
-   items? One-sided rank test at ``alpha`` (``contamination_stats.rank_test``), exact under
+   items? One-sided rank test at ``alpha`` (``stats.rank_test``), exact under
    exchangeability, so a clean model is flagged with probability ``alpha``;
 2. **contamination rate, at least X%**: a one-sided lower confidence bound on the benchmark's
-   member share, upper end 100% (``contamination_stats.member_share_lower_bound``: exact, from
+   member share, upper end 100% (``stats.member_share_lower_bound``: exact, from
    the benchmark's count below held-out quantiles). Scores bound the share only from below:
    members that score like non-members cannot be counted. PTDI's conservative member-share
    estimate is reported beside it;
@@ -23,11 +23,11 @@ same distribution** (the held-out side) under one membership score, chosen befor
 format, for example items written after the model's cutoff or a private split (``--heldout
 FILE``). The rate and the list need these. ``synthetic`` (the default): calibrated dataset
 inference (SPEC §5) writes the held-out side and decides the set-level test; it gives no rate and
-no list (``contamination_heldout``: how and why).
+no list (``heldout``: how and why).
 
 **Probes** (``score = "probe:guided|answer|next-word|ts-guessing"``, CLI ``--probe``): instead of a logprob
 score, each item's score is how closely the target's *generated* text reproduces part of it
-(``contamination_probes``), so the check runs on targets that return no logprobs; the part
+(``probes``), so the check runs on targets that return no logprobs; the part
 setting then does not apply.
 
 **Parts.** ``output``: the answer given the question (PAC §5.6's "output" setting; a
@@ -42,7 +42,7 @@ budget bought. Every answer already received is cached, so re-running with a lar
 resumes. ``budget_plan`` is the dry-run: it prices each item through the target's planning
 view without sending anything, shows how cost grows with text length, how many items the
 budget buys, and the power statement at that size (the arithmetic is
-``blackbox_audit.planning.contamination``).
+``blackbox_audit.methods.contamination.costs``).
 """
 
 from __future__ import annotations
@@ -68,20 +68,11 @@ from blackbox_audit.methods.base import (
     register_method,
     score_needs,
 )
-from blackbox_audit.methods.contamination_probes import is_probe, parse_probe
-from blackbox_audit.methods.contamination_purchase import Purchase, buy, item_size
-from blackbox_audit.methods.contamination_sequential import SequentialDesign, SequentialRankTest, futility_auc
-from blackbox_audit.methods.contamination_stats import (
-    ShareBound,
-    member_share_lower_bound,
-    pac_style_rate,
-    rank_test,
-)
-from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, check_level, fdp_and_power, select
-from blackbox_audit.planning import CostPlan, PlanningView, price_plan
-from blackbox_audit.planning.contamination import ContaminationPlan, item_cost, probe_usd
-from blackbox_audit.planning.power import format_power, power_statement
-from blackbox_audit.planning.score_plans import (
+from blackbox_audit.methods.contamination.costs import ContaminationPlan, item_cost, probe_usd
+from blackbox_audit.methods.contamination.power import format_power, power_statement
+from blackbox_audit.methods.contamination.probes import is_probe, parse_probe
+from blackbox_audit.methods.contamination.purchase import Purchase, buy, item_size
+from blackbox_audit.methods.contamination.score_plans import (
     DEFAULT_PLAN,
     PlanChoice,
     ScorePlan,
@@ -91,6 +82,15 @@ from blackbox_audit.planning.score_plans import (
     load_calibration,
     plan_row,
 )
+from blackbox_audit.methods.contamination.sequential import SequentialDesign, SequentialRankTest, futility_auc
+from blackbox_audit.methods.contamination.stats import (
+    ShareBound,
+    member_share_lower_bound,
+    pac_style_rate,
+    rank_test,
+)
+from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, check_level, fdp_and_power, select
+from blackbox_audit.planning import CostPlan, PlanningView, price_plan
 from blackbox_audit.results import MethodResult, Verdict
 
 #: fewest items per side the statistics are computed on (below it the verdict is "inconclusive")
@@ -104,8 +104,8 @@ AUTO = "auto"
 @dataclass(frozen=True)
 class ContaminationConfig(MethodConfig):
     """``score``: the membership score (higher = member), fixed before the run, or a text-only probe
-    ``probe:SPEC`` (``contamination_probes``); ``auto`` (default)
-    takes the plan with the most power per dollar on the target (``planning.score_plans``: on an
+    ``probe:SPEC`` (``probes``); ``auto`` (default)
+    takes the plan with the most power per dollar on the target (``methods.contamination.score_plans``: on an
     API, cheap scores and position samples compete with full recovery; on a local model, ``loss``).
     ``positions``: the answer positions the score reads (``all``; ``random16``, ``last16``). ``part``: which text
     is scored (module doc). ``alpha``: the level of the dataset-level test and the FDR of the
@@ -116,7 +116,7 @@ class ContaminationConfig(MethodConfig):
     the CLI's default when no ``--heldout FILE`` is given); ``generator``, ``gen_epochs`` and
     ``lora_layers``: that generator and its LoRA fit.
     ``sequential``: buy items one at a time and stop once the verdict is settled
-    (``contamination_sequential``: an anytime-valid e-process; False: score every item the budget
+    (``sequential``: an anytime-valid e-process; False: score every item the budget
     buys and test once). ``min_rate``: the futility rule stops once a contamination rate of at least
     this is ruled out at confidence ``1 - futility_beta``, assuming the score's per-item AUC is
     ``item_auc`` (None: no futility stop)."""
@@ -131,7 +131,7 @@ class ContaminationConfig(MethodConfig):
     bounded: Literal["error", "upper"] = "error"
     heldout: Literal["known", "synthetic"] = "known"
     generator: str = "smollm2"  # heldout="synthetic": the local model that writes the generated answers
-    gen_epochs: int = 8  # heldout="synthetic": the generator's LoRA epochs (contamination_heldout says why 8)
+    gen_epochs: int = 8  # heldout="synthetic": the generator's LoRA epochs (heldout says why 8)
     lora_layers: int = 8  # heldout="synthetic": top decoder layers with LoRA (0 = all)
     positions: str | None = None
     sequential: bool = True
@@ -150,7 +150,7 @@ class ContaminationConfig(MethodConfig):
         check_positive(self.gen_epochs, "gen_epochs")
         if self.heldout == "synthetic":  # calibrated DI's own checks of the options it will run with
             from blackbox_audit.di import validate_options
-            from blackbox_audit.methods.contamination_heldout import calibrated_options
+            from blackbox_audit.methods.contamination.heldout import calibrated_options
 
             validate_options(calibrated_options(self))
         check_level(self.lam, "lambda", "--lam")
@@ -251,7 +251,7 @@ class Contamination(Method):
     # ------------------------------------------------------------------ inputs
     @property
     def probe(self) -> Any:
-        """The probe (``contamination_probes.ProbeSpec``) when ``score`` names one, else None."""
+        """The probe (``probes.ProbeSpec``) when ``score`` names one, else None."""
         return parse_probe(self.config.score) if is_probe(self.config.score) else None
 
     def needs(self) -> Needs:
@@ -278,7 +278,7 @@ class Contamination(Method):
         if inputs.data is None:
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
         bench = as_benchmark(inputs.data, "benchmark")
-        if self.config.heldout == "synthetic":  # generated inside the run (contamination_heldout)
+        if self.config.heldout == "synthetic":  # generated inside the run (heldout)
             return self._sample(bench, 0), self._sample(bench.subset([]), 1)
         else:
             held = as_benchmark(inputs.side("heldout"), "heldout")
@@ -314,7 +314,7 @@ class Contamination(Method):
 
         idx = range(len(bench)) if indices is None else indices
         if self.probe is not None:
-            from blackbox_audit.methods.contamination_probes import probe_calls, probe_item
+            from blackbox_audit.methods.contamination.probes import probe_calls, probe_item
 
             return probe_calls(self.probe, [probe_item(self.probe, bench, i, self.config.seed) for i in idx])
         plan = self.effective_plan  # its read (sampled positions, top-n only) decides what a call costs
@@ -331,20 +331,20 @@ class Contamination(Method):
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
         part = self.part_for(bench)
         if self.config.heldout == "synthetic":
-            from blackbox_audit.methods.contamination_heldout import plan_synthetic
+            from blackbox_audit.methods.contamination.heldout import plan_synthetic
 
             return plan_synthetic(self._sample(bench, 0), self.config, part)
         bench, held = self.sides(inputs)
         calls = self._calls(bench, part) + self._calls(held, part)
         if self.probe is not None:
-            from blackbox_audit.methods.contamination_probes import merge_calls
+            from blackbox_audit.methods.contamination.probes import merge_calls
 
             calls = merge_calls(calls)
         return CostPlan(calls=calls)
 
     def budget_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> ContaminationPlan:
         """The dry-run: the score plans compared (API targets), then every item of the chosen plan
-        priced on ``view`` (nothing sent); see ``planning.contamination`` and ``planning.score_plans``."""
+        priced on ``view`` (nothing sent); see ``costs`` and ``score_plans``."""
         # the synthetic side's test reads calibrated DI's own MIA features, not a chosen score plan
         synthetic = self.config.heldout == "synthetic"
         choice = None if synthetic else self.choose_plan(inputs, view, budget_usd)
@@ -370,7 +370,7 @@ class Contamination(Method):
 
     def choose_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> PlanChoice | None:
         """Price every candidate plan on ``view`` and take the one with the most power per dollar
-        (``planning.score_plans``), or show them beside the plan ``score`` names. None on a local
+        (``methods.contamination.score_plans``), or show them beside the plan ``score`` names. None on a local
         model (nothing is billed: ``auto`` means ``loss`` on every position, recovered exactly) and for
         a probe (it generates: the logprob plans do not apply)."""
         if not view.api or self.probe is not None:
@@ -441,7 +441,7 @@ class Contamination(Method):
         from blackbox_audit.scores.output import compute_output_scores
 
         if self.probe is not None:
-            from blackbox_audit.methods.contamination_probes import score_probe
+            from blackbox_audit.methods.contamination.probes import score_probe
 
             return score_probe(target, self.probe, src, idx, self.config.seed, column=self.config.score)
 
@@ -465,7 +465,7 @@ class Contamination(Method):
         self, target: Any, bench: Benchmark, held: Benchmark, part: str, progress: bool
     ) -> tuple[SideScores, SideScores, Purchase, SequentialRankTest | None]:
         """Buy items in the interleaved order until done, settled or stopped by a budget cap
-        (``contamination_purchase.buy``)."""
+        (``purchase.buy``)."""
         sides = (SideScores(bench), SideScores(held))
         design = self.design()
         test = None if design is None else SequentialRankTest(design)
@@ -507,7 +507,7 @@ class Contamination(Method):
         full_bench = as_benchmark(inputs.data, "benchmark")  # type: ignore[arg-type]
         part = self.part_for(full_bench)
         if cfg.heldout == "synthetic":
-            from blackbox_audit.methods.contamination_heldout import run_synthetic
+            from blackbox_audit.methods.contamination.heldout import run_synthetic
 
             return run_synthetic(self, inputs, self._sample(full_bench, 0), part)
         bench, held = self.sides(inputs)
@@ -533,7 +533,7 @@ class Contamination(Method):
         }
         if self.probe is not None:
             from blackbox_audit.adapters.base import continuation_of
-            from blackbox_audit.methods.contamination_probes import describe
+            from blackbox_audit.methods.contamination.probes import describe
 
             about = {**describe(self.probe), "continuation": continuation_of(inputs.target)}
             provenance["contamination"]["probe"] = about
@@ -639,7 +639,7 @@ class Contamination(Method):
             format_power(power),
         ]
         if self.probe is not None:
-            from blackbox_audit.methods.contamination_probes import probe_summary
+            from blackbox_audit.methods.contamination.probes import probe_summary
 
             summary.insert(1, probe_summary(self.probe, bv, hv))
         flagged = [

@@ -10,7 +10,7 @@ is at stake; the calls are batched for speed). With ``--batch`` an API target bu
 items per call, one provider batch each (a batch can take hours to come back; item by item it
 would be one batch per item).
 
-After each item the sequential test (``contamination_sequential``) may settle the verdict; the
+After each item the sequential test (``sequential``) may settle the verdict; the
 purchase then stops. ``Purchase`` records what was bought, what it cost (the engine's billed
 spend, per item), why it stopped, and what finishing the planned items would have cost
 (``finish_estimate``: the spend so far scaled by the remaining items' size).
@@ -24,7 +24,7 @@ from typing import Any
 
 from blackbox_audit.benchmarks import Benchmark
 
-from .contamination_sequential import SequentialRankTest
+from .sequential import SequentialRankTest
 
 #: items per scoring call on a local model (batched; nothing is billed)
 LOCAL_CHUNK = 16

@@ -1,0 +1,41 @@
+"""The benchmark contamination check, in one package: has a model seen a benchmark?
+
+- ``check``: the method (``Contamination``, ``ContaminationConfig``): sides, plan, purchase, verdict;
+- ``heldout``: the synthetic held-out side (calibrated dataset inference on question/answer items);
+- ``calculator_notes``: GSM8K's ``<<a*b=c>>`` notes in generated answers (share wrong, target penalty);
+- ``probes``: text-only item scores for targets without logprobs (``score = "probe:SPEC"``);
+- ``purchase``: buying items one at a time in the seeded order, under the budget;
+- ``sequential``: the anytime-valid rank test (e-process) and its futility rule;
+- ``stats``: the fixed-sample rank test, the rate's lower confidence bound, PAC's rate;
+- ``costs``, ``power``, ``score_plans`` (+ ``plan_calibration.json``): the dry-run's per-item costs,
+  items a budget buys, the rank test's power, and the score plans compared on power per dollar.
+
+Planning helpers live here rather than in ``blackbox_audit.planning`` because only this check uses
+them; they import planning's generic pieces (views, counting, prices) and nothing above methods.
+"""
+
+from .check import (
+    ASSUMED_ITEM_AUC,
+    AUTO,
+    MIN_ITEMS,
+    Contamination,
+    ContaminationConfig,
+    SideScores,
+    as_benchmark,
+    interleave,
+    rate_statement,
+    run_view,
+)
+
+__all__ = [
+    "ASSUMED_ITEM_AUC",
+    "AUTO",
+    "MIN_ITEMS",
+    "Contamination",
+    "ContaminationConfig",
+    "SideScores",
+    "as_benchmark",
+    "interleave",
+    "rate_statement",
+    "run_view",
+]
