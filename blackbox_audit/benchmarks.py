@@ -345,3 +345,19 @@ def load_benchmark(
         label_field=label_field,
         fmt=fmt or custom_format(prompt_template, output_template),
     )
+
+
+def load_benchmark_sides(
+    spec: str,
+    heldout: str | None = None,
+    *,
+    prompt_template: str | None = None,
+    output_template: str | None = None,
+    **fields: str,
+) -> tuple[Benchmark, dict[str, Benchmark]]:
+    """The benchmark ``spec`` and, when ``heldout`` names a file, its known non-members read in the
+    benchmark's own format (``fields``: question/answer/id/label field names): the contamination
+    check's data and side sets, read one way by the CLI, audit specs and the Python API."""
+    bench = load_benchmark(spec, prompt_template=prompt_template, output_template=output_template, **fields)
+    sets = {} if heldout is None else {"heldout": load_benchmark(heldout, fmt=bench.fmt, **fields)}
+    return bench, sets

@@ -366,8 +366,9 @@ def test_labels_are_for_evaluation_only_and_result_round_trips(tmp_path: Path) -
         "heldout.jsonl",
     }
     assert get_method("contamination") is Contamination
-    # the config echoed is the resolved one: score auto became the plan chosen (loss on a local model)
-    assert ContaminationConfig.from_mapping(a.config) == ContaminationConfig(score="loss")
+    # the config echoed is the resolved one: score auto became the plan chosen (loss on a local model), heldout
+    # auto became known (a held-out set was given)
+    assert ContaminationConfig.from_mapping(a.config) == ContaminationConfig(score="loss", heldout="known")
     assert a.provenance["contamination"]["plan_choice"]["chosen"] == "loss"
     assert a.summary[0].startswith("score plan: loss (chosen: local model")
 
@@ -480,7 +481,10 @@ def test_bad_heldout_sets_are_refused_before_scoring() -> None:
     with pytest.raises(UserError, match="also appear in the benchmark"):
         run_method(bench, unlabelled(bench).subset([0, 1]), target)
     with pytest.raises(UserError, match="'heldout' data set"):
-        Contamination().run(AuditInputs(data=bench, target=target))
+        Contamination(heldout="known").run(AuditInputs(data=bench, target=target))
+    # heldout auto (the default, the same on every front door): known with a held-out set, else synthetic
+    assert Contamination().resolve_heldout(AuditInputs(data=bench)).config.heldout == "synthetic"
+    assert Contamination().resolve_heldout(AuditInputs(data=bench, sets={"heldout": held})).config.heldout == "known"
     assert Contamination(heldout="synthetic").needs().sets == ()  # the synthetic side needs no file
     assert target.calls == 0
 

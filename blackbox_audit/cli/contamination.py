@@ -14,29 +14,21 @@ from __future__ import annotations
 
 import argparse
 
-from blackbox_audit.cli.common import (
-    Session,
-    open_target,
-    planning_view_of_args,
-    prepare_out_dir,
-    workspace_from_args,
-)
+from blackbox_audit.cli.common import config_from_args, execute, job_from_args
 from blackbox_audit.cli.options import (
     add_bounded_argument,
     add_common_arguments,
     add_engine_arguments,
-    engine_options_from_args,
     fraction,
     fraction_or_none,
     positive_int,
 )
 from blackbox_audit.errors import UserError
-from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
-from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA
-from blackbox_audit.results import RunRecorder
 
-SYNTHETIC = "synthetic"
+_C = ContaminationConfig
+#: ``--heldout`` values that name a mode (anything else is a file of known non-members)
+HELDOUT_MODES = ("auto", "synthetic")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,42 +53,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--output-template", help="file benchmarks: answer format (default ' {answer}')")
     b.add_argument(
         "--heldout",
-        default=SYNTHETIC,
+        dest="heldout_arg",
         metavar="FILE|synthetic",
         help="known non-members in the benchmark's format (items the model cannot have seen); 'synthetic' "
-        "(default) = calibrated dataset inference: a local generator fine-tuned on half the items writes answers "
-        "for the other half, and its calibrated test decides (no rate and no flagged list: they need FILE)",
+        "(the default without FILE) = calibrated dataset inference: a local generator fine-tuned on half the "
+        "items writes answers for the other half, and its calibrated test decides (no rate and no flagged list: "
+        "they need FILE)",
     )
     b.add_argument(
         "--generator",
-        default=ContaminationConfig.generator,
         help="synthetic held-out side: the local model fine-tuned to write answers (smollm2, gemma3-270m: another "
         "family, for SmolLM2-based targets, needs its wheels, docs/di.md; hf:DIR or gguf:FILE; default smollm2)",
     )
     b.add_argument(
         "--gen-epochs",
         type=positive_int,
-        default=ContaminationConfig.gen_epochs,
-        help=f"synthetic held-out side: the generator's LoRA epochs ({ContaminationConfig.gen_epochs}; fewer leave "
+        help=f"synthetic held-out side: the generator's LoRA epochs ({_C.gen_epochs}; fewer leave "
         "its answers out of the benchmark's format)",
     )
     b.add_argument(
         "--lora-layers",
         type=int,
-        default=ContaminationConfig.lora_layers,
-        help=f"synthetic held-out side: top decoder layers with LoRA; 0 = all ({ContaminationConfig.lora_layers})",
+        help=f"synthetic held-out side: top decoder layers with LoRA; 0 = all ({_C.lora_layers})",
     )
     m = p.add_argument_group("method")
     m.add_argument(
         "--part",
         choices=("auto", "output", "whole"),
-        default="auto",
         help="score the answer given the question (output) or the whole item (default auto: gsm8k output, "
         "mmlu whole, files output)",
     )
     m.add_argument(
         "--score",
-        default="auto",
         help="membership score, fixed before the run; default auto: the plan with the most power per dollar on "
         "this target (the dry-run compares them; loss on local models)",
     )
@@ -114,38 +102,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "a masked wrong MMLU option (docs/api.md, 'Models without logprobs'); e.g. --probe next-word or "
         "--probe guided:max_new_tokens=128",
     )
-    m.add_argument("--alpha", type=fraction, default=0.05, help="test level and FDR of the list (default 0.05)")
+    m.add_argument("--alpha", type=fraction, help=f"test level and FDR of the list (default {_C.alpha})")
     m.add_argument(
-        "--confidence", type=fraction, default=0.95, help="level of the rate's lower confidence bound (default 0.95)"
+        "--confidence", type=fraction, help=f"level of the rate's lower confidence bound (default {_C.confidence})"
     )
-    m.add_argument("--lam", type=fraction, default=DEFAULT_LAMBDA, help=f"PTDI region size (default {DEFAULT_LAMBDA})")
+    m.add_argument("--lam", type=fraction, help=f"PTDI region size (default {_C.lam})")
     m.add_argument("--items", type=positive_int, help="score at most N random items per side (default all)")
-    m.add_argument("--seed", type=int, default=0, help="item order seed (default 0)")
+    m.add_argument("--seed", type=int, help=f"item order seed (default {_C.seed})")
     q = p.add_argument_group("sequential stopping (an anytime-valid test: the run stops once the verdict is settled)")
     q.add_argument(
         "--fixed-sample",
-        action="store_true",
+        dest="sequential",
+        action="store_false",
+        default=None,
         help="no sequential stopping: score every item the budget buys, then one fixed-sample rank test",
     )
     q.add_argument(
         "--min-rate",
         type=fraction_or_none,
-        default=0.2,
-        help="futility: stop 'not detected' once a contamination rate of at least this is ruled out (default 0.2; "
-        "none = never)",
+        help="futility: stop 'not detected' once a contamination rate of at least this is ruled out "
+        f"(default {_C.min_rate}; none = never)",
     )
     q.add_argument(
         "--futility-beta",
         type=fraction,
-        default=0.1,
-        help="futility confidence is 1 - this; the most power the rule may cost against --min-rate (default 0.1)",
+        help=f"futility confidence is 1 - this; the most power the rule may cost against --min-rate (default "
+        f"{_C.futility_beta})",
     )
     q.add_argument(
         "--item-auc",
         type=float,
-        default=0.8,
-        help="per-item AUC the futility rule assumes for the score (default 0.8; a rate at a lower AUC is not "
-        "ruled out)",
+        help=f"per-item AUC the futility rule assumes for the score (default {_C.item_auc}; a rate at a lower "
+        "AUC is not ruled out)",
     )
     add_bounded_argument(m)
     add_common_arguments(p, data=False)
@@ -154,62 +142,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from blackbox_audit.benchmarks import load_benchmark
+    from blackbox_audit.benchmarks import load_benchmark_sides
 
-    if args.probe and (args.score != "auto" or args.positions):
-        raise UserError(
-            "--probe chooses the item score: --score/--positions cannot be given with it", "pass one of them"
-        )
-    score = f"probe:{args.probe}" if args.probe else args.score
-    method = Contamination(
-        ContaminationConfig(
-            score=score,
-            positions=args.positions,
-            part=args.part,
-            alpha=args.alpha,
-            confidence=args.confidence,
-            lam=args.lam,
-            items=args.items,
-            seed=args.seed,
-            bounded=args.bounded,
-            heldout="synthetic" if args.heldout == SYNTHETIC else "known",
-            generator=args.generator,
-            gen_epochs=args.gen_epochs,
-            lora_layers=args.lora_layers,
-            sequential=not args.fixed_sample,
-            min_rate=args.min_rate,
-            futility_beta=args.futility_beta,
-            item_auc=args.item_auc,
-        )
-    )
+    given = args.heldout_arg
+    heldout_file = None if given is None or given in HELDOUT_MODES else given
+    mode = given if given in HELDOUT_MODES else None
+    if args.probe and args.score:
+        raise UserError("--probe chooses the item score: --score cannot be given with it", "pass one of them")
+    probe = f"probe:{args.probe}" if args.probe else None
+    method = Contamination(config_from_args(ContaminationConfig, args, heldout=mode, score=probe))  # fails here
     fields = {
         "question_field": args.question_field,
         "answer_field": args.answer_field,
         "id_field": args.id_field,
         "label_field": args.label_field,
     }
-    bench = load_benchmark(
-        args.benchmark, prompt_template=args.prompt_template, output_template=args.output_template, **fields
+    bench, sets = load_benchmark_sides(
+        args.benchmark,
+        heldout_file,
+        prompt_template=args.prompt_template,
+        output_template=args.output_template,
+        **fields,
     )
-    sets = {}
-    if args.heldout != SYNTHETIC:
-        sets["heldout"] = load_benchmark(args.heldout, fmt=bench.fmt, **fields)
-    inputs = AuditInputs(data=bench, sets=sets)
-    if args.dry_run:  # before the target is loaded: loading an API target probes it
-        budget_usd = engine_options_from_args(args).budget_usd
-        print(method.budget_plan(inputs, planning_view_of_args(args), budget_usd).format())
-        return 0
-    method.sides(inputs)  # a bad held-out set fails before the target is loaded (or probed)
-    recorder = RunRecorder("contamination", args)
-    out_dir = prepare_out_dir(args.out)
-    workspace = workspace_from_args(args)
-    try:
-        target = open_target(workspace, args.target, args)
-    except BaseException:
-        workspace.close()
-        raise
-    session = Session(dataset=bench, target=target, recorder=recorder, out_dir=out_dir, workspace=workspace)
-    try:
-        return session.finish(method.run(session.inputs(sets=sets, cache_dir=args.cache_dir, no_cache=args.no_cache)))
-    finally:
-        session.close()
+    return execute(args, "contamination", job_from_args(args, method, data=bench, sets=sets))

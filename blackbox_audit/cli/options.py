@@ -86,9 +86,25 @@ def fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got '{text}'") from None
 
 
-def fraction_or_none(text: str) -> float | None:
+def comma_list(text: str) -> tuple[str, ...]:
+    """``a,b,c`` as a tuple without blanks or repeats, in order (score specs, features)."""
+    return tuple(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
+
+
+class _ExplicitNone:
+    """An option given as ``none`` on purpose (an unset flag is None and takes the config's default)."""
+
+    def __repr__(self) -> str:
+        return "none"
+
+
+#: what ``fraction_or_none`` returns for ``none``; ``cli.common.config_from_args`` passes it on as None
+EXPLICIT_NONE = _ExplicitNone()
+
+
+def fraction_or_none(text: str) -> float | _ExplicitNone:
     """``fraction``, or ``none`` for "no such rule" (e.g. ``--min-rate none``: no futility stop)."""
-    return None if text.strip().lower() == "none" else fraction(text)
+    return EXPLICIT_NONE if text.strip().lower() == "none" else fraction(text)
 
 
 # --------------------------------------------------------------------------- shared option groups
@@ -116,11 +132,12 @@ def add_common_arguments(
 
 def add_bounded_argument(parser: argparse._ActionsContainer, default: str = "error") -> None:
     """``--bounded``, one wording for every command that scores texts: what to do with positions an
-    API target could only bound from above (the records' ``n_bounded``)."""
+    API target could only bound from above (the records' ``n_bounded``). ``default`` is the method
+    config's, named in the help only: unset, the config's own default applies."""
     parser.add_argument(
         "--bounded",
         choices=("error", "upper"),
-        default=default,
+        default=None,
         help="texts with positions known only as an upper bound: refuse them (error) or score with the bounds "
         f"(upper, counted per text as n_bounded); default {default}",
     )

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import argparse
 
-from blackbox_audit.cli.common import dry_run, load_data, open_session
+from blackbox_audit.cli.common import config_from_args, execute, job_from_args, load_data, target_ref
 from blackbox_audit.cli.options import (
     add_bounded_argument,
     add_common_arguments,
     add_engine_arguments,
+    comma_list,
     positive_float,
 )
-from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.scoring import DEFAULT_SCORES, ScoreConfig, ScoreMethod
 
 
@@ -32,13 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_engine_arguments(p)  # API targets: --dry-run, hard caps, rate limits, pricing
     p.add_argument(
         "--scores",
-        default=",".join(DEFAULT_SCORES),
+        type=comma_list,
         help=f"comma-separated score specs, e.g. loss,zlib,min_k:k=0.1,min_k_pp (default: {','.join(DEFAULT_SCORES)})",
     )
     p.add_argument("--reference", help="reference model for the 'reference' score (same syntax as --target)")
     p.add_argument(
         "--positions",
-        default=None,
         metavar="SAMPLE",
         help="score only these positions of each text: randomM (M positions drawn per text, seeded by the text; "
         "random16@3 for seed 3), lastM, or all (default); a score spec's own positions=... wins. API targets "
@@ -48,7 +47,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--precision",
         choices=("full", "auto"),
-        default="full",
         help="API targets: recover logprobs to the ladder's full precision (full, default) or only as precisely "
         "as the requested scores need (auto: each score's error from recovery stays within its delta, "
         "0.05 nats per token for loss-like scores; fewer requests)",
@@ -56,7 +54,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--precision-delta",
         type=positive_float,
-        default=None,
         metavar="NATS",
         help="with --precision auto: the error tolerated per score, in nats per token (default 0.05)",
     )
@@ -64,19 +61,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    names = tuple(dict.fromkeys(s.strip() for s in args.scores.split(",") if s.strip()))
-    config = ScoreConfig(
-        scores=names,
-        bounded=args.bounded,
-        precision=args.precision,
-        precision_delta=args.precision_delta,
-        positions=args.positions,
-    )
-    method = ScoreMethod(config)  # a typo fails before any loading
-    if args.dry_run:  # before the target is loaded: loading an API target probes it
-        return dry_run(args, method.plan(AuditInputs(data=load_data(args))))
-    session = open_session(args, "score", reference=args.reference)
-    try:
-        return session.finish(method.run(session.inputs()))
-    finally:
-        session.close()
+    method = ScoreMethod(config_from_args(ScoreConfig, args))  # a typo fails before any loading
+    reference = target_ref(args, args.reference) if args.reference else None
+    return execute(args, "score", job_from_args(args, method, data=load_data(args), reference=reference))

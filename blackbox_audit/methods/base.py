@@ -11,9 +11,13 @@ reports handle all of them with one piece of code:
   distribution, conditional scoring, generation, ...), the side data sets it reads by role
   (``calibration``, ``members``, ``heldout``, ...). ``check`` refuses missing ones before any
   request is sent;
+- a **prepare** step (``prepare``) that resolves every ``auto`` choice (a generator's family, a
+  score plan, a held-out mode) from the inputs and what is known of the target (``Preparation``:
+  its spec, planning view and budget), before anything is priced or bought. The dry-run and the
+  run both call it (``blackbox_audit.pipeline``), so they price and buy the same thing;
 - a **cost plan** (``plan``) for ``--dry-run``: the batched target calls it would make
   (``FetchCall``) plus any other billed item (``blackbox_audit.planning.CostPlan``), priced
-  later by the target's planning view;
+  by the target's planning view (``price``);
 - one **result** type (``MethodResult``, defined with ``Verdict`` and ``ScoredSet`` in
   ``blackbox_audit.results``): per-text membership scores (higher = member), other per-text
   fields, metrics when labels exist, a verdict where the method has one, extra outputs under
@@ -244,6 +248,37 @@ def score_needs(specs: Sequence[str]) -> tuple[str, ...]:
     return tuple(sorted(r for r in reqs if r not in (None, "reference")))
 
 
+# --------------------------------------------------------------------------- preparation
+
+
+@dataclass(frozen=True)
+class Preparation:
+    """What is known of the target when a method resolves its ``auto`` choices (``Method.prepare``).
+
+    Before any load (the dry-run, and the run before it opens the target): ``target_spec`` and the
+    API target's local ``tokenizer``, ``view`` the spec's planning view (a cached probe, no request)
+    and ``budget_usd`` the run's cap. After the load: ``target`` and the loaded target's view with
+    what is left of the budget (``planning.run_view``). Everything may be None (a method given only
+    data): a method then resolves what the inputs alone decide and leaves the rest as it is.
+    """
+
+    target_spec: str | None = None
+    tokenizer: str | None = None
+    view: Any = None
+    budget_usd: float | None = None
+    target: Any = None
+
+    @classmethod
+    def of_target(cls, target: Any) -> Preparation:
+        """The preparation of a loaded target (its own planning view and remaining budget)."""
+        if target is None:
+            return cls()
+        from blackbox_audit.planning import run_view
+
+        view, budget = run_view(target)
+        return cls(target_spec=getattr(target, "name", None), view=view, budget_usd=budget, target=target)
+
+
 # --------------------------------------------------------------------------- method
 
 
@@ -315,9 +350,29 @@ class Method(abc.ABC):
                 what = _CAPABILITY_WHAT["logprobs" if "logprobs" in wanted else min(wanted)]
                 raise no_logprobs_error(target, f"{self.name} needs {what}", METHODS)
 
+    #: what ``prepare`` chose and why (run.json's ``choices``; empty when nothing was ``auto``)
+    choices: Mapping[str, Any] = {}
+
+    def prepare(self, inputs: AuditInputs, preparation: Preparation) -> Method:
+        """This method with every ``auto`` choice resolved for ``inputs`` and ``preparation`` (a new
+        method, or ``self`` when nothing is left to choose); its ``choices`` say what was chosen and why.
+        Idempotent: preparing a prepared method changes nothing. Default: nothing to choose."""
+        return self
+
+    def notes(self) -> list[str]:
+        """Lines a front door prints before any work (a prepared method's choices and premises); none by default."""
+        return []
+
     def plan(self, inputs: AuditInputs) -> CostPlan:
         """The calls and billed items a run would send (default: none)."""
         return CostPlan()
+
+    def price(self, inputs: AuditInputs, view: Any, budget_usd: float | None = None) -> Any:
+        """The dry-run's priced plan on ``view`` (anything with ``format()``): ``plan`` priced by
+        ``planning.price_plan``; a method with its own costing (the contamination check) overrides it."""
+        from blackbox_audit.planning import price_plan
+
+        return price_plan(self.plan(inputs), view)
 
     @abc.abstractmethod
     def run(self, inputs: AuditInputs) -> MethodResult:

@@ -17,6 +17,7 @@ Verdicts: ``member`` (p < alpha) or ``inconclusive``; neither method ever conclu
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +30,7 @@ from blackbox_audit.methods.base import (
     Method,
     MethodConfig,
     Needs,
+    Preparation,
     check_fraction_open,
     check_positive,
     register_method,
@@ -205,7 +207,8 @@ class CalibratedDIConfig(MethodConfig):
     ``gen_train_fraction`` (sequences that train the generator), ``prefix_ratio``. Test:
     ``test_fraction`` (pairs tested per seed), ``seeds`` (re-splits), ``combine`` (sidak, cauchy, or
     pair_mean: each pair's out-of-fold difference averaged over the seeds, one test; needs ``crossfit``),
-    ``crossfit`` (every pair tested once per seed; default on), ``baseline_lm`` (whose scores are
+    ``crossfit`` (every pair tested once per seed; None, the default: on with a baseline model, off with
+    ``baseline_lm = "none"``, where alone it flags non-member sets), ``baseline_lm`` (whose scores are
     subtracted from the target's: ``self``, the default, a small model trained on the generator-training
     sequences; or a local model ``hf:DIR``; ``none`` for no baseline), ``alpha``,
     ``clip_frac``, ``heads`` (nested, or authors). Generator: ``generator`` (auto, the default: a model of
@@ -219,7 +222,7 @@ class CalibratedDIConfig(MethodConfig):
     seed: int = 0
     seeds: int = 3
     combine: Literal["sidak", "cauchy", "pair_mean"] = "sidak"
-    crossfit: bool = True
+    crossfit: bool | None = None
     baseline_lm: str = "self"
     seq_tokens: int = 64
     min_seq_tokens: int = 16
@@ -262,7 +265,7 @@ class CalibratedDIConfig(MethodConfig):
             test_fraction=self.test_fraction,
             seeds=self.seeds,
             combine=self.combine,
-            crossfit=self.crossfit,
+            crossfit=self.uses_crossfit,
             baseline_lm=None if self.baseline_lm in NO_BASELINE else self.baseline_lm,
             seed=self.seed,
             alpha=self.alpha,
@@ -293,6 +296,11 @@ class CalibratedDIConfig(MethodConfig):
                 batch_size=self.classifier_batch_size,
             ),
         )
+
+    @property
+    def uses_crossfit(self) -> bool:
+        """``crossfit`` as the run uses it: as given, else on exactly when a baseline model is subtracted."""
+        return self.baseline_lm not in NO_BASELINE if self.crossfit is None else self.crossfit
 
     def validate(self) -> None:
         from blackbox_audit.di import validate_options
@@ -330,6 +338,31 @@ class CalibratedDI(Method):
         self.refuse_text_only(inputs)
         _check_target(inputs, self.config.features)
         super().check(inputs)
+
+    def prepare(self, inputs: AuditInputs, preparation: Preparation) -> CalibratedDI:
+        """``generator = "auto"`` resolved from what is known of the target: the loaded target, else its
+        spec with an API target's local tokenizer (before any load; the dry-run resolves it the same way).
+        A copy of this method holding the choice; ``self`` when the generator is named or already chosen."""
+        from blackbox_audit.di.generator_choice import AUTO
+
+        method = self
+        if self.config.generator == AUTO and getattr(self, "_choice", None) is None:
+            known = preparation.target if preparation.target is not None else preparation.target_spec
+            if known is None and inputs.target is not None:
+                known = inputs.target
+            method = copy.copy(self)
+            choice = method.choose_generator(known, preparation.tokenizer)
+            method.choices = {**self.choices, "generator": choice.to_json()}
+        method.generator(progress=inputs.progress)  # one that cannot be loaded fails here, before the target loads
+        return method
+
+    def notes(self) -> list[str]:
+        """Said up front: what the test uses and cannot see, and the generator chosen (with its reason)."""
+        lines = [f"note: {NO_BASELINE_NOTE if self.config.baseline_lm in NO_BASELINE else DEFAULT_NOTE}"]
+        choice = getattr(self, "_choice", None)
+        if choice is not None:
+            lines.append(f"{'WARNING' if choice.fallback else 'note'}: generator {choice.spec}: {choice.reason}")
+        return lines
 
     def choose_generator(self, target: Any, tokenizer: str | None = None) -> Any:
         """Resolve ``--generator auto`` for ``target`` (a spec before loading, with an API target's

@@ -35,7 +35,7 @@ from .ladder import UNKNOWN, LadderShape, eps_for_tolerance
 from .measured import MeasuredRecovery, merge_samples, mode_key
 from .plan import CostItem, CostPlan, FineTunePlan
 from .price import PlanEstimate, price_plan
-from .views import PlanningView, endpoint_view, local_view, view_of_target
+from .views import PlanningView, endpoint_view, local_view, run_view, view_of_target
 
 __all__ = [
     "CostPlan",
@@ -45,6 +45,7 @@ __all__ = [
     "endpoint_view",
     "local_view",
     "view_of_target",
+    "run_view",
     "price_plan",
     "PlanEstimate",
     "CallCost",

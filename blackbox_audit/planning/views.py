@@ -123,3 +123,21 @@ def view_of_target(target: Any, *, pricing: str | None = None) -> PlanningView:
         recovery=target.recovery_stats() if callable(getattr(target, "recovery_stats", None)) else None,
         prior=getattr(target, "prior", None) is not None,
     )
+
+
+def run_view(target: Any) -> tuple[PlanningView, float | None]:
+    """A loaded target's planning view priced with the run's own price table, and what is left of its
+    budget cap (None: no cap, or a local model). What a run's ``Method.prepare`` reads, where the
+    dry-run reads the spec's planning view and the cap itself."""
+    from dataclasses import replace
+
+    view = view_of_target(target)
+    engine = getattr(target, "engine", None)
+    pricing = getattr(engine, "pricing", None)
+    if view.api and pricing is not None:
+        view = replace(view, price=pricing.get(view.model))
+    budget = getattr(engine, "budget", None)
+    cap = getattr(budget, "max_usd", None)
+    if cap is None:
+        return view, None
+    return view, max(0.0, float(cap) - float(budget.spent_usd) - float(budget.reserved_usd))

@@ -24,7 +24,6 @@ from .check import (
     as_benchmark,
     interleave,
     rate_statement,
-    run_view,
 )
 
 __all__ = [
@@ -37,5 +36,4 @@ __all__ = [
     "as_benchmark",
     "interleave",
     "rate_statement",
-    "run_view",
 ]

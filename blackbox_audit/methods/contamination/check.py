@@ -39,8 +39,9 @@ held-out side interleaved in proportion, so whatever the budget buys is a random
 both. A budget stop (the engine's reserved caps, ``--budget-usd``/``--max-requests``) ends
 scoring cleanly. The verdict is computed on the items bought, and the result says what the
 budget bought. Every answer already received is cached, so re-running with a larger budget
-resumes. ``budget_plan`` is the dry-run: it prices each item through the target's planning
-view without sending anything, shows how cost grows with text length, how many items the
+resumes. ``prepare`` resolves the ``auto`` choices (the held-out mode from the inputs, the score
+plan from the target's planning view and budget) and ``price`` is the dry-run: it prices each item
+through the target's planning view without sending anything, shows how cost grows with text length, how many items the
 budget buys, and the power statement at that size (the arithmetic is
 ``blackbox_audit.methods.contamination.costs``).
 """
@@ -63,6 +64,7 @@ from blackbox_audit.methods.base import (
     Method,
     MethodConfig,
     Needs,
+    Preparation,
     check_fraction_open,
     check_positive,
     register_method,
@@ -112,8 +114,9 @@ class ContaminationConfig(MethodConfig):
     flagged list. ``confidence``: the level of the rate's lower confidence bound. ``lam``: PTDI's
     region size (SPEC §4).
     ``items``: score at most this many items per side, drawn at random (seeded); None = all.
-    ``heldout``: ``known`` (a set of known non-members) or ``synthetic`` (calibrated DI's generator;
-    the CLI's default when no ``--heldout FILE`` is given); ``generator``, ``gen_epochs`` and
+    ``heldout``: ``known`` (a set of known non-members), ``synthetic`` (calibrated DI's generator), or
+    ``auto`` (the default: ``known`` when a held-out set is given, else ``synthetic``; resolved by
+    ``prepare``, the same for the CLI, audit specs and the Python API); ``generator``, ``gen_epochs`` and
     ``lora_layers``: that generator and its LoRA fit.
     ``sequential``: buy items one at a time and stop once the verdict is settled
     (``sequential``: an anytime-valid e-process; False: score every item the budget
@@ -129,7 +132,7 @@ class ContaminationConfig(MethodConfig):
     items: int | None = None
     seed: int = 0
     bounded: Literal["error", "upper"] = "error"
-    heldout: Literal["known", "synthetic"] = "known"
+    heldout: Literal["auto", "known", "synthetic"] = "auto"
     generator: str = "smollm2"  # heldout="synthetic": the local model that writes the generated answers
     gen_epochs: int = 8  # heldout="synthetic": the generator's LoRA epochs (heldout says why 8)
     lora_layers: int = 8  # heldout="synthetic": top decoder layers with LoRA (0 = all)
@@ -173,6 +176,8 @@ class ContaminationConfig(MethodConfig):
                 "would be ignored",
                 "leave them out, or pass --heldout FILE (known non-members) to choose the score",
             )
+        if self.positions is not None and is_probe(self.score):
+            raise UserError("a probe chooses the item score: positions cannot be given with it", "pass one of them")
         if self.positions is not None:
             from blackbox_audit.reads import parse_positions
 
@@ -273,8 +278,47 @@ class Contamination(Method):
         assert part in PARTS
         return part
 
+    def resolve_heldout(self, inputs: AuditInputs) -> Contamination:
+        """This check with ``heldout = "auto"`` resolved from ``inputs``: ``known`` when a held-out set
+        is given, else ``synthetic`` (a new check, validated as such; ``self`` when already resolved)."""
+        if self.config.heldout != "auto":
+            return self
+        mode = "known" if "heldout" in inputs.sets else "synthetic"
+        resolved = Contamination(replace(self.config, heldout=mode))
+        rule = "a held-out set was given" if mode == "known" else "no held-out set was given"
+        resolved.choices = {**self.choices, "heldout": {"chosen": mode, "rule": rule}}
+        return resolved
+
+    def prepare(self, inputs: AuditInputs, preparation: Preparation) -> Contamination:
+        """The held-out mode from ``inputs``, then (known non-members, ``score = "auto"``) the score plan
+        with the most power per dollar on ``preparation.view`` at ``preparation.budget_usd``
+        (``choose_plan``). Without a view the plan stays open (a later ``prepare`` with one chooses it)."""
+        method = self.resolve_heldout(inputs)
+        if inputs.data is not None:
+            method.sides(inputs)  # a bad held-out set fails here, before any target is loaded or priced
+        if not method.needs_plan_choice or preparation.view is None:
+            return method
+        choice = method.choose_plan(inputs, preparation.view, preparation.budget_usd)
+        chosen = method.with_plan(DEFAULT_PLAN if choice is None else choice.chosen.plan)
+        if choice is not None:
+            record = choice.to_json()
+        elif preparation.view.api:
+            record = {"chosen": DEFAULT_PLAN.key, "rule": "no price known for this model: loss on every position"}
+        else:
+            record = {"chosen": DEFAULT_PLAN.key, "rule": "local model: nothing is billed, loss on every position"}
+        chosen.choices = {**method.choices, "score_plan": record}
+        chosen.plan_choice = choice
+        return chosen
+
+    @property
+    def needs_plan_choice(self) -> bool:
+        """Whether ``prepare`` still has a score plan to choose (known non-members, ``score = "auto"``)."""
+        return self.config.score == AUTO and self.config.heldout == "known"
+
     def sides(self, inputs: AuditInputs) -> tuple[Benchmark, Benchmark]:
         """The benchmark and held-out items to score, each sampled to ``items`` (seeded)."""
+        if self.config.heldout == "auto":
+            return self.resolve_heldout(inputs).sides(inputs)
         if inputs.data is None:
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
         bench = as_benchmark(inputs.data, "benchmark")
@@ -326,6 +370,8 @@ class Contamination(Method):
         return list(plan_requests(texts, score, positions=positions).calls) if texts else []
 
     def plan(self, inputs: AuditInputs) -> CostPlan:
+        if self.config.heldout == "auto":
+            return self.resolve_heldout(inputs).plan(inputs)
         bench = as_benchmark(inputs.data, "benchmark") if inputs.data is not None else None
         if bench is None:
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
@@ -342,20 +388,28 @@ class Contamination(Method):
             calls = merge_calls(calls)
         return CostPlan(calls=calls)
 
-    def budget_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> ContaminationPlan:
-        """The dry-run: the score plans compared (API targets), then every item of the chosen plan
-        priced on ``view`` (nothing sent); see ``costs`` and ``score_plans``."""
-        # the synthetic side's test reads calibrated DI's own MIA features, not a chosen score plan
-        synthetic = self.config.heldout == "synthetic"
-        choice = None if synthetic else self.choose_plan(inputs, view, budget_usd)
-        method = self if choice is None else self.with_plan(choice.chosen.plan)
-        plan = method._priced(inputs, view, budget_usd)
+    #: the score plans compared by ``prepare`` (None: the plan was given, or nothing was compared)
+    plan_choice: PlanChoice | None = None
+
+    def price(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None = None) -> ContaminationPlan:
+        """The dry-run of a prepared check: every item of its plan priced on ``view`` in buying order
+        (nothing sent), with the plans ``prepare`` compared; see ``costs`` and ``score_plans``."""
+        choice = self.plan_choice
+        if choice is None and self.config.heldout == "known" and self.config.score != AUTO:
+            choice = self.choose_plan(inputs, view, budget_usd)  # the named plan shown beside the candidates
+        plan = self._priced(inputs, view, budget_usd)
         plan.choice = choice
         return plan
 
+    def budget_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> ContaminationPlan:
+        """``prepare`` on ``view`` and ``budget_usd``, then ``price``: the whole dry-run in one call."""
+        return self.prepare(inputs, Preparation(view=view, budget_usd=budget_usd)).price(inputs, view, budget_usd)
+
     def with_plan(self, plan: ScorePlan) -> Contamination:
         """This check with ``plan``'s score and positions (everything else as configured)."""
-        return Contamination(replace(self.config, score=plan.score, positions=plan.positions))
+        method = Contamination(replace(self.config, score=plan.score, positions=plan.positions))
+        method.choices = self.choices
+        return method
 
     @property
     def effective_plan(self) -> ScorePlan:
@@ -402,6 +456,8 @@ class Contamination(Method):
 
     def _priced(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> ContaminationPlan:
         """Every item of the configured plan priced on ``view``, in buying order."""
+        if self.config.heldout == "auto":
+            return self.resolve_heldout(inputs)._priced(inputs, view, budget_usd)
         bench = as_benchmark(inputs.data, "benchmark") if inputs.data is not None else None
         if bench is None:
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
@@ -485,19 +541,17 @@ class Contamination(Method):
 
     def run(self, inputs: AuditInputs) -> MethodResult:
         self.check(inputs)
-        if self.config.score != AUTO or self.config.heldout == "synthetic":
-            return self._run(inputs)  # the synthetic side is read by calibrated DI's own features: no plan
-        # the plan is fixed here, before any scoring request: priced on the loaded target's view
-        view, budget = run_view(inputs.target)
-        choice = self.choose_plan(inputs, view, budget)
-        result = self.with_plan(DEFAULT_PLAN if choice is None else choice.chosen.plan)._run(inputs)
-        record = (
-            choice.to_json()
-            if choice is not None
-            else {"chosen": DEFAULT_PLAN.key, "rule": "local model: nothing is billed, loss on every position"}
-        )
-        result.provenance.setdefault("contamination", {})["plan_choice"] = record
-        result.summary.insert(0, f"score plan: {record['chosen']} (chosen: {record['rule']})")
+        # every auto choice is fixed here, before any scoring request (a no-op on a prepared check): the
+        # plan is priced on the loaded target's view; the synthetic side is read by calibrated DI's own
+        # features, so it has no plan to choose
+        method = self.resolve_heldout(inputs)
+        if method.needs_plan_choice:  # only then is the loaded target's view read
+            method = method.prepare(inputs, Preparation.of_target(inputs.target))
+        result = method._run(inputs)
+        record = method.choices.get("score_plan")
+        if record is not None:
+            result.provenance.setdefault("contamination", {})["plan_choice"] = record
+            result.summary.insert(0, f"score plan: {record['chosen']} (chosen: {record['rule']})")
         return result
 
     def _run(self, inputs: AuditInputs) -> MethodResult:
@@ -767,22 +821,3 @@ def spend_lines(bought: dict[str, Any]) -> list[str]:
             "remaining items' lengths)"
         )
     return [line]
-
-
-def run_view(target: Any) -> tuple[PlanningView, float | None]:
-    """The loaded target's planning view, priced with the run's own price table, and what is left of
-    its ``--budget-usd`` (None: no cap or a local model)."""
-    from dataclasses import replace as _replace
-
-    from blackbox_audit.planning import view_of_target
-
-    view = view_of_target(target)
-    engine = getattr(target, "engine", None)
-    pricing = getattr(engine, "pricing", None)
-    if view.api and pricing is not None:
-        view = _replace(view, price=pricing.get(view.model))
-    budget = getattr(engine, "budget", None)
-    cap = getattr(budget, "max_usd", None)
-    if cap is None:
-        return view, None
-    return view, max(0.0, float(cap) - float(budget.spent_usd) - float(budget.reserved_usd))
