@@ -152,6 +152,7 @@ def plan(job: Job, workspace: Workspace, *, announce: bool = False) -> PlannedJo
     if announce:
         for line in method.notes():
             _say(line)
+    check_before_load(job, method)
     priced: dict[str, Any] = {}
     supported: dict[str, str] = {}
     for label, ref in job.priced_refs().items():
@@ -258,6 +259,7 @@ def run(job: Job, workspace: Workspace, *, announce: bool = True, check_first: b
 
 
 __all__ = [
+    "Preparation",
     "Job",
     "TargetRef",
     "PlannedJob",

@@ -87,7 +87,8 @@ def test_a_confounded_blind_baseline_gets_fsds_shift_warning() -> None:
 
 def test_defaults_are_the_papers() -> None:
     cfg = FSDConfig()
-    assert (cfg.epochs, cfg.batch_size, cfg.lr, cfg.schedule, cfg.lora_r, cfg.lora_alpha) == (
+    alpha = cfg.lora_options().alpha  # None in the config: 2 x rank, on every front door
+    assert (cfg.epochs, cfg.batch_size, cfg.lr, cfg.schedule, cfg.lora_r, alpha) == (
         3,
         8,
         1e-3,
@@ -96,6 +97,7 @@ def test_defaults_are_the_papers() -> None:
         32,
     )
     assert FSD(cfg).needs().capabilities == ("fine_tuning", "logprobs")
+    assert FSDConfig(lora_r=8).lora_options().alpha == 16
 
 
 # ------------------------------------------------------------------------------ pricing and dry-run

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from blackbox_audit.cli.common import load_data, open_target, prepare_out_dir, workspace_from_args
+from blackbox_audit.cli.common import config_from_args, execute, load_data, open_target, target_ref
 from blackbox_audit.cli.options import (
     add_api_arguments,
     add_bounded_argument,
@@ -25,9 +25,10 @@ from blackbox_audit.cli.options import (
     add_data_arguments,
     add_engine_arguments,
     add_execution_arguments,
+    comma_list,
 )
-from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.compare import DEFAULT_SCORES, SIDES, Compare, CompareConfig
+from blackbox_audit.pipeline import Job, TargetRef
 
 CHAT_FIELDS = ("chat", "system", "user_template")
 
@@ -46,11 +47,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--out", required=True, help="output folder (created if missing)")
     p.add_argument(
         "--scores",
-        default=",".join(DEFAULT_SCORES),
+        type=comma_list,
         help=f"comma-separated score specs computed on both sides (default: {','.join(DEFAULT_SCORES)})",
     )
     p.add_argument(
-        "--tolerance", type=float, default=1e-4, help="numerical slack in nats added to stated bounds (1e-4)"
+        "--tolerance",
+        type=float,
+        help=f"numerical slack in nats added to stated bounds ({CompareConfig.tolerance})",
     )
     p.add_argument("--price-as", help="also price the API side's requests at this model's published price")
     add_bounded_argument(p, default="upper")
@@ -69,62 +72,30 @@ def side_args(args: argparse.Namespace, side: str, **chat: Any) -> argparse.Name
     return argparse.Namespace(**values)
 
 
+def _side_ref(args: argparse.Namespace, side: str, sides: dict[str, Any]) -> TargetRef:
+    """Side ``side`` as a ``TargetRef`` whose opener gives a white-box side with ``--SIDE-chat`` the
+    other side's chat turn when that side is a chat API (opened first) and its own was not given."""
+    spec = {"a": args.a, "b": args.b}[side]
+
+    def opener(workspace: Any) -> Any:
+        chat: dict[str, Any] = {}
+        other = sides.get("b" if side == "a" else "a")
+        cond = getattr(other, "cond", None)  # an API target's Conditioning
+        if getattr(args, f"{side}_chat", None) and cond is not None and cond.api == "chat":
+            chat = {"system": cond.system, "user_template": cond.user_template}
+        sides[side] = open_target(workspace, spec, side_args(args, side, **chat))
+        return sides[side]
+
+    plain = target_ref(side_args(args, side), spec)
+    return TargetRef(spec, plain.options, opener=opener, pricing=plain.pricing)
+
+
 def run(args: argparse.Namespace) -> int:
-    from blackbox_audit.adapters import is_api_spec
-    from blackbox_audit.results import RunRecorder, print_result, write_result
-
-    names = tuple(dict.fromkeys(s.strip() for s in args.scores.split(",") if s.strip()))
-    method = Compare(
-        CompareConfig(
-            scores=names, bounded=args.bounded, tolerance=args.tolerance, price_as=args.price_as, pricing=args.pricing
-        )
-    )
-    specs = {"a": args.a, "b": args.b}
-    if args.dry_run:
-        return _dry_run(args, specs, method.plan(AuditInputs(data=load_data(args))))
-    recorder = RunRecorder("compare", args)
-    dataset = load_data(args)
-    out = prepare_out_dir(args.out)
-    workspace = workspace_from_args(args)  # one cache and one budget shared by both sides
-    targets: dict[str, Any] = {}
-    try:
-        for side in sorted(SIDES, key=lambda s: not is_api_spec(specs[s])):  # API sides first
-            chat: dict[str, Any] = {}
-            other = targets.get("b" if side == "a" else "a")
-            cond = getattr(other, "cond", None)  # an API target's Conditioning
-            if getattr(args, f"{side}_chat", None) and cond is not None and cond.api == "chat":
-                chat = {"system": cond.system, "user_template": cond.user_template}
-            targets[side] = open_target(workspace, specs[side], side_args(args, side, **chat))
-        result = method.run(AuditInputs(data=dataset, targets=targets))
-        extra = {
-            "targets": {s: t.describe() for s, t in targets.items()},
-            "cache": {s: dict(t.stats) for s, t in targets.items()},
-        }
-        paths = write_result(result, out, recorder=recorder, extra=extra)
-        print_result(result, paths)
-        return 0
-    finally:
-        workspace.close()
-
-
-def _dry_run(args: argparse.Namespace, specs: dict[str, str], plan: Any) -> int:
-    """Price the plan on each side's planning view (nothing is sent, no target is loaded)."""
-    from blackbox_audit.adapters import planning_view
-    from blackbox_audit.cli.common import PLANNING_OPTIONS
-    from blackbox_audit.engine.cache import open_cache
-    from blackbox_audit.planning import price_plan
-
-    cache = None if args.no_cache else open_cache(args.cache_dir)
-    try:
-        for side in SIDES:
-            opts = {k: getattr(args, k, None) for k in PLANNING_OPTIONS}
-            view = planning_view(specs[side], cache=cache, **{k: v for k, v in opts.items() if v})
-            print(f"side {side} ({specs[side]}):")
-            print(price_plan(plan, view).format())
-    finally:
-        if cache is not None:
-            cache.close()
-    return 0
+    method = Compare(config_from_args(CompareConfig, args))  # a bad option fails before any loading
+    sides: dict[str, Any] = {}  # filled as the sides open, API sides first (pipeline.open_targets)
+    targets = {side: _side_ref(args, side, sides) for side in SIDES}
+    job = Job(method=method, data=load_data(args), targets=targets, cache_dir=args.cache_dir, no_cache=args.no_cache)
+    return execute(args, "compare", job)
 
 
 __all__ = ["register", "run"]

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 
-from blackbox_audit.cli.common import dry_run, load_data, open_session
+from blackbox_audit.cli.common import config_from_args, execute, job_from_args, load_data
 from blackbox_audit.cli.options import add_common_arguments, add_engine_arguments, positive_float
-from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.decop import Decop, DecopConfig
+
+_C = DecopConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,47 +31,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--paraphrases", help="jsonl rows {id|text, paraphrases: [...]} with K-1 paraphrases per text")
     src.add_argument("--paraphraser", help="local model that writes the paraphrases: smollm2, hf:PATH, gguf:PATH")
-    g.add_argument("--options", type=int, default=4, help="K: the verbatim text + K-1 paraphrases (2..6, default 4)")
+    g.add_argument("--options", type=int, help=f"K: the verbatim text + K-1 paraphrases (2..6, default {_C.options})")
     g.add_argument(
         "--orders",
         choices=("all", "cyclic"),
-        default="all",
         help="every permutation (all, K! quizzes per text: 24 for K=4) or the K rotations (cyclic)",
     )
     g.add_argument(
         "--answers",
         choices=("auto", "logprobs", "choices"),
-        default="auto",
         help="read letter logprobs or greedy replies (auto: logprobs where the target returns them)",
     )
     g.add_argument(
         "--source",
-        default="the original text",
-        help="what the question says the passage is from, e.g. 'the book \"Emma\" by Jane Austen'",
+        help=f"what the question says the passage is from, e.g. 'the book \"Emma\" by Jane Austen' "
+        f"(default: {_C.source})",
     )
-    g.add_argument("--temperature", type=positive_float, default=0.8, help="paraphraser sampling temperature")
-    g.add_argument("--seed", type=int, default=0, help="paraphraser seed (default 0)")
+    g.add_argument(
+        "--temperature", type=positive_float, help=f"paraphraser sampling temperature (default {_C.temperature})"
+    )
+    g.add_argument("--seed", type=int, help=f"paraphraser seed (default {_C.seed})")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    method = Decop(
-        DecopConfig(
-            paraphrases=args.paraphrases,
-            paraphraser=args.paraphraser,
-            options=args.options,
-            orders=args.orders,
-            answers=args.answers,
-            source=args.source,
-            temperature=args.temperature,
-            seed=args.seed,
-        )
-    )
-    if args.dry_run:
-        return dry_run(args, method.plan(AuditInputs(data=load_data(args))))
-    session = open_session(args, "decop")
-    try:
-        inputs = session.inputs(cache_dir=args.cache_dir, no_cache=args.no_cache)
-        return session.finish(method.run(inputs))
-    finally:
-        session.close()
+    method = Decop(config_from_args(DecopConfig, args))  # a bad option fails before any loading
+    return execute(args, "decop", job_from_args(args, method, data=load_data(args)))

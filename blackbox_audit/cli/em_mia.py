@@ -17,10 +17,22 @@ import argparse
 import sys
 from typing import Any
 
-from blackbox_audit.cli.common import open_session
+from blackbox_audit import pipeline
+from blackbox_audit.cli.common import (
+    config_from_args,
+    job_from_args,
+    load_data,
+    prepare_out_dir,
+    target_ref,
+    workspace_from_args,
+)
 from blackbox_audit.cli.options import add_common_arguments, add_engine_arguments, positive_int
 from blackbox_audit.methods.em_mia import DEFAULT_TOPK, EMMIA, POOL_CAP, UPDATES, EMMIAConfig, pool_indices
+from blackbox_audit.pipeline import TargetRef
 from blackbox_audit.planning import price_plan, view_of_target
+from blackbox_audit.results import RunRecorder, print_result, print_usage, write_result
+
+_C = EMMIAConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,34 +45,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("EM-MIA")
     g.add_argument(
         "--init",
-        default="auto",
         help="initial membership score: a score spec (min_k_pp, loss, min_k:k=0.1, ...) or a baseline "
         "(avg, avgp, rand); auto = min_k_pp on white-box targets, else loss",
     )
-    g.add_argument("--iterations", type=positive_int, default=10, help="EM rounds (default 10)")
+    g.add_argument("--iterations", type=positive_int, help=f"EM rounds (default {_C.iterations})")
     g.add_argument(
         "--prefix-pool",
         type=_pool,
-        default=POOL_CAP,
         help=f"number of test texts used as prefixes (seeded subset), or 'all' (default {POOL_CAP}: all texts "
         f"up to {POOL_CAP}, a subset above; cost grows with pool x texts; neg-prefix needs 'all')",
     )
-    g.add_argument("--pool-seed", type=int, default=0, help="seed of the pool subset and the Rand prefix")
+    g.add_argument("--pool-seed", type=int, help=f"seed of the pool subset and the Rand prefix ({_C.pool_seed})")
     g.add_argument(
         "--update",
         choices=UPDATES,
-        default="auto",
         help="membership update: auto (default: topk-recall while a label-free premise check holds, else stop at "
         "the initial score with a warning; docs/em_mia.md), neg-prefix (the paper's, needs --prefix-pool all) or "
         "topk-recall (every iteration, ungated)",
     )
-    g.add_argument("--topk", type=positive_int, default=DEFAULT_TOPK, help="prefixes averaged by topk-recall")
+    g.add_argument("--topk", type=positive_int, help=f"prefixes averaged by topk-recall ({DEFAULT_TOPK})")
     g.add_argument(
         "--baselines",
-        default="avg,avgp,rand",
+        type=_baselines,
         help="label-free baselines to add as columns: any of avg,avgp,rand, or 'none' (default: all)",
     )
-    g.add_argument("--rand-shots", type=positive_int, default=DEFAULT_TOPK, help="texts in the Rand prefix (12)")
+    g.add_argument("--rand-shots", type=positive_int, help=f"texts in the Rand prefix ({_C.rand_shots})")
     g.add_argument(
         "--dry-run",
         action="store_true",
@@ -129,26 +138,25 @@ def print_cost(rows: list[dict[str, Any]], target_name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    method = EMMIA(
-        EMMIAConfig(
-            init=args.init,
-            iterations=args.iterations,
-            prefix_pool=args.prefix_pool,
-            pool_seed=args.pool_seed,
-            update=args.update,
-            topk=args.topk,
-            baselines=_baselines(args.baselines),
-            rand_shots=args.rand_shots,
-        )
-    )  # a bad --init or --baselines fails here, before the model is loaded
-    session = open_session(args, "em-mia")
-    try:
-        inputs = session.inputs()
-        method.check(inputs)
-        rows = cost_rows(method, inputs, getattr(args, "pricing", None))
-        print_cost(rows, session.target.name)
+    """EM-MIA's dry-run prices each pool size on the loaded target (it reads the probe); the run goes
+    through the one pipeline on that same loaded target, so both resolve ``init`` the same way."""
+    method = EMMIA(config_from_args(EMMIAConfig, args))  # a bad --init or --baselines fails here
+    data = load_data(args)
+    recorder = RunRecorder("em-mia", args)
+    out_dir = None if args.dry_run else prepare_out_dir(args.out)
+    with workspace_from_args(args) as workspace:
+        ref = target_ref(args)
+        loaded = ref.open(workspace)
+        job = job_from_args(args, method, data=data, target=TargetRef(ref.spec, ref.options, opener=lambda _: loaded))
+        inputs = job.inputs(target=loaded)
+        prepared = method.prepare(inputs, pipeline.Preparation.of_target(loaded))
+        prepared.check(inputs)
+        rows = cost_rows(prepared, inputs, getattr(args, "pricing", None))
+        print_cost(rows, loaded.name)
         if args.dry_run:
             return 0
-        return session.finish(method.run(inputs), extra={"cost": rows[0]})
-    finally:
-        session.close()
+        outcome = pipeline.run(job, workspace, check_first=False)
+        paths = write_result(outcome.result, out_dir, recorder=recorder, target=loaded, extra={"cost": rows[0]})
+        print_result(outcome.result, paths)
+        print_usage(loaded)
+    return 0

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import argparse
 
-from blackbox_audit.cli.common import dry_run, load_data, open_session
+from blackbox_audit.cli.common import config_from_args, execute, job_from_args, load_data
 from blackbox_audit.cli.options import (
     add_bounded_argument,
     add_common_arguments,
     add_engine_arguments,
+    comma_list,
     positive_float,
     positive_int,
 )
 from blackbox_audit.data import Dataset, load_dataset
 from blackbox_audit.errors import UserError
-from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.fsd import FSD, LOSS_FAMILY, FSDConfig
 
 
@@ -40,43 +40,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--finetune-limit", type=positive_int, help="use only the first N texts of --finetune")
     p.add_argument(
         "--scores",
-        default="",
+        type=comma_list,
         help=f"loss-family score specs (default: every one of {','.join(LOSS_FAMILY)} the target supports)",
     )
     add_bounded_argument(p)
     f = p.add_argument_group("fine-tuning (defaults: the FSD paper's)")
-    f.add_argument("--epochs", type=positive_int, default=d.epochs, help=f"epochs (default {d.epochs})")
+    f.add_argument("--epochs", type=positive_int, help=f"epochs (default {d.epochs})")
     f.add_argument(
-        "--ft-batch-size", type=positive_int, default=d.batch_size, help=f"texts per step (default {d.batch_size})"
+        "--ft-batch-size", dest="batch_size", type=positive_int, help=f"texts per step (default {d.batch_size})"
     )
-    f.add_argument("--lr", type=positive_float, default=d.lr, help=f"LoRA learning rate, local models (default {d.lr})")
+    f.add_argument("--lr", type=positive_float, help=f"LoRA learning rate, local models (default {d.lr})")
     f.add_argument(
         "--lora-r",
         type=positive_int,
-        default=d.lora_r,
         help=f"LoRA rank; alpha = 2 x rank as in the paper (default {d.lora_r})",
     )
-    f.add_argument("--seed", type=int, default=d.seed, help=f"fine-tuning seed (default {d.seed})")
+    f.add_argument("--seed", type=int, help=f"fine-tuning seed (default {d.seed})")
     f.add_argument(
         "--lr-multiplier",
         type=positive_float,
-        default=None,
         help="provider jobs: learning-rate multiplier (default: the provider's 'auto'; the emulator's base rate "
         "is the paper's 1e-3)",
     )
-    f.add_argument(
-        "--suffix", default=d.suffix, help=f"provider jobs: fine-tuned model name suffix (default {d.suffix})"
-    )
+    f.add_argument("--suffix", help=f"provider jobs: fine-tuned model name suffix (default {d.suffix})")
     f.add_argument(
         "--poll",
+        dest="poll_s",
         type=positive_float,
-        default=d.poll_s,
         help=f"provider jobs: first status check after S s ({d.poll_s})",
     )
     f.add_argument(
         "--ft-timeout",
+        dest="timeout_s",
         type=positive_float,
-        default=None,
         help="provider jobs: stop waiting after S s (the job keeps running; re-run to resume it)",
     )
     p.set_defaults(func=run)
@@ -100,28 +96,6 @@ def _finetune_set(args: argparse.Namespace) -> Dataset:
 
 
 def run(args: argparse.Namespace) -> int:
-    names = tuple(dict.fromkeys(s.strip() for s in args.scores.split(",") if s.strip()))
-    config = FSDConfig(
-        scores=names,
-        epochs=args.epochs,
-        batch_size=args.ft_batch_size,
-        lr=args.lr,
-        lora_r=args.lora_r,
-        lora_alpha=2 * args.lora_r,
-        seed=args.seed,
-        lr_multiplier=args.lr_multiplier,
-        suffix=args.suffix,
-        poll_s=args.poll,
-        poll_max_s=max(args.poll, FSDConfig().poll_max_s),
-        timeout_s=args.ft_timeout,
-        bounded=args.bounded,
-    )
-    method = FSD(config)  # a bad option fails before any loading
+    method = FSD(config_from_args(FSDConfig, args))  # a bad option fails before any loading
     finetune = _finetune_set(args)
-    if args.dry_run:  # before the target is loaded: loading an API target probes it
-        return dry_run(args, method.plan(AuditInputs(data=load_data(args), sets={"finetune": finetune})))
-    session = open_session(args, "fsd")
-    try:
-        return session.finish(method.run(session.inputs(sets={"finetune": finetune})))
-    finally:
-        session.close()
+    return execute(args, "fsd", job_from_args(args, method, data=load_data(args), sets={"finetune": finetune}))

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 
-from blackbox_audit.cli.common import prepare_out_dir
+from blackbox_audit import pipeline
+from blackbox_audit.cli.common import config_from_args, prepare_out_dir
 from blackbox_audit.cli.options import fraction
 from blackbox_audit.errors import UserError
-from blackbox_audit.methods.base import AuditInputs
-from blackbox_audit.methods.ptdi import DEFAULT_LAMBDA, METHODS, PTDI, PTDIConfig
+from blackbox_audit.methods.ptdi import METHODS, PTDI, PTDIConfig
+from blackbox_audit.pipeline import Job
 from blackbox_audit.results import RunRecorder, print_result, read_scored, require_label, write_result
+from blackbox_audit.workspace import Workspace
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,8 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--lam",
         type=fraction,
-        default=DEFAULT_LAMBDA,
-        help=f"subtraction region size (default {DEFAULT_LAMBDA})",
+        help=f"subtraction region size (default {PTDIConfig.lam})",
     )
     p.add_argument("--out", required=True, help="output folder (created if missing)")
     p.set_defaults(func=run)
@@ -49,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     recorder = RunRecorder("ptdi", args)
-    method = PTDI(PTDIConfig(score=args.score, alpha=args.alpha, method=args.method or "auto", lam=args.lam))
+    method = PTDI(config_from_args(PTDIConfig, args))
     scored = {"test": read_scored(args.test, args.score, "--test")}
     scored["calibration"] = read_scored(args.calibration, args.score, "--calibration")
     require_label(scored["calibration"], 0, "--calibration")
@@ -60,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(
             "method 'moment' needs scores of known members", "pass --members SCORES.jsonl or use --method subtraction"
         )
-    result = method.run(AuditInputs(scored=scored))
     out_dir = prepare_out_dir(args.out)
+    with Workspace(None) as workspace:  # scores only: no target, no cache
+        result = pipeline.run(Job(method=method, scored=scored), workspace).result
     print_result(result, write_result(result, out_dir, recorder=recorder))
     return 0

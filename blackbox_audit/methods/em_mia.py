@@ -55,6 +55,7 @@ key/value cache in batches.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -72,6 +73,7 @@ from blackbox_audit.methods.base import (
     Method,
     MethodConfig,
     Needs,
+    Preparation,
     check_positive,
     register_method,
 )
@@ -643,6 +645,32 @@ class EMMIA(Method):
 
     def needs(self) -> Needs:
         return Needs(capabilities=("conditional",))
+
+    def prepare(self, inputs: AuditInputs, preparation: Preparation) -> EMMIA:
+        """``init = "auto"`` resolved from what is known of the target (``default_init``: Min-K%++ where
+        it gives the full distribution, else loss): the loaded target, else its kind's capabilities
+        (``adapters.registry``), so the dry-run prices the initial score the run computes."""
+        if self.config.init != "auto":
+            return self
+        known = preparation.target if preparation.target is not None else inputs.target
+        if known is None and preparation.target_spec is not None:
+            from types import SimpleNamespace
+
+            from blackbox_audit.adapters import target_kind
+
+            known = SimpleNamespace(capabilities=target_kind(preparation.target_spec).capabilities)
+        if known is None:
+            return self
+        init = default_init(known)
+        method = EMMIA(dataclasses.replace(self.config, init=init))
+        method.choices = {
+            **self.choices,
+            "init": {
+                "chosen": init,
+                "rule": "Min-K%++ where the target gives the full distribution (white-box), else loss",
+            },
+        }
+        return method
 
     def _init(self, target: Any) -> str:
         if self.config.init != "auto":

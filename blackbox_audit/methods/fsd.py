@@ -123,9 +123,10 @@ def shift_warning(blind: dict[str, Any] | None) -> str | None:
 class FSDConfig(MethodConfig):
     """``scores``: loss-family score specs (empty: every one the target supports); fine-tuning:
     ``epochs``, ``batch_size``, ``lr``, ``schedule``, ``warmup_steps``, ``weight_decay``,
-    ``lora_r``, ``lora_alpha``, ``lora_dropout``, ``max_len`` (local LoRA; the paper's and
-    authors' defaults), ``seed``; provider jobs: ``lr_multiplier`` (None = the provider's
-    "auto"), ``suffix``, ``poll_s``/``poll_max_s`` (status checks), ``timeout_s``;
+    ``lora_r``, ``lora_alpha`` (None: 2 x rank, as in the paper), ``lora_dropout``, ``max_len``
+    (local LoRA; the paper's and authors' defaults), ``seed``; provider jobs: ``lr_multiplier`` (None = the provider's
+    "auto"), ``suffix``, ``poll_s``/``poll_max_s`` (status checks; the longest wait is never below the
+    first), ``timeout_s``;
     ``bounded``/``blind`` as in ``score``."""
 
     scores: tuple[str, ...] = ()
@@ -136,7 +137,7 @@ class FSDConfig(MethodConfig):
     warmup_steps: int = 10
     weight_decay: float = 5e-4
     lora_r: int = 16
-    lora_alpha: int = 32
+    lora_alpha: int | None = None
     lora_dropout: float = 0.05
     max_len: int = 1024
     seed: int = 0
@@ -165,8 +166,8 @@ class FSDConfig(MethodConfig):
             raise UserError(f"lr_multiplier must be > 0, got {self.lr_multiplier}", "e.g. lr_multiplier=1.0")
         if not self.suffix or len(self.suffix) > 64:
             raise UserError(f"suffix '{self.suffix}' must have 1 to 64 characters", "e.g. suffix=fsd")
-        if not (self.poll_s > 0 and self.poll_max_s >= self.poll_s):
-            raise UserError("poll_s must be > 0 and poll_max_s >= poll_s", "e.g. poll_s=5, poll_max_s=60")
+        if not (self.poll_s > 0 and self.poll_max_s > 0):
+            raise UserError("poll_s and poll_max_s must be > 0", "e.g. poll_s=5, poll_max_s=60")
 
     def lora_options(self) -> Any:
         from blackbox_audit.adapters.lora import LoraOptions
@@ -179,7 +180,7 @@ class FSDConfig(MethodConfig):
             warmup_steps=self.warmup_steps,
             weight_decay=self.weight_decay,
             r=self.lora_r,
-            alpha=self.lora_alpha,
+            alpha=self.lora_alpha if self.lora_alpha is not None else 2 * self.lora_r,
             dropout=self.lora_dropout,
             max_len=self.max_len,
         )
@@ -193,7 +194,7 @@ class FSDConfig(MethodConfig):
             lr_multiplier=self.lr_multiplier,
             suffix=self.suffix,
             poll_s=self.poll_s,
-            poll_max_s=self.poll_max_s,
+            poll_max_s=max(self.poll_max_s, self.poll_s),
             timeout_s=self.timeout_s,
             cache_dir=cache_dir,
         )
