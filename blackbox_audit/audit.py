@@ -138,6 +138,14 @@ class AuditRun:
 
     # ---- data
     def dataset(self, name: str) -> Any:
+        if name not in self.datasets and self.spec.data[name].benchmark is not None:
+            from blackbox_audit.benchmarks import load_benchmark
+
+            d = self.spec.data[name]
+            keys = ("question_field", "answer_field", "id_field", "label_field", "prompt_template", "output_template")
+            bench = load_benchmark(d.benchmark, **{k: d.options[k] for k in keys if k in d.options})
+            limit = d.options.get("limit")
+            self.datasets[name] = bench if limit is None else bench.subset(range(min(limit, len(bench))))
         if name not in self.datasets:
             from blackbox_audit.data import Dataset, load_dataset
 
@@ -223,35 +231,59 @@ class AuditRun:
             self.targets[name] = self.workspace.cached(base.with_chat(chat) if chat is not None else base)
         return self.targets[name]
 
-    # ---- steps
-    def inputs(self, step: StepSpec) -> Any:
-        from blackbox_audit.methods.base import AuditInputs
+    # ---- steps (each one ``pipeline.Job``, run or planned by the one pipeline, as a CLI command is)
+    def target_ref(self, name: str, pricing: str | None = None) -> Any:
+        """Target ``name`` as a ``pipeline.TargetRef``: the spec and options its planning view and its
+        choices read (an emulator's ``compat:`` URL on its configured port; a canary's model folder) and
+        an opener that loads it the audit's way (emulators, shared local models, chat views)."""
+        from blackbox_audit.adapters import is_api_spec
+        from blackbox_audit.pipeline import TargetRef
+
+        t = self.spec.targets[name]
+        if t.emulate is not None:
+            e = t.emulate
+            model = e.get("model") or "emu-" + e["profile"]
+            target_spec = f"compat:http://127.0.0.1:{e.get('port', 0)}/v1#{model}"
+        else:
+            target_spec = self.local_spec(t)
+        keep = ("tokenizer", "api", "system", "user_template") if is_api_spec(target_spec) else LOCAL_BASE_OPTIONS
+        options = {k: v for k, v in self.api_options(t).items() if k in keep}
+        return TargetRef(target_spec, options, opener=lambda _workspace: self.target(name), pricing=pricing)
+
+    def job(self, step: StepSpec, *, scored: dict[str, Any] | None = None, pricing: str | None = None) -> Any:
+        """The step as a ``pipeline.Job`` (``scored``: earlier steps' scores; read from their folders)."""
+        from blackbox_audit.methods import METHODS
+        from blackbox_audit.pipeline import Job
         from blackbox_audit.results import ScoredSet, read_result
 
-        scored = {}
-        for role, name in step.scored.items():
-            res = read_result(self.folders[name])
-            scored[role] = ScoredSet(ids=res.ids, scores=res.scores, labels=res.labels, path=str(self.folders[name]))
-        return AuditInputs(
+        if scored is None:
+            scored = {}
+            for role, name in step.scored.items():
+                res = read_result(self.folders[name])
+                scored[role] = ScoredSet(
+                    ids=res.ids, scores=res.scores, labels=res.labels, path=str(self.folders[name])
+                )
+        return Job(
+            method=METHODS[step.method](step.config),
             data=self.dataset(step.data) if step.data else None,
-            target=self.target(step.target) if step.target else None,
-            reference=self.target(step.reference) if step.reference else None,
             sets={role: self.dataset(n) for role, n in step.sets.items()},
-            targets={role: self.target(n) for role, n in step.targets.items()},
             scored=scored,
-            progress=self.progress,
+            target=self.target_ref(step.target, pricing) if step.target else None,
+            reference=self.target_ref(step.reference, pricing) if step.reference else None,
+            targets={role: self.target_ref(n, pricing) for role, n in step.targets.items()},
             cache_dir=self.spec.audit.get("cache_dir"),  # methods' own artifacts (DI) share the audit's cache
             no_cache=bool(self.spec.audit.get("no_cache")),
+            progress=self.progress,
         )
 
     def run_step(self, step: StepSpec) -> Any:
-        from blackbox_audit.methods import METHODS
+        from blackbox_audit import pipeline
         from blackbox_audit.results import RunRecorder, print_result, write_result
 
-        method = METHODS[step.method](step.config)
+        assert self.workspace is not None
         recorder = RunRecorder(f"audit {step.name}", {"spec": str(self.spec.path), "step": step.name})
-        inputs = self.inputs(step)
-        result = method.run(inputs)
+        outcome = pipeline.run(self.job(step), self.workspace, announce=self.progress)
+        result, inputs = outcome.result, outcome.inputs
         folder = self.out_dir / step.name
         extra: dict[str, Any] = {"audit_step": {"name": step.name, "spec": str(self.spec.path), "index": step.index}}
         if inputs.targets:
@@ -315,66 +347,37 @@ def run_audit(path: str | Path, *, out: str | None = None, cache_dir: str | None
 
 
 def plan_audit(path: str | Path, *, cache_dir: str | None = None, echo: Callable[[str], None] = print) -> int:
-    """``--dry-run``: each step's calls priced on its targets' planning views; nothing is loaded or sent
-    (local models are loaded only to count tokens; the spec's canaries are built first, locally, as
-    their texts and tokenizers are what is counted)."""
-    from blackbox_audit.adapters import is_api_spec, planning_view
-    from blackbox_audit.engine.cache import open_cache
-    from blackbox_audit.methods import METHODS
-    from blackbox_audit.methods.base import AuditInputs
-    from blackbox_audit.planning import price_plan
+    """``--dry-run``: each step planned by the one pipeline (``pipeline.plan``: its ``auto`` choices
+    made on its targets' planning views, then priced); nothing is loaded or sent (local models are
+    loaded only to count tokens; the spec's canaries are built first, locally, as their texts and
+    tokenizers are what is counted)."""
+    from blackbox_audit import pipeline
     from blackbox_audit.results import ScoredSet
 
     spec = load_spec(path)
     run = AuditRun(spec, spec.out, progress=False)
-    cache = None if spec.audit.get("no_cache") else open_cache(cache_dir or spec.audit.get("cache_dir"))
-    views: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    workspace = Workspace.open(
+        cache_dir=cache_dir or spec.audit.get("cache_dir"),
+        no_cache=bool(spec.audit.get("no_cache")),
+        engine=engine_options_from_spec(spec),
+    )
+    with workspace, tempfile.TemporaryDirectory() as tmp:
         pricing = spec.audit.get("pricing")
         if spec.prices:  # the planners read prices from a file: the spec's [prices] over its pricing file
             base = json.loads(Path(pricing).read_text()) if pricing else {}
             models = {**(base.get("models", base) if isinstance(base, dict) else {}), **spec.prices}
             pricing = str(Path(tmp) / "prices.json")
             Path(pricing).write_text(json.dumps({"models": models}))
-
-        def target_spec_and_options(name: str) -> tuple[str, dict[str, Any]]:
-            t = spec.targets[name]
-            if t.emulate is not None:
-                e = t.emulate
-                model = e.get("model") or "emu-" + e["profile"]
-                target_spec = f"compat:http://127.0.0.1:{e.get('port', 0)}/v1#{model}"
-            else:
-                target_spec = run.local_spec(t)
-            keep = ("tokenizer", "api", "system", "user_template") if is_api_spec(target_spec) else LOCAL_BASE_OPTIONS
-            return target_spec, {k: v for k, v in run.api_options(t).items() if k in keep}
-
-        def view(name: str) -> Any:
-            if name not in views:
-                target_spec, opts = target_spec_and_options(name)
-                views[name] = planning_view(target_spec, cache=cache, pricing=pricing, **opts)
-            return views[name]
-
-        try:
-            for step in spec.steps:
-                method = METHODS[step.method](step.config)
-                if step.target and hasattr(method, "choose_generator"):  # as the run will, from the target
-                    target_spec, opts = target_spec_and_options(step.target)
-                    method.choose_generator(target_spec, opts.get("tokenizer"))
-                inputs = AuditInputs(
-                    data=run.dataset(step.data) if step.data else None,
-                    sets={r: run.dataset(n) for r, n in step.sets.items()},
-                    scored={r: ScoredSet(ids=[], scores={}, path=f"step {n}") for r, n in step.scored.items()},
-                )
-                plan = method.plan(inputs)
-                names = [step.target] if step.target else list(step.targets.values())
-                echo(f"step {step.name} ({step.method}):")
-                if not plan.calls and not plan.items:
-                    echo("  no target calls")
-                    continue
-                for name in names:
-                    echo(f"  target {name}:")
-                    echo("  " + price_plan(plan, view(name)).format().replace("\n", "\n  "))
-        finally:
-            if cache is not None:
-                cache.close()
+        for step in spec.steps:
+            scored = {r: ScoredSet(ids=[], scores={}, path=f"step {n}") for r, n in step.scored.items()}
+            planned = pipeline.plan(run.job(step, scored=scored, pricing=pricing), workspace)
+            echo(f"step {step.name} ({step.method}):")
+            for role, choice in planned.choices.items():
+                echo(f"  {role}: {choice.get('chosen')} ({choice.get('rule')})")
+            if not planned.priced:
+                echo("  no target calls")
+                continue
+            for label, priced in planned.priced.items():
+                echo(f"  target {step.target or label}:")
+                echo("  " + priced.format().replace("\n", "\n  "))
     return 0

@@ -22,9 +22,11 @@ Layout::
                        model, noise, seed: the provider emulator over a local model, started for
                        the audit (an offline rehearsal; give a fixed port so a rerun hits the cache);
                        or canary = "NAME": that canary's model (white-box, local options)
-    [data.NAME]        path (or canary = "NAME" with split = "dataset" | "members" | "nonmembers" |
-                       "calibration": the canary's labelled files), text_field, label_field,
-                       id_field, limit, rows = [start, stop],
+    [data.NAME]        path, or benchmark = "gsm8k" | "mmlu[:SUBJECT]" | "FILE" (question/answer items for
+                       ``contamination``; question_field, answer_field, id_field, label_field,
+                       prompt_template, output_template, limit), or canary = "NAME" with
+                       split = "dataset" | "members" | "nonmembers" | "calibration": the canary's
+                       labelled files), text_field, label_field, id_field, limit, rows = [start, stop],
                        label = 0 | 1 (keep only rows with that label, e.g. calibration non-members)
     [[steps]]          method = "score" | "em_mia" | "ptdi" | "compare" | any registered method
                        name (its folder; default the method's name), target, data, reference,
@@ -65,6 +67,11 @@ AUDIT_KEYS = {
 DATA_KEYS = {
     "path": str,
     "canary": str,
+    "benchmark": str,
+    "question_field": str,
+    "answer_field": str,
+    "prompt_template": str,
+    "output_template": str,
     "split": str,
     "text_field": str,
     "label_field": str,
@@ -161,10 +168,11 @@ class TargetSpec:
 @dataclass
 class DataSpec:
     name: str
-    path: Path | None  # None: a canary's file, known once it is built
+    path: Path | None  # None: a canary's file, known once it is built, or a built-in benchmark
     options: dict[str, Any]
     canary: str | None = None
     split: str = "dataset"
+    benchmark: str | None = None  # a benchmark (gsm8k, mmlu[:SUBJECT] or a file): question/answer items
 
 
 @dataclass
@@ -385,10 +393,24 @@ class SpecReader:
         where = ("data", name)
         opts = self.table(value, where, f"data.{name}")
         self.typed(opts, DATA_KEYS, where, f"[data.{name}]")
-        if ("path" in opts) == ("canary" in opts):
+        if sum(k in opts for k in ("path", "canary", "benchmark")) != 1:
             raise self.fail(
-                where, None, f"data set '{name}' needs exactly one of path or canary", 'add path = "FILE.jsonl"'
+                where,
+                None,
+                f"data set '{name}' needs exactly one of path, canary or benchmark",
+                'add path = "FILE.jsonl" (or benchmark = "gsm8k")',
             )
+        if "benchmark" in opts:
+            bench = opts.pop("benchmark")
+            builtin = bench == "gsm8k" or bench.partition(":")[0] == "mmlu"
+            if not builtin:
+                file = self.resolve(bench)
+                if not file.is_file():
+                    raise self.fail(
+                        where, "benchmark", f"benchmark file {file} does not exist", "fix the path, or name gsm8k/mmlu"
+                    )
+                bench = str(file)
+            return DataSpec(name, None, opts, benchmark=bench)
         split = opts.pop("split", "dataset")
         if split not in CANARY_SPLITS:
             raise self.fail(where, "split", f"unknown canary split '{split}'", f"use one of {', '.join(CANARY_SPLITS)}")
