@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
-from bench.common import announce, auc, get_canary, hanley_mcneil_se, revision
+from bench.common import announce, auc, get_canary, hanley_mcneil_se, open_cpu_target, open_workspace, revision
 
 SCORES = ("loss", "zlib", "lowercase", "min_k")  # the paper's four (Table 1)
 FT_KEYS = {"epochs": int, "lr": float, "batch_size": int, "lora_r": int, "warmup_steps": int, "schedule": str}
@@ -309,20 +309,19 @@ def main() -> None:
     import torch
 
     from blackbox_audit.methods.fsd import FSDConfig
-    from blackbox_audit.workspace import Workspace
 
     torch.set_num_threads(args.threads)
     settings = ("iid", "shifted") if args.setting == "both" else (args.setting,)
     fts = args.ft or ["paper"]
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="fsd-eval-")
     runs: list[Run] = []
-    with Workspace.open(cache_dir=cache_dir) as workspace:
+    with open_workspace(cache_dir) as workspace:
         for cseed in (int(s) for s in args.canary_seeds.split(",")):
             canary = canary_for(args, cseed)
             spec = "smollm2" if args.control_base and args.base == "smollm2" else canary.target_spec
             if args.control_base and args.base != "smollm2":
                 raise SystemExit("--control-base needs --base smollm2 (the tiny canary has no pretrained base)")
-            target = workspace.open_target(spec, device="cpu", progress=False)
+            target = open_cpu_target(workspace, spec)
             for setting in settings:
                 data, finetune = setting_sets(canary, setting, args)
                 for ft in fts:

@@ -76,7 +76,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
-from bench.common import announce, auc_of, emulator, get_canary, load_backend, stamped
+from bench.common import announce, auc_of, emulator, get_canary, load_backend, open_workspace, stamped
 
 #: plans compared by default: the pre-issue default (every answer position recovered), and the cheap ones
 DEFAULT_PLANS = (
@@ -218,16 +218,12 @@ def serve_and_score(
     """Every plan's per-item rows for ``items`` on the model ``spec`` behind the openai-chat emulator."""
     need = [p for p in plans if any(f"{p.key}|{it.id}" not in scorer.rows for it in items)]
     if need:
-        from blackbox_audit.engine.options import EngineOptions
-        from blackbox_audit.workspace import Workspace
-
         pricing = work / "pricing.json"
-        options = EngineOptions(pricing=str(pricing), concurrency=CONCURRENCY)
 
         def score_on(target_spec: str) -> None:
             for plan in need:  # a request cache per plan: plans share their top-20 reads, each must pay for its own
                 cache = work / "requests" if plan.key == "loss" else work / f"requests-{plan.key.replace('@', '-')}"
-                ws = Workspace.open(cache_dir=cache, engine=options)
+                ws = open_workspace(cache, pricing=str(pricing), concurrency=CONCURRENCY)
                 try:
                     scorer.score(ws.load_target(target_spec, tokenizer=tokenizer), items, plan, label)
                 finally:
