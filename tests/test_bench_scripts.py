@@ -1,5 +1,5 @@
-"""The bench scripts: each imports and answers ``--help`` without loading a model, none reaches a
-sibling through ``sys.path``, ``bench.common``'s metrics are the product's, and the docs date a
+"""The bench scripts: each imports and answers ``--help`` without loading a model and prints its
+command and revision when it runs, none reaches a sibling through ``sys.path``, ``bench.common``'s metrics are the product's, and the docs date a
 measured figure by the command and revision that produced it, never by a work session.
 
 Why: benches are run rarely and by hand, so a broken import or an argparse slip shows up only when
@@ -92,6 +92,18 @@ def test_script_help(helps: dict[str, dict[str, Any]], name: str) -> None:
     assert got["rc"] == 0, f"bench/{name}.py --help: {got['rc']}"
     assert got["stdout"].startswith("usage:"), got["stdout"][:200]
     assert not got["heavy"], f"bench/{name}.py --help imported {got['heavy']} (import them inside main)"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_script_prints_its_revision(name: str) -> None:
+    """Every script calls ``bench.common.announce`` (its command and git revision beside its figures)."""
+    tree = ast.parse((BENCH / f"{name}.py").read_text(encoding="utf-8"))
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "announce"]
+    imported = any(
+        isinstance(n, ast.ImportFrom) and n.module == "bench.common" and any(a.name == "announce" for a in n.names)
+        for n in tree.body
+    )
+    assert calls and imported, f"bench/{name}.py: call announce() from bench.common after parsing its arguments"
 
 
 @pytest.mark.parametrize("name", HELPERS)
