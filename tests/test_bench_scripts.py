@@ -1,6 +1,7 @@
 """The bench scripts: each imports and answers ``--help`` without loading a model and prints its
-command and revision when it runs, none reaches a sibling through ``sys.path``, ``bench.common``'s metrics are the product's, and the docs date a
-measured figure by the command and revision that produced it, never by a work session.
+command and revision when it runs, none reaches a sibling through ``sys.path``, ``bench.common``'s
+metrics are the product's, and the docs date a measured figure by the command and revision that
+produced it, never by a work session.
 
 Why: benches are run rarely and by hand, so a broken import or an argparse slip shows up only when
 someone needs the figure. Every script's ``--help`` runs here the way ``python bench/X.py --help``
