@@ -30,8 +30,12 @@ import argparse
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, emulator, get_canary
 
 
 def sent_to(emu) -> int:
@@ -80,8 +84,6 @@ def main(argv=None) -> int:
     from blackbox_audit.adapters import load_target
     from blackbox_audit.adapters.hf import load_hf
     from blackbox_audit.engine.cache import open_cache
-    from blackbox_audit.sim.canary import CanaryOptions, build_canary, load_canary
-    from blackbox_audit.sim.emulator import run_emulator
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--canary", help="a built canary folder (default: the default tiny canary, built once and cached)")
@@ -91,8 +93,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-echo", action="store_true", help="serve the profile without echo (e.g. forced-token)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    announce(argv)
 
-    canary = load_canary(args.canary) if args.canary else build_canary(CanaryOptions())
+    canary = get_canary(args.canary)
     rows = canary.dataset()
     rng = np.random.default_rng(args.seed)
     picked = [rows[i] for i in rng.permutation(len(rows))[: args.texts]]
@@ -101,7 +104,7 @@ def main(argv=None) -> int:
     tok_dir = str(canary.model_dir)
     print(f"canary {canary.path} ({canary.card.get('base')}); {len(texts)} texts cut to {args.max_tokens} tokens")
     overrides = {"echo": False} if args.no_echo else {}
-    emulated = run_emulator(backend, args.profile, model="gpt-4o-mini", **overrides)
+    emulated = emulator(backend, args.profile, model="gpt-4o-mini", **overrides)
     with emulated as emu, tempfile.TemporaryDirectory() as probe:
         warm = open_cache(probe)  # the probe once, its report shared by both runs
         load_target(emu.target_spec, tokenizer=tok_dir, cache=warm).close()

@@ -38,26 +38,19 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, auc, get_canary, open_cpu_target, open_workspace, revision
+
 EM_TEXTS = {"tiny": 400, "smollm2": 60}
-
-
-def auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    from blackbox_audit.metrics import membership_metrics
-
-    ok = ~np.isnan(scores)
-    return float(membership_metrics(scores[ok], labels[ok])["auc"])
 
 
 def measure(
     base: str, seed: int, em_texts: int, cache_dir: str | None, progress: bool, save_matrix: str | None = None
 ) -> dict[str, Any]:
-    from blackbox_audit.sim.canary import CanaryOptions, build_canary
-    from blackbox_audit.workspace import Workspace
-
-    canary = build_canary(CanaryOptions(base=base, seed=seed), cache_dir=cache_dir, progress=progress)
-    with Workspace.open(cache_dir=cache_dir) as workspace:
-        target = workspace.open_target(canary.target_spec, device="cpu", progress=False)
-        return _measure(target, canary, base, seed, em_texts, progress, save_matrix)
+    built = get_canary(base=base, seed=seed, cache_dir=cache_dir, progress=progress)
+    with open_workspace(cache_dir) as workspace:
+        target = open_cpu_target(workspace, built.target_spec)
+        return _measure(target, built, base, seed, em_texts, progress, save_matrix)
 
 
 def _measure(
@@ -183,6 +176,7 @@ def main() -> None:
     )
     ap.add_argument("--progress", action="store_true")
     args = ap.parse_args()
+    announce()
     import torch
 
     torch.set_num_threads(args.threads)
@@ -191,6 +185,7 @@ def main() -> None:
         for seed in (int(s) for s in args.seeds.split(",")):
             em_texts = EM_TEXTS[base] if args.em_texts is None else args.em_texts
             row = measure(base, seed, em_texts, args.cache_dir, args.progress, args.save_matrix)
+            row["revision"] = revision()
             print(json.dumps(row), file=sys.stderr, flush=True)
             results.append(row)
     print_table(results)

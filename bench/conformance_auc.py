@@ -28,25 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-
-def auc(scores: np.ndarray, y: np.ndarray) -> float:
-    from sklearn.metrics import roc_auc_score
-
-    ok = np.isfinite(scores)
-    return float(roc_auc_score(y[ok], scores[ok]))
-
-
-def hanley_mcneil_se(a: float, y: np.ndarray) -> float:
-    """Standard error of an AUC (Hanley & McNeil 1982)."""
-    n1, n0 = int(y.sum()), int(len(y) - y.sum())
-    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
-    return float(np.sqrt((a * (1 - a) + (n1 - 1) * (q1 - a * a) + (n0 - 1) * (q2 - a * a)) / (n1 * n0)))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, auc, get_canary, hanley_mcneil_se, open_cpu_target, open_workspace
 
 
 def row(name: str, before: float | None, after: float, y: np.ndarray, note: str = "") -> None:
@@ -67,8 +57,13 @@ def scores_section(target: Any, texts: list[str], y: np.ndarray, nm_file: str, m
     # lowercase: the old form was loss(x) - loss(x.lower()); both forms from the same records
     t = compute_scores(target, texts, ["loss", "lowercase"], progress=True)
     lower = compute_scores(target, [x.lower() for x in texts], "loss", progress=False)["loss"]
-    row("loss (unchanged, for reference)", None, auc(t["loss"], y), y)
-    row("lowercase  diff -> ratio loss(x.lower())/loss(x)", auc(t["loss"] - lower, y), auc(t["lowercase"], y), y)
+    row("loss (unchanged, for reference)", None, auc(t["loss"], y, finite_only=True), y)
+    row(
+        "lowercase  diff -> ratio loss(x.lower())/loss(x)",
+        auc(t["loss"] - lower, y, finite_only=True),
+        auc(t["lowercase"], y, finite_only=True),
+        y,
+    )
 
     base = f"prefixes={nm_file}:shots={shots}"
     specs = {
@@ -78,7 +73,7 @@ def scores_section(target: Any, texts: list[str], y: np.ndarray, nm_file: str, m
         "first": f"recall:{base}:first_token=false",
     }
     r = compute_scores(target, texts, list(specs.values()), progress=True)
-    a = {k: auc(r[v], y) for k, v in specs.items()}
+    a = {k: auc(r[v], y, finite_only=True) for k, v in specs.items()}
     row("recall     (\\n\\n sep, u_2..) -> (direct, u_1..)", a["before"], a["after"], y)
     row("  only sep=paragraph (blank-line join)", None, a["sep"], y)
     row("  only first_token=false (drop u_1 | p)", None, a["first"], y)
@@ -91,11 +86,14 @@ def scores_section(target: Any, texts: list[str], y: np.ndarray, nm_file: str, m
         "first": f"conrecall:{cbase}:first_token=false",
     }
     c = compute_scores(target, texts, [*cspecs.values(), f"conrecall:{cbase}:gamma=sweep"], progress=True)
-    ca = {k: auc(c[v], y) for k, v in cspecs.items()}
+    ca = {k: auc(c[v], y, finite_only=True) for k, v in cspecs.items()}
     row("conrecall  gamma 0.5 (\\n\\n, u_2..) -> (direct, u_1..)", ca["before"], ca["after"], y)
     row("  only sep=paragraph", None, ca["sep"], y)
     row("  only first_token=false", None, ca["first"], y)
-    sweep = {g: auc(c[f"conrecall:{cbase}:gamma={g}"], y) for g in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)}
+    sweep = {
+        g: auc(c[f"conrecall:{cbase}:gamma={g}"], y, finite_only=True)
+        for g in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+    }
     best = max(sweep, key=sweep.get)
     print("  conrecall gamma=sweep (default conventions): " + "  ".join(f"{g}: {v:.3f}" for g, v in sweep.items()))
     print(f"    best gamma {best} (AUC {sweep[best]:.3f}) is picked with the labels: not a label-free figure")
@@ -119,7 +117,8 @@ def em_section(target: Any, texts: list[str], y: np.ndarray, shots: int) -> None
     init = compute_scores(target, texts, init_field, progress=False)[init_field]
     pool = em.pool_indices(len(texts))
     n1 = int(y.sum())
-    print(f"\nEM-MIA on the first {len(texts)} texts ({n1} members); init {init_field} AUC {auc(init, y):.3f}")
+    init_auc = auc(init, y, finite_only=True)
+    print(f"\nEM-MIA on the first {len(texts)} texts ({n1} members); init {init_field} AUC {init_auc:.3f}")
     head = f"  {'conventions':<24} {'em_mia':>7} {'topk':>7} {'avg':>7} {'avgp':>7} {'-avgp':>7} {'rand':>7}"
     print(head + "   (em_mia: neg-prefix update; topk: topk-recall, k=12; avgp: the authors' sign, now ours;")
     print(" " * 78 + "-avgp: its negation, this project's column before issue 11)")
@@ -130,7 +129,7 @@ def em_section(target: Any, texts: list[str], y: np.ndarray, shots: int) -> None
         topk = em.em_mia(matrix, init, update="topk-recall").final
         avgp = em.avgp_scores(matrix)
         rand = em.rand_scores(target, texts, pool, matrix.ll, shots=shots, seed=0, **conv)
-        vals = [auc(v, y) for v in (neg, topk, em.avg_scores(matrix), avgp, -avgp, rand)]
+        vals = [auc(v, y, finite_only=True) for v in (neg, topk, em.avg_scores(matrix), avgp, -avgp, rand)]
         print(f"  {name:<24} " + " ".join(f"{v:>7.3f}" for v in vals))
     se = hanley_mcneil_se(0.75, y)
     print(f"  (SE of an AUC near 0.75 on these {len(texts)} texts: ±{se:.3f})")
@@ -146,26 +145,24 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip", default="", help="comma list of sections to skip: scores, em")
     args = ap.parse_args()
+    announce()
 
     import torch
-
-    from blackbox_audit.sim.canary import load_canary
-    from blackbox_audit.workspace import Workspace
 
     torch.set_num_threads(args.threads)
     logging.getLogger("blackbox_audit").setLevel(logging.ERROR)  # prefix truncation is expected here
     import warnings
 
     warnings.filterwarnings("ignore", message="prefix of")
-    canary = load_canary(args.canary)
-    print(f"canary {canary.path} (base {canary.card['base']}, build {canary.card['build_id']})")
-    with Workspace.open(cache_dir=args.cache_dir) as workspace:
-        target = workspace.open_target(canary.target_spec, device="cpu", progress=False)
-        rows = canary.dataset()
-        member_shots = [r["text"] for r in canary.members[: args.shots]]
+    loaded = get_canary(args.canary)
+    print(f"canary {loaded.path} (base {loaded.card['base']}, build {loaded.card['build_id']})")
+    with open_workspace(args.cache_dir) as workspace:
+        target = open_cpu_target(workspace, loaded.target_spec)
+        rows = loaded.dataset()
+        member_shots = [r["text"] for r in loaded.members[: args.shots]]
         skip = {s.strip() for s in args.skip.split(",") if s.strip()}
         with tempfile.TemporaryDirectory() as tmp:
-            nm_file = write_lines(Path(tmp) / "nm.jsonl", [r["text"] for r in canary.calibration[: args.shots]])
+            nm_file = write_lines(Path(tmp) / "nm.jsonl", [r["text"] for r in loaded.calibration[: args.shots]])
             m_file = write_lines(Path(tmp) / "m.jsonl", member_shots)
             if "scores" not in skip:
                 ev = [r for r in rows if r["text"] not in set(member_shots)]

@@ -20,11 +20,15 @@ import argparse
 import inspect
 import json
 import logging
+import sys
 import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, get_canary
 
 
 def main() -> None:
@@ -35,19 +39,19 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--compare", default=None, help="JSON written by the other revision")
     args = ap.parse_args()
+    announce()
 
     import torch
 
     from blackbox_audit.adapters import load_target
     from blackbox_audit.methods import em_mia as em
     from blackbox_audit.scores import compute_scores
-    from blackbox_audit.sim.canary import load_canary
 
     torch.set_num_threads(2)
     logging.getLogger("blackbox_audit").setLevel(logging.ERROR)  # prefix truncation is expected here
     warnings.filterwarnings("ignore", message="prefix of")
     new = "self_pairs" in inspect.signature(em.recall_matrix).parameters
-    canary = load_canary(args.canary)
+    canary = get_canary(args.canary)
     target = load_target(canary.target_spec, device="cpu", progress=False)
     texts = [r["text"] for r in canary.dataset()[: args.texts]]
     out: dict[str, list[float]] = {}

@@ -39,22 +39,18 @@ from pathlib import Path
 
 import numpy as np
 
-
-def labelled(bench, indices, labels):
-    """``bench.subset(indices)`` with 0/1 evaluation labels."""
-    from blackbox_audit.benchmarks import Benchmark
-    from blackbox_audit.data import Sample
-
-    sub = bench.subset(indices)
-    return Benchmark(
-        samples=[Sample(s.id, s.text, int(y)) for s, y in zip(sub.samples, labels, strict=True)],
-        path=sub.path,
-        prompts=sub.prompts,
-        outputs=sub.outputs,
-        name=sub.name,
-        fmt=sub.fmt,
-        source=sub.source,
-    )
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import (
+    announce,
+    emit,
+    get_canary,
+    labelled,
+    open_cpu_target,
+    open_workspace,
+    read_rows,
+    revision,
+    stamped,
+)
 
 
 def write_items(path: Path, indices: list[int], labels: list[int] | None = None) -> None:
@@ -112,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         "--models", default=None, help="synthetic: contaminated,clean,other-items,fully-contaminated (default all)"
     )
     a = p.parse_args(argv)
+    announce(argv)
     if a.heldout == "synthetic":
         return synthetic_eval(a)
     if a.splits < 20:
@@ -125,12 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     from blackbox_audit.benchmarks import load_gsm8k
     from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
-    from blackbox_audit.sim.canary import CanaryOptions, build_canary, default_train_config, draw_split
+    from blackbox_audit.sim.canary import CanaryOptions, default_train_config, draw_split
     from blackbox_audit.sim.corpora import corpus_samples
-    from blackbox_audit.workspace import Workspace
 
-    command = ".venv/bin/python bench/contamination_eval.py " + shlex.join(sys.argv[1:] if argv is None else argv)
-    print(f"$ {command}")
     train = default_train_config("smollm2")
     if a.epochs:
         train = replace(train, epochs=a.epochs)
@@ -159,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         models.append(("unmodified SmolLM2", "smollm2"))
     if a.only != "clean":
         t0 = time.perf_counter()
-        canary = build_canary(opts, cache_dir=a.cache_dir)
+        canary = get_canary(opts, cache_dir=a.cache_dir)
         if [r["id"] for r in canary.members] != [r["id"] for r in split["members"]]:
             raise SystemExit("the canary's members differ from the split computed here")
         print(
@@ -178,13 +172,13 @@ def main(argv: list[str] | None = None) -> int:
             f"from all {n_m + len(never)}, held-out = the other {len(never) - n_m} (true rate 0%)"
         )
     cfg = ContaminationConfig(score=a.score, part=a.part, alpha=a.alpha)
-    workspace = Workspace.open(cache_dir=a.cache_dir)
+    workspace = open_workspace(a.cache_dir)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = {}
     try:
         for name, spec in models:
-            target = workspace.open_target(spec, device="cpu", progress=False)
+            target = open_cpu_target(workspace, spec)
             rows = []
             t1 = time.perf_counter()
             for s in range(a.splits):
@@ -252,23 +246,9 @@ def main(argv: list[str] | None = None) -> int:
             report(name, rows, a.alpha, truth=bool(name.startswith("fine")))
     finally:
         workspace.close()
-    (out / "summary.json").write_text(json.dumps({"command": command, "rows": summary}, indent=2))
+    (out / "summary.json").write_text(json.dumps(stamped({"rows": summary}, argv), indent=2))
     print(f"per-split rows: {out / 'summary.json'}")
     return 0
-
-
-def emit(row: dict, out) -> dict:
-    """Print one split's JSON line, and append it to ``out`` (an open file, or None) as it finishes."""
-    print(json.dumps(row), flush=True)
-    if out:
-        out.write(json.dumps(row) + "\n")
-        out.flush()
-    return row
-
-
-def read_rows(path: str) -> list[dict]:
-    """Every JSON line of ``path`` (all runs that appended to it)."""
-    return [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
 
 
 class SyntheticDraws:
@@ -277,7 +257,7 @@ class SyntheticDraws:
 
     def __init__(self, a) -> None:
         from blackbox_audit.benchmarks import load_gsm8k
-        from blackbox_audit.sim.canary import CanaryOptions, build_canary, default_train_config, draw_split
+        from blackbox_audit.sim.canary import CanaryOptions, default_train_config, draw_split
         from blackbox_audit.sim.corpora import corpus_samples
 
         train = default_train_config("smollm2")
@@ -300,7 +280,7 @@ class SyntheticDraws:
             raise SystemExit(
                 f"--models: unknown {sorted(set(self.wanted) - set(all_models))}; choose from {all_models}"
             )
-        spec = build_canary(opts, cache_dir=a.cache_dir).target_spec if set(self.wanted) - {"clean"} else None
+        spec = get_canary(opts, cache_dir=a.cache_dir).target_spec if set(self.wanted) - {"clean"} else None
         self.models = {"contaminated": spec, "clean": "smollm2", "other-items": spec, "fully-contaminated": spec}
         self.todo = range(a.splits) if not a.sets else [int(x) for x in a.sets.split(",")]
 
@@ -345,7 +325,6 @@ def synthetic_eval(a) -> int:
     torch.set_num_threads(a.threads)
     from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
-    from blackbox_audit.workspace import Workspace
 
     draws = SyntheticDraws(a)
     wanted, models, todo = draws.wanted, draws.models, draws.todo
@@ -355,10 +334,10 @@ def synthetic_eval(a) -> int:
 
         cfg = replace(cfg, generator=a.generator)
     out = open(a.json, "a") if a.json else None  # noqa: SIM115 - appended as splits finish
-    workspace = Workspace.open(cache_dir=a.cache_dir)
+    workspace, rev = open_workspace(a.cache_dir), revision()
     try:
         for name in wanted:
-            target = workspace.open_target(models[name], device="cpu", progress=False)
+            target = open_cpu_target(workspace, models[name])
             for s in todo:
                 bench = draws.benchmark(name, s)
                 t0, c0 = time.perf_counter(), time.process_time()
@@ -370,7 +349,8 @@ def synthetic_eval(a) -> int:
                        "flagged": v.details["dataset_test"]["flagged"], "decision": v.decision,
                        "auc_text": v.estimate.get("auc_text"), "auc_comb": v.estimate.get("auc_comb"),
                        "pairs": v.details["dataset_test"]["n_pairs"], "bow_auc": v.details["shift_check"]["bow_auc"],
-                       "wall_s": round(time.perf_counter() - t0), "cpu_s": round(time.process_time() - c0)}  # fmt: skip
+                       "wall_s": round(time.perf_counter() - t0), "cpu_s": round(time.process_time() - c0),
+                       "revision": rev}  # fmt: skip
                 emit(row, out)
     finally:
         workspace.close()

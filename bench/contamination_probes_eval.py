@@ -25,27 +25,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from textonly_canary import Counting, patient  # bench/ sibling: the same counter and timeout
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, emulator, get_canary, labelled, load_backend, open_workspace, stamped
+from bench.textonly_canary import Counting, patient  # the same counter and timeout
 
 PRICE_MODEL = "gpt-4o-mini"
-
-
-def labelled(bench: Any, indices: list[int], labels: list[int]) -> Any:
-    """``bench.subset(indices)`` with 0/1 evaluation labels (template fields kept for the probes)."""
-    from dataclasses import replace
-
-    from blackbox_audit.data import Sample
-
-    sub = bench.subset(indices)
-    return replace(sub, samples=[Sample(s.id, s.text, int(y)) for s, y in zip(sub.samples, labels, strict=True)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,21 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(a.threads)
     from dataclasses import replace
 
-    from blackbox_audit.adapters import load_target
     from blackbox_audit.benchmarks import load_gsm8k
-    from blackbox_audit.engine import EngineOptions, PricingTable
+    from blackbox_audit.engine import PricingTable
     from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
     from blackbox_audit.planning.price import SAMPLING_PROMPT_OVERHEAD
-    from blackbox_audit.sim.canary import CanaryOptions, build_canary, default_train_config, draw_split
+    from blackbox_audit.sim.canary import CanaryOptions, default_train_config, draw_split
     from blackbox_audit.sim.corpora import corpus_samples
-    from blackbox_audit.sim.emulator import run_emulator
-    from blackbox_audit.workspace import Workspace
 
-    command = ".venv/bin/python bench/contamination_probes_eval.py " + shlex.join(
-        sys.argv[1:] if argv is None else argv
-    )
-    print(f"$ {command}")
+    announce(argv)
     price = PricingTable.load(None).get(PRICE_MODEL)
     opts = CanaryOptions(
         corpus="benchmark:gsm8k",
@@ -128,21 +113,19 @@ def main(argv: list[str] | None = None) -> int:
         models.append(("unmodified SmolLM2", "smollm2", False))
     if a.only != "clean":
         t0 = time.perf_counter()
-        canary = build_canary(opts, cache_dir=a.cache_dir)
+        canary = get_canary(opts, cache_dir=a.cache_dir)
         print(f"canary {canary.path} ({time.perf_counter() - t0:.0f} s)")
         models.insert(0, ("fine-tuned on the members", canary.target_spec, True))
     n_m = len(members)
     cfg = ContaminationConfig(score=f"probe:{a.probe}", alpha=a.alpha, sequential=False)  # fixed sample, as measured
-    os.environ.setdefault("ANTHROPIC_API_KEY", "sk-ant-emulator")
-    os.environ.setdefault("OPENAI_API_KEY", "sk-emulator")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {}
     for name, spec, dirty in models:
-        backend = load_target(spec, device="cpu", progress=False)
-        workspace = Workspace.open(cache_dir=a.cache_dir, engine=EngineOptions(concurrency=a.concurrency))
+        backend = load_backend(spec)
+        workspace = open_workspace(a.cache_dir, concurrency=a.concurrency)
         try:
-            with run_emulator(backend, a.profile, model="emu") as emu:
+            with emulator(backend, a.profile, model="emu") as emu:
                 scheme = "anthropic" if a.profile == "anthropic" else "compat"
                 target = Counting(
                     patient(workspace.open_target(f"{scheme}:{emu.base_url}#emu"), a.request_timeout),
@@ -201,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             workspace.close()
             backend.close()
-    (out / "summary.json").write_text(json.dumps({"command": command, "rows": summary}, indent=2))
+    (out / "summary.json").write_text(json.dumps(stamped({"rows": summary}, argv), indent=2))
     print(f"per-split rows: {out / 'summary.json'}")
     return 0
 

@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from contamination_eval import labelled  # bench/ is the script's folder, so it is on sys.path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, get_canary, labelled, open_cpu_target, open_workspace, stamped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,12 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     from blackbox_audit.benchmarks import load_gsm8k
     from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
-    from blackbox_audit.sim.canary import CanaryOptions, build_canary, default_train_config
+    from blackbox_audit.sim.canary import CanaryOptions, default_train_config
 
-    command = ".venv/bin/python bench/contamination_rate_coverage.py " + shlex.join(
-        sys.argv[1:] if argv is None else argv
-    )
-    print(f"$ {command}")
+    announce(argv)
     train = default_train_config(a.base)
     if a.epochs:
         train = replace(train, epochs=a.epochs)
@@ -89,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         train=train,
     )
     t0 = time.perf_counter()
-    canary = build_canary(opts, cache_dir=a.cache_dir)
+    canary = get_canary(opts, cache_dir=a.cache_dir)
     print(f"canary {canary.path} ({time.perf_counter() - t0:.0f} s; card: epochs {canary.card.get('epochs')})")
     gsm = load_gsm8k()
 
@@ -108,12 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         f"trained items, the rest from the {len(never)} never-trained), held-out {a.heldout_size} other "
         f"never-trained items; score {a.score}, part {a.part}, {a.confidence:.0%} lower bound"
     )
-    from blackbox_audit.workspace import Workspace
-
-    workspace = Workspace.open(cache_dir=a.cache_dir)
+    workspace = open_workspace(a.cache_dir)
     rows: dict[str, list[dict]] = {}
     try:
-        target = workspace.open_target(canary.target_spec, device="cpu", progress=False)
+        target = open_cpu_target(workspace, canary.target_spec)
         for rate in rates:
             n_mem = round(rate * a.bench_size)
             truth = n_mem / a.bench_size
@@ -155,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         workspace.close()
     folder = Path(a.out)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "summary.json").write_text(json.dumps({"command": command, "rows": rows}, indent=2))
+    (folder / "summary.json").write_text(json.dumps(stamped({"rows": rows}, argv), indent=2))
     print(f"per-split rows: {folder / 'summary.json'}")
     return 0
 

@@ -28,12 +28,16 @@ Run from the repository root (``CACHE`` as for ``contamination_eval.py``):
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-from contamination_eval import SyntheticDraws, emit, read_rows  # bench/ is the script's folder, so it is on sys.path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, emit, open_cpu_target, open_workspace, read_rows, revision
+from bench.contamination_eval import SyntheticDraws  # the same canary, targets and benchmarks
 
 
 def lift_reference_refusal(reference: str, captured: dict) -> None:
@@ -183,13 +187,13 @@ def main(argv: list[str] | None = None) -> int:
         "delta = d - d_mis, which cancels whatever in the gap does not depend on the question",
     )
     a = p.parse_args(argv)
+    announce(argv)
 
     import torch
 
     torch.set_num_threads(a.threads)
     from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
-    from blackbox_audit.workspace import Workspace
 
     draws = SyntheticDraws(a)
     members = set(draws.members)
@@ -197,10 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     lift_reference_refusal(a.reference, captured)
     out = open(a.json, "a") if a.json else None  # noqa: SIM115 - appended as splits finish
     rows = []
-    workspace = Workspace.open(cache_dir=a.cache_dir)
+    workspace, rev = open_workspace(a.cache_dir), revision()
     try:
         for name in draws.wanted:
-            target = workspace.open_target(draws.models[name], device="cpu", progress=False)
+            target = open_cpu_target(workspace, draws.models[name])
             for s in draws.todo:
                 t0 = time.process_time()
                 cfg = ContaminationConfig(heldout="synthetic", part="output", alpha=a.alpha, seed=s)
@@ -208,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                     AuditInputs(data=draws.benchmark(name, s), target=target, cache_dir=a.cache_dir, progress=False)
                 )
                 row = {"model": name, "split": s, "reference": a.reference, "p": res.verdict.p_value,
-                       **loss_gaps(captured, members), "cpu_s": round(time.process_time() - t0)}  # fmt: skip
+                       **loss_gaps(captured, members), "cpu_s": round(time.process_time() - t0),
+                       "revision": rev}  # fmt: skip
                 rows.append(emit(row, out))
     finally:
         workspace.close()

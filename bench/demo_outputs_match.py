@@ -27,6 +27,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce
+
 ROOT = Path(__file__).resolve().parents[1]
 #: keys whose values record a time, a duration or a revision: masked before comparing
 VOLATILE_KEYS = {"started_at", "finished_at", "wall_time_s", "cpu_time_s", "git", "elapsed_s", "duration_s"}
@@ -101,6 +104,7 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the two output folders")
     ap.add_argument("demo_args", nargs="*", help="extra demo options, after --")
     args = ap.parse_args()
+    announce()
     work = Path(args.work or tempfile.mkdtemp(prefix="demo-match-"))
     work.mkdir(parents=True, exist_ok=True)
     src, site = work / "baseline-src", work / "baseline-site"

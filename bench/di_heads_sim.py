@@ -22,11 +22,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 
 from blackbox_audit.di.calibrated import head_test, text_feature
 from blackbox_audit.di.stats import normalise
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce
 
 VARIANTS = {
     "nested": {"kind": "logit", "epochs": 0, "free": True, "nested": True},
@@ -84,6 +89,7 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=125, help="train pairs = test pairs (default 125)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    announce()
     print(f"share of p < 0.05 over {args.reps} repetitions (± binomial SE), median p; {args.pairs} train/test pairs")
     print(f"{'scenario':<52}" + "".join(f"{v:>24}" for v in VARIANTS))
     for i, (name, kw) in enumerate(SCENARIOS):

@@ -17,9 +17,14 @@ with ``--baseline-lm`` relies on.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, auc, get_canary, open_cpu_target, open_workspace
+from bench.di_eval import interleave, nonmember_pool  # the same non-member sets as the DI bench
 
 
 def main() -> int:
@@ -33,44 +38,37 @@ def main() -> int:
     ap.add_argument("--cache-dir", required=True, help="the bench cache (held-out pairs are reused from it)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-
-    import sys
+    announce()
 
     import torch
     from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import roc_auc_score
     from sklearn.model_selection import cross_val_predict
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    import di_eval
 
     from blackbox_audit.adapters.hf import load_hf
     from blackbox_audit.di import ArtifactStore, CalibratedOptions, GeneratorConfig, LocalGenerator, build_heldout
     from blackbox_audit.di.features import DEFAULT_FEATURES, feature_matrix
     from blackbox_audit.di.generator import resolve_folder
-    from blackbox_audit.sim.canary import load_canary
-    from blackbox_audit.workspace import Workspace
 
     torch.set_num_threads(args.threads)
-    canary = load_canary(args.canary)
-    pool = di_eval.nonmember_pool(canary, 0)
+    canary = get_canary(args.canary)
+    pool = nonmember_pool(canary, 0)
     d = args.docs
     members = [("member", canary.members[i * d : (i + 1) * d]) for i in range(5)]
     nonmembers = [("nonmember", pool[i * d : (i + 1) * d]) for i in range(10)]
-    suspects = di_eval.interleave(members, nonmembers)
+    suspects = interleave(members, nonmembers)
     opts = CalibratedOptions(seq_tokens=args.seq_tokens, generator=GeneratorConfig(model=args.generator))
     cache_dir = Path(args.cache_dir)
     store = ArtifactStore(cache_dir / "di")
     gen = LocalGenerator(args.generator, progress=False)
-    workspace = Workspace.open(cache_dir=cache_dir / "cache")
-    target = workspace.open_target(f"hf:{canary.model_dir}", device="cpu", progress=False)
+    workspace = open_workspace(cache_dir / "cache")
+    target = open_cpu_target(workspace, f"hf:{canary.model_dir}")
     base = load_hf(str(resolve_folder(args.baseline)), device="cpu", progress=False)
     names = list(DEFAULT_FEATURES)
 
     def cv_auc(x: np.ndarray, y: np.ndarray) -> float:
         x = (x - x.mean(0)) / (x.std(0) + 1e-9)
         p = cross_val_predict(LogisticRegression(max_iter=2000), x, y, cv=5, method="predict_proba")[:, 1]
-        return float(roc_auc_score(y, p))
+        return auc(p, y)
 
     print(f"{'truth':<10} {'set':>3} {'pairs':>5} {'gap tgt':>8} {'gap base':>8} {'corr':>5} "
           f"{'AUC tgt':>7} {'AUC base':>8} {'AUC both':>8} {'AUC tgt-base loss':>17}")  # fmt: skip

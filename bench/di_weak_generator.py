@@ -18,7 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, get_canary
 
 
 def main() -> int:
@@ -27,17 +31,17 @@ def main() -> int:
     ap.add_argument("--out", required=True, help="work folder (models, data, cache, results)")
     ap.add_argument("--di-args", default="", help="more di options, e.g. '--crossfit --baseline-lm hf:DIR'")
     args = ap.parse_args()
+    announce()
 
     import torch
 
     from blackbox_audit.cli import main as cli
-    from blackbox_audit.sim.canary import load_canary
     from blackbox_audit.sim.tiny_models import build_tiny_llama, sample_texts
 
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    canary = load_canary(args.canary)
+    canary = get_canary(args.canary)
     texts = sample_texts(160)
     members = {r["text"] for r in canary.members}
     suspect = texts[:80]

@@ -12,13 +12,17 @@ actually sent (counted by the emulator). Cost uses the bundled price of ``--pric
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
+from pathlib import Path
 
 from blackbox_audit.adapters import load_target
 from blackbox_audit.engine import PricingTable
 from blackbox_audit.planning import UNKNOWN, LadderShape, estimate_scoring
-from blackbox_audit.sim.emulator import run_emulator
 from blackbox_audit.sim.tiny_models import build_tiny_lm, sample_texts
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, emulator
 
 PROFILES = ("openai-legacy-echo", "forced-token", "bias-reflecting", "argmax-only")
 
@@ -31,6 +35,7 @@ def main() -> None:
     ap.add_argument("--price-as", default="gpt-3.5-turbo-instruct")
     ap.add_argument("--profiles", default=",".join(PROFILES))
     a = ap.parse_args()
+    announce()
 
     if a.backend == "tiny":
         from blackbox_audit.adapters.hf import load_hf
@@ -57,7 +62,7 @@ def main() -> None:
         f"{'prompt tok est':>16} {'actual':>7} {'cost est $':>18} {'actual $':>9}"
     )
     for prof in a.profiles.split(","):
-        with run_emulator(backend, prof) as emu:
+        with emulator(backend, prof) as emu:
             target = load_target(emu.target_spec, tokenizer=tokenizer, cache=None)
             probe_requests = emu.stats()["requests"]
             before = estimate_scoring(counts, UNKNOWN, price=price, probe_requests=probe_requests)

@@ -21,17 +21,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-
-def auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    from blackbox_audit.metrics import membership_metrics
-
-    ok = ~np.isnan(scores)
-    return float(membership_metrics(scores[ok], labels[ok])["auc"])
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, auc, get_canary, open_cpu_target, open_workspace, stamped
 
 
 def evaluate(matrix: Any, init: np.ndarray, y: np.ndarray, full: bool) -> dict[str, float]:
@@ -65,12 +63,11 @@ def main() -> None:
     ap.add_argument("--save-matrix", help="write the full matrix, init and labels to this .npz")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
+    announce()
     import torch
 
     from blackbox_audit.methods import em_mia as em
     from blackbox_audit.scores import compute_scores
-    from blackbox_audit.sim.canary import CanaryOptions, build_canary
-    from blackbox_audit.workspace import Workspace
 
     torch.set_num_threads(args.threads)
     t0 = time.process_time()
@@ -81,13 +78,13 @@ def main() -> None:
         full = em.RecallMatrix(values=saved["values"], pool=em.pool_indices(n), ll=saved["ll"])
         print(f"matrix {args.matrix}: {n} texts ({int(y.sum())} members)")
     else:
-        canary = build_canary(CanaryOptions(base=args.base, seed=args.seed), cache_dir=args.cache_dir)
-        rows = canary.dataset()[: args.texts]
+        built = get_canary(base=args.base, seed=args.seed, cache_dir=args.cache_dir)
+        rows = built.dataset()[: args.texts]
         texts = [r["text"] for r in rows]
         y = np.array([int(r["label"]) for r in rows])
         n = len(texts)
-        with Workspace.open(cache_dir=args.cache_dir) as workspace:
-            target = workspace.open_target(canary.target_spec, device="cpu", progress=False)
+        with open_workspace(args.cache_dir) as workspace:
+            target = open_cpu_target(workspace, built.target_spec)
             table = compute_scores(target, texts, args.init, progress=False)
             init = next(iter(table.values()))
             full = em.recall_matrix(target, texts, em.pool_indices(n), progress=True)
@@ -115,7 +112,7 @@ def main() -> None:
     print("mean ± SD over pool seeds; topk/neg_prefix forced, auto = the default (gated by the premise check)")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"init_auc": auc(init, y), "n": n, "rows": results}, f, indent=2)
+            json.dump(stamped({"init_auc": auc(init, y), "n": n, "rows": results}), f, indent=2)
 
 
 if __name__ == "__main__":

@@ -28,20 +28,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, emulator, get_canary
+
 
 def _canary(a: argparse.Namespace):
-    from blackbox_audit.sim.canary import CanaryOptions, build_canary
+    from blackbox_audit.sim.canary import CanaryOptions
 
     if a.canary:
-        from blackbox_audit.sim.canary import Canary
-
-        return Canary(Path(a.canary))
+        return get_canary(a.canary)
     opts = CanaryOptions(
         corpus="benchmark:gsm8k",
         base="tiny",
@@ -51,7 +53,7 @@ def _canary(a: argparse.Namespace):
         n_shifted=0,
         max_tokens=256,
     )
-    return build_canary(opts, cache_dir=a.cache_dir, progress=False)
+    return get_canary(opts, cache_dir=a.cache_dir, progress=False)
 
 
 def _usd(price, stats_before: dict, stats_after: dict) -> tuple[int, int, float]:
@@ -71,6 +73,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=0, help="cut each text to this many tokens (default 0: whole)")
     ap.add_argument("--price-as", default="gpt-4o-mini")
     a = ap.parse_args()
+    announce()
 
     import diskcache
 
@@ -79,7 +82,6 @@ def main() -> None:
     from blackbox_audit.engine import PricingTable
     from blackbox_audit.planning import CostPlan, price_plan
     from blackbox_audit.scores import compute_scores, plan_requests
-    from blackbox_audit.sim.emulator import run_emulator
 
     t0 = time.perf_counter()
     canary = _canary(a)
@@ -100,7 +102,7 @@ def main() -> None:
         return f"${lo:.4f} - ${hi:.4f} ({e.requests[0]:,} - {e.requests[1]:,} req)"
 
     met, centre_err, widths = [], [], []
-    with run_emulator(backend, "openai-chat") as emu:
+    with emulator(backend, "openai-chat") as emu:
         spec = emu.target_spec
         for split in range(a.splits):
             order = np.random.default_rng(split).permutation(len(rows))

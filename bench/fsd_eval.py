@@ -43,28 +43,20 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, auc, get_canary, hanley_mcneil_se, open_cpu_target, open_workspace, revision
+
 SCORES = ("loss", "zlib", "lowercase", "min_k")  # the paper's four (Table 1)
 FT_KEYS = {"epochs": int, "lr": float, "batch_size": int, "lora_r": int, "warmup_steps": int, "schedule": str}
-
-
-def hanley_mcneil_se(a: float, y: np.ndarray) -> float:
-    """Standard error of an AUC (Hanley & McNeil 1982)."""
-    n1, n0 = int(y.sum()), int(len(y) - y.sum())
-    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
-    return float(np.sqrt(max(0.0, a * (1 - a) + (n1 - 1) * (q1 - a * a) + (n0 - 1) * (q2 - a * a)) / (n1 * n0)))
-
-
-def auc(scores: np.ndarray, y: np.ndarray) -> float:
-    from sklearn.metrics import roc_auc_score
-
-    return float(roc_auc_score(y, scores))
 
 
 def paired_bootstrap_se(a: np.ndarray, b: np.ndarray, y: np.ndarray, n: int, seed: int = 0) -> float:
@@ -94,7 +86,7 @@ def parse_ft(spec: str) -> dict[str, Any]:
 
 
 def canary_for(args: argparse.Namespace, seed: int):
-    from blackbox_audit.sim.canary import CanaryOptions, build_canary, default_train_config
+    from blackbox_audit.sim.canary import CanaryOptions, default_train_config
 
     train = default_train_config(args.base)
     if args.canary_epochs:
@@ -111,7 +103,7 @@ def canary_for(args: argparse.Namespace, seed: int):
         n_shifted=args.shift_pool,
     )
     t0 = time.perf_counter()
-    canary = build_canary(opts, progress=True)
+    canary = get_canary(opts)
     print(
         f"canary {args.base} seed {seed}: {canary.path} (ready in {time.perf_counter() - t0:.0f} s; trained "
         f"{canary.card['epochs']} epoch(s), lr {canary.card['train']['lr']}, build {canary.card['cpu_time_s']} CPU-s)",
@@ -251,7 +243,7 @@ def report(runs: list[Run], n_boot: int) -> None:
 
 
 def dump(runs: list[Run], path: str) -> None:
-    rows = []
+    rows, rev = [], revision()
     for r in runs:
         rows.append(
             {
@@ -267,6 +259,7 @@ def dump(runs: list[Run], path: str) -> None:
                 "train_after": r.train_after.tolist(),
                 "fine_tune": r.fine_tune,
                 "blind_auc": r.blind_auc,
+                "revision": rev,
                 **r.extra,
             }
         )
@@ -310,25 +303,25 @@ def main() -> None:
     ap.add_argument("--out", help="write per-text values of every run to this JSON file")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    announce()
     logging.basicConfig(level=logging.ERROR)
 
     import torch
 
     from blackbox_audit.methods.fsd import FSDConfig
-    from blackbox_audit.workspace import Workspace
 
     torch.set_num_threads(args.threads)
     settings = ("iid", "shifted") if args.setting == "both" else (args.setting,)
     fts = args.ft or ["paper"]
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="fsd-eval-")
     runs: list[Run] = []
-    with Workspace.open(cache_dir=cache_dir) as workspace:
+    with open_workspace(cache_dir) as workspace:
         for cseed in (int(s) for s in args.canary_seeds.split(",")):
             canary = canary_for(args, cseed)
             spec = "smollm2" if args.control_base and args.base == "smollm2" else canary.target_spec
             if args.control_base and args.base != "smollm2":
                 raise SystemExit("--control-base needs --base smollm2 (the tiny canary has no pretrained base)")
-            target = workspace.open_target(spec, device="cpu", progress=False)
+            target = open_cpu_target(workspace, spec)
             for setting in settings:
                 data, finetune = setting_sets(canary, setting, args)
                 for ft in fts:

@@ -23,11 +23,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from blackbox_audit.methods.fsd import OPENING_WORDS, shared_openings
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce
 
 LENGTHS = (32, 64, 128, 256)
 REPO = Path(__file__).resolve().parents[1]
@@ -56,6 +60,7 @@ def main() -> None:
     )
     ap.add_argument("--seeds", default="42,0,1,2,3", help="split seeds (42: the authors' run scripts)")
     args = ap.parse_args()
+    announce()
     rows = {n: [json.loads(x) for x in (Path(args.wikimia) / f"{n}.jsonl").open(encoding="utf-8")] for n in LENGTHS}
     short = [r["input"] for r in rows[32]]
     longer = [r["input"] for n in LENGTHS[1:] for r in rows[n]]

@@ -21,12 +21,16 @@ import asyncio
 import signal
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from blackbox_audit.adapters.recovery import LadderConfig, Semantics, recover_many
 from blackbox_audit.engine import EngineOptions, RequestEngine, Spending
 from blackbox_audit.fixtures.llamacpp_server import LlamaCppClient, llamacpp_server
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog near the river bank.",
@@ -112,6 +116,7 @@ def main() -> None:
     ap.add_argument("--bisect", type=int, default=6, help="positions recovered by bisection (default 6)")
     ap.add_argument("--no-transformers", action="store_true", help="skip the transformers comparison")
     a = ap.parse_args()
+    announce()
     # a SIGTERM (e.g. `timeout`) must still run the fixture's cleanup and stop the server
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print("SmolLM2-135M-Instruct Q4_1 GGUF, llama-cpp-python server", flush=True)

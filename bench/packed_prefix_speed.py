@@ -21,12 +21,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from blackbox_audit.adapters.hf import load_smollm2
 from blackbox_audit.benchmarks import load_gsm8k
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce
 
 
 def run(target, items, packing: bool) -> tuple[list[np.ndarray], float, float]:
@@ -41,6 +46,7 @@ def main() -> None:
     p.add_argument("--items", type=int, default=6, help="GSM8K test items (the first N; default 6)")
     p.add_argument("--repeats", type=int, default=2, help="runs of the packed path (default 2)")
     a = p.parse_args()
+    announce()
     import torch
 
     torch.set_num_threads(1)

@@ -66,7 +66,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shlex
 import sys
 import tempfile
 import time
@@ -75,6 +74,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, auc_of, emulator, get_canary, load_backend, open_workspace, stamped
 
 #: plans compared by default: the pre-issue default (every answer position recovered), and the cheap ones
 DEFAULT_PLANS = (
@@ -119,7 +121,7 @@ def canary_setup(name: str, cache_dir: str | None, epochs: int | None):
     """(canary options, members, never-trained items, backend spec, clean backend spec or None, tokenizer)."""
     from dataclasses import replace
 
-    from blackbox_audit.sim.canary import CanaryOptions, build_canary, default_train_config
+    from blackbox_audit.sim.canary import CanaryOptions, default_train_config
 
     if name == "tiny":
         train = replace(default_train_config("tiny"), epochs=epochs or TINY_EPOCHS)
@@ -146,7 +148,7 @@ def canary_setup(name: str, cache_dir: str | None, epochs: int | None):
             train=train,
         )
     t0 = time.perf_counter()
-    canary = build_canary(opts, cache_dir=cache_dir)
+    canary = get_canary(opts, cache_dir=cache_dir)
     print(
         f"canary {name}: {canary.path} ({time.perf_counter() - t0:.0f} s; {canary.card['sizes']}, epochs "
         f"{canary.card.get('epochs')}, final train loss {canary.card.get('final_train_loss'):.3f})"
@@ -216,18 +218,12 @@ def serve_and_score(
     """Every plan's per-item rows for ``items`` on the model ``spec`` behind the openai-chat emulator."""
     need = [p for p in plans if any(f"{p.key}|{it.id}" not in scorer.rows for it in items)]
     if need:
-        from blackbox_audit.adapters import load_target
-        from blackbox_audit.engine.options import EngineOptions
-        from blackbox_audit.sim.emulator import run_emulator
-        from blackbox_audit.workspace import Workspace
-
         pricing = work / "pricing.json"
-        options = EngineOptions(pricing=str(pricing), concurrency=CONCURRENCY)
 
         def score_on(target_spec: str) -> None:
             for plan in need:  # a request cache per plan: plans share their top-20 reads, each must pay for its own
                 cache = work / "requests" if plan.key == "loss" else work / f"requests-{plan.key.replace('@', '-')}"
-                ws = Workspace.open(cache_dir=cache, engine=options)
+                ws = open_workspace(cache, pricing=str(pricing), concurrency=CONCURRENCY)
                 try:
                     scorer.score(ws.load_target(target_spec, tokenizer=tokenizer), items, plan, label)
                 finally:
@@ -237,8 +233,7 @@ def serve_and_score(
         if url:  # served by `blackbox-audit emulate` in another process (two cores instead of one)
             score_on(f"compat:{url}#{PRICE_MODEL}")
         else:
-            backend = load_target(spec, device="cpu", progress=False)
-            with run_emulator(backend, "openai-chat", model=PRICE_MODEL) as emu:
+            with emulator(spec, "openai-chat", model=PRICE_MODEL) as emu:
                 score_on(emu.target_spec)
     return {p.key: {it.id: scorer.rows[f"{p.key}|{it.id}"] for it in items} for p in plans}
 
@@ -251,12 +246,11 @@ def chat_contexts(backend: Any, tokenizer: str):
     """``item -> (contexts, answer ids)``: the backend token ids the ``openai-chat`` emulator conditions
     each answer position on (the adapter's own chat wrapping of question + answer so far)."""
     from blackbox_audit.adapters import load_target
-    from blackbox_audit.sim.emulator import run_emulator
     from blackbox_audit.sim.emulator.backend import ModelView
     from blackbox_audit.sim.emulator.chat import chat_prompt_ids
 
     view = ModelView(backend)
-    with run_emulator(view, "openai-chat", model=PRICE_MODEL) as emu:  # to read the adapter's own conditioning
+    with emulator(view, "openai-chat", model=PRICE_MODEL) as emu:  # to read the adapter's own conditioning
         api = load_target(emu.target_spec, tokenizer=tokenizer, cache=None)
         cond, table = api.cond, api.table
         api.close()
@@ -273,7 +267,6 @@ def truth_pass(spec: str, tokenizer: str, items: list[Item], path: Path) -> dict
     """Per item and answer position, what the openai-chat emulator answers there, from the backend
     itself: the true token's clean logprob, the top-20 list (descending) and the billed prompt
     tokens of a request at that position (the chat-rendered context). Kept in ``path`` (npz)."""
-    from blackbox_audit.adapters import load_target
 
     rows: dict[str, dict[str, np.ndarray]] = {}
     if path.is_file():
@@ -284,7 +277,7 @@ def truth_pass(spec: str, tokenizer: str, items: list[Item], path: Path) -> dict
     todo = [it for it in items if it.id not in rows]
     if not todo:
         return rows
-    backend = load_target(spec, device="cpu", progress=False)
+    backend = load_backend(spec)
     contexts_of = chat_contexts(backend, tokenizer)
 
     def save() -> None:
@@ -485,12 +478,6 @@ def sequential_spend(orders, rows, design) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(cross), np.asarray(stop)
 
 
-def auc(pos: list[float], neg: list[float]) -> float:
-    from blackbox_audit.metrics import membership_metrics
-
-    return float(membership_metrics(np.asarray(pos + neg), np.asarray([1] * len(pos) + [0] * len(neg)))["auc"])
-
-
 def clean_flags(pool_ids: list[str], rows, n_side: int, redraws: int, design, seed: int) -> tuple[float, float, float]:
     """Flag rate (and SE) of the sequential test over redraws of a clean pool; median items bought."""
     from blackbox_audit.methods.contamination import interleave
@@ -580,8 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
     from blackbox_audit.methods.contamination.score_plans import ScorePlan
 
-    command = ".venv/bin/python bench/power_per_dollar.py " + shlex.join(sys.argv[1:] if argv is None else argv)
-    print(f"$ {command}")
+    command = announce(argv)
     plans = [ScorePlan.from_key(k) for k in a.plans.split(",")]
     if plans[0].key != "loss":
         plans.insert(0, ScorePlan("loss"))
@@ -609,14 +595,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.chat_trained_epochs:
         if a.canary != "smollm2":
             p.error("--chat-trained-epochs needs --canary smollm2")
-        from chat_canary import build_chat_canary
-
-        from blackbox_audit.adapters import load_target
+        from bench.chat_canary import build_chat_canary
 
         spec, card = build_chat_canary(
             canary,
             members,
-            chat_contexts(load_target("smollm2", device="cpu", progress=False), tokenizer),
+            chat_contexts(load_backend("smollm2"), tokenizer),
             cache_dir=canary.path.parent.parent,
             epochs=a.chat_trained_epochs,
             lr=a.chat_lr,
@@ -695,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
         req = np.mean([r[i]["requests"] for i in ids])
         pos = sum(r[i]["positions"] for i in ids)
         miss = sum(r[i].get("miss", r[i]["bisected"]) for i in ids) / pos if pos else 0.0
-        item_auc = auc([r[m.id]["score"] for m in members], [r[it.id]["score"] for it in audited if not it.member])
+        item_auc = auc_of([r[m.id]["score"] for m in members], [r[it.id]["score"] for it in audited if not it.member])
         total = sum(r[i]["usd"] for _, i in orders[0])
         grid = np.geomspace(max(usd / 4, 1e-7), total, 80)
         b_fixed, _ = fixed_budget(orders, r, a.alpha, grid)
@@ -748,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         clean.append({"plan": pl.key, "flag_rate": rate, "se": se, "median_items": med, "redraws": a.redraws})
     out = work / f"summary-{a.canary}.json"
-    out.write_text(json.dumps({"command": command, "plans": table, "clean": clean, "loss_check": loss_check}, indent=2))
+    out.write_text(json.dumps(stamped({"plans": table, "clean": clean, "loss_check": loss_check}, argv), indent=2))
     print(f"summary: {out}")
     if a.write_calibration:
         write_calibration(table, a, canary, command, key.partition("-chat-")[2])

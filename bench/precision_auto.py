@@ -30,8 +30,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, auc, emulator, get_canary
 
 
 def pick(rows: list[dict], n: int, seed: int) -> list[dict]:
@@ -101,13 +105,9 @@ def run_once(emu, tok_dir: str, texts: list[str], scores: list[str], per_token: 
 
 
 def main(argv=None) -> int:
-    from sklearn.metrics import roc_auc_score
-
     from blackbox_audit.adapters.hf import load_hf
     from blackbox_audit.scores import parse_specs, plan_requests
     from blackbox_audit.scores.precision import DEFAULT_DELTA, fractional_bisection, plan_precision
-    from blackbox_audit.sim.canary import CanaryOptions, build_canary, load_canary
-    from blackbox_audit.sim.emulator import run_emulator
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--canary", help="a built canary folder (default: the default tiny canary, built once and cached)")
@@ -125,8 +125,9 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    announce(argv)
 
-    canary = load_canary(args.canary) if args.canary else build_canary(CanaryOptions())
+    canary = get_canary(args.canary)
     rows = pick(canary.dataset(), args.texts, args.seed)
     backend = load_hf(str(canary.model_dir), device="cpu", progress=False)
     texts = truncate([r["text"] for r in rows], backend, args.max_tokens)
@@ -140,7 +141,7 @@ def main(argv=None) -> int:
         flush=True,
     )
 
-    with run_emulator(backend, args.profile) as emu:
+    with emulator(backend, args.profile) as emu:
         full, n_full, w_full, _, t_full = run_once(emu, str(canary.model_dir), texts, scores, None)
         prec = prec.for_endpoint(fractional_bisection(t_full.sem))  # the endpoint's default delta (ScoreMethod)
         t_full.close()
@@ -181,10 +182,10 @@ def main(argv=None) -> int:
     for spec in specs:
         f = spec.field
         exact = np.array([spec.score.compute(t, truth, spec.params) for t in texts])
-        a_full, a_auto, a_exact = (roc_auc_score(labels, v) for v in (full[f], auto[f], exact))
+        a_full, a_auto, a_exact = (auc(v, labels) for v in (full[f], auto[f], exact))
         worst = max(worst, abs(a_auto - a_full))
         if again is not None:
-            floor = max(floor, abs(roc_auc_score(labels, again[f]) - a_full))
+            floor = max(floor, abs(auc(again[f], labels) - a_full))
         scale = prec.delta / DEFAULT_DELTA  # --delta rescales every score's target (scores.precision)
         deltas = np.array([(spec.score.precision_delta(t, spec.params) or np.nan) * scale for t in texts])
         print(

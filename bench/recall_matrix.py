@@ -21,16 +21,21 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, get_canary
 
 
 def load(target: str, batch_size: int):
     from blackbox_audit.adapters import load_target
 
     if target == "canary":  # the test suite's small canary, built once and cached
-        from blackbox_audit.sim.canary import CanaryOptions, TrainConfig, build_canary
+        from blackbox_audit.sim.canary import CanaryOptions, TrainConfig
 
         opts = CanaryOptions(
             n_members=120,
@@ -38,7 +43,7 @@ def load(target: str, batch_size: int):
             n_calibration=40,
             train=TrainConfig(epochs=8, lr=3e-3, batch_size=8, vocab_size=1024, n_embd=64, n_head=2),
         )
-        canary = build_canary(opts, progress=False)
+        canary = get_canary(opts, progress=False)
         texts = [r["text"] for r in canary.dataset()] + [r["text"] for r in canary.calibration]
         return load_target(canary.target_spec, device="cpu", batch_size=batch_size, progress=False), texts
     from blackbox_audit.sim.corpora import corpus_samples
@@ -57,6 +62,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     ap.add_argument("--path", default="auto", help="kv-reuse side: auto (cost model, default) or kv (forced)")
     args = ap.parse_args()
+    announce()
 
     from blackbox_audit.scores.recall import build_prefix
 

@@ -32,8 +32,12 @@ import math
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, emulator
 
 
 def build_backend(spec: str | None, device: str):
@@ -155,14 +159,10 @@ def run_pac(target, texts, hi=200.0):
 
 def bench_samia(backend, tok_dir, texts, n=2, max_new=8):
     """The no-logprobs profile: no ladder at all; SaMIA's requests per text through the adapter."""
-    import os
-
     from blackbox_audit.adapters import load_target
     from blackbox_audit.scores import compute_scores
-    from blackbox_audit.sim.emulator import run_emulator
 
-    os.environ.setdefault("ANTHROPIC_API_KEY", "bench-no-key")
-    with run_emulator(backend, "anthropic", model="claude-emu") as emu:
+    with emulator(backend, "anthropic", model="claude-emu") as emu:
         target = load_target(f"anthropic:{emu.base_url}#claude-emu")
         try:
             emu.reset()
@@ -194,12 +194,11 @@ def bench_profile(
 ):
     from blackbox_audit.adapters import load_target
     from blackbox_audit.engine import EngineOptions, Spending
-    from blackbox_audit.sim.emulator import run_emulator
 
     def fast() -> Spending:  # each target a fresh, uncapped, unpriced engine with 16 requests in flight
         return Spending(EngineOptions(concurrency=16))
 
-    with run_emulator(backend, profile, **overrides) as emu:
+    with emulator(backend, profile, **overrides) as emu:
         opts = {"tokenizer": tok_dir} if tok_dir else {}
         extra = {"prior": prior, "prior_template": "chatml"} if prior is not None else {}
         target = load_target(emu.target_spec, spending=fast(), **opts, **extra)
@@ -290,6 +289,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--texts-from", help="a .jsonl whose texts are benchmarked instead (e.g. a canary's members)")
     args = ap.parse_args(argv)
+    announce(argv)
     backend, tok_dir = build_backend(args.backend, args.device)
     if args.backend == "smollm2":
         from blackbox_audit.adapters.hf_weights import smollm2_gguf_path

@@ -17,12 +17,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 from blackbox_audit.engine import RequestEngine, open_request_cache
-from blackbox_audit.sim.emulator import run_emulator
 from blackbox_audit.sim.tiny_models import build_tiny_lm, sample_texts
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, emulator
 
 
 async def send(engine: RequestEngine, model: str, n: int, offset: int) -> None:
@@ -40,12 +44,13 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
+    announce()
 
     from blackbox_audit.adapters.hf import load_hf
 
     tiny = load_hf(str(build_tiny_lm(tempfile.mkdtemp(prefix="tiny-lm-"), sample_texts(300))), progress=False)
     times: dict[str, list[float]] = {"dict": [], "disk": [], "disk, warm": []}
-    with run_emulator(tiny, "forced-token") as emu:
+    with emulator(tiny, "forced-token") as emu:
         for r in range(a.rounds):
             offset = r * a.requests * 10
             eng = RequestEngine(emu.base_url, cache={}, free=True)

@@ -38,7 +38,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,7 +50,9 @@ from blackbox_audit.adapters.hf import load_smollm2
 from blackbox_audit.engine.options import EngineOptions, Spending
 from blackbox_audit.scores.samia import split_prefix
 from blackbox_audit.sim.corpora import corpus_samples
-from blackbox_audit.sim.emulator import run_emulator
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, emulator
 
 
 def old_generate(
@@ -79,7 +83,7 @@ def emulator_run(
 ) -> tuple[float, float, int, list[list[str]]]:
     """(wall s, CPU s of this process, billed output tokens, samples[seed][prompt]) through the
     anthropic client (client, server and model all run in this process)."""
-    with run_emulator(backend, "anthropic", model="claude-emu", kv_decode=kv) as emu:
+    with emulator(backend, "anthropic", model="claude-emu", kv_decode=kv) as emu:
         spending = Spending.limits(EngineOptions(concurrency=args.concurrency))  # no caps, no prices
         target = load_anthropic(f"{emu.base_url}#claude-emu", api_key="bench-key", spending=spending)  # no cache
         target.engine.timeout_s = 3600.0  # the old path answers a request in minutes (the engine's 60 s times out)
@@ -156,6 +160,7 @@ def main() -> None:
     ap.add_argument("--skip-emulator", action="store_true")
     ap.add_argument("--skip-whitebox", action="store_true")
     args = ap.parse_args()
+    announce()
 
     import torch
 

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import shlex
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce
 
 
 def shift_for_auc(auc: float) -> float:
@@ -101,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="a tenth of the runs")
     a = p.parse_args(argv)
+    announce(argv)
     if a.quick:
         a.runs, a.power_runs = max(100, a.runs // 10), max(60, a.power_runs // 10)
-    print("$ .venv/bin/python bench/sequential_level.py " + shlex.join(sys.argv[1:] if argv is None else argv))
     t0 = time.perf_counter()
     print(f"== level: clean data, {a.items} + {a.items} items read after every item, {a.runs} runs per row ==")
     head = f"{'alpha':>6} {'futility AUC':>12} {'flag rate':>10} {'± SE':>7} {'<= alpha+2SE':>12}"

@@ -20,6 +20,10 @@ import resource
 import statistics
 import subprocess
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce
 
 CASES = {
     "--help": [sys.executable, "-m", "blackbox_audit", "--help"],
@@ -40,6 +44,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
+    announce()
     medians = {}
     for name, cmd in CASES.items():
         times = [cpu_seconds(cmd) for _ in range(args.runs)]

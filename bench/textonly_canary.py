@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, auc_with_interval, emulator, get_canary, load_backend, open_workspace, stamped
 
 #: gpt-4o-mini, USD per 1M tokens (engine/pricing.json)
 PRICE_MODEL = "gpt-4o-mini"
@@ -73,20 +74,6 @@ class Counting:
         }
         self.requests = self.prompt_tokens = self.completion_tokens = 0
         return out
-
-
-def metrics_with_se(scores: Any, labels: Any) -> dict[str, Any]:
-    """AUC, TPR at 5% FPR, and the AUC's bootstrap standard error and 95% interval (members and
-    non-members resampled apart, ``metrics.bootstrap_auc``)."""
-    from blackbox_audit.metrics import auc_interval, bootstrap_auc, membership_metrics
-
-    s, y = np.asarray(scores, dtype=np.float64), np.asarray(labels)
-    keep = np.isfinite(s)
-    m = membership_metrics(s[keep], y[keep])
-    m["auc_se"] = float(np.std(bootstrap_auc(s[keep][y[keep] == 1], s[keep][y[keep] == 0])))
-    m["auc_ci"] = list(auc_interval(s[keep], y[keep]))
-    m["nan"] = int((~keep).sum())
-    return m
 
 
 def per_text_cost(counts: dict[str, int], n_texts: int, price: Any) -> dict[str, float]:
@@ -135,23 +122,18 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(a.threads)
-    from blackbox_audit.adapters import load_target
     from blackbox_audit.blind import blind_summary
     from blackbox_audit.data import Dataset, Sample
-    from blackbox_audit.engine import EngineOptions, PricingTable
+    from blackbox_audit.engine import PricingTable
     from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.decop import Decop, DecopConfig
     from blackbox_audit.planning.price import SAMPLING_PROMPT_OVERHEAD
     from blackbox_audit.scores import compute_scores
-    from blackbox_audit.sim.canary import CanaryOptions, build_canary
-    from blackbox_audit.sim.emulator import run_emulator
-    from blackbox_audit.workspace import Workspace
 
-    command = ".venv/bin/python bench/textonly_canary.py " + shlex.join(sys.argv[1:] if argv is None else argv)
-    print(f"$ {command}")
+    announce(argv)
     price = PricingTable.load(None).get(PRICE_MODEL)
     t0 = time.perf_counter()
-    canary = build_canary(CanaryOptions(base="smollm2", seed=a.seed), cache_dir=a.cache_dir)
+    canary = get_canary(base="smollm2", seed=a.seed, cache_dir=a.cache_dir)
     print(f"canary {canary.path} ({time.perf_counter() - t0:.0f} s; epochs {canary.card['train']['epochs']})")
     mem, non = draw_texts(canary, a.members, a.nonmembers, a.draw_seed)
     rows = [(r["id"], r["text"], 1) for r in mem] + [(r["id"], r["text"], 0) for r in non]
@@ -162,16 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     blind = blind_summary(texts, labels, seed=0)
     print(f"blind baseline (text only, no model): AUC {blind['auc']:.3f}, 95% CI {blind['auc_ci']}")
     results.append({"score": "blind baseline", "auc": blind["auc"], "auc_ci": blind["auc_ci"]})
-    backend = load_target(canary.target_spec, device="cpu", progress=False)
+    backend = load_backend(canary.target_spec)
     if a.whitebox:
         table = compute_scores(backend, texts, ["loss"], progress=False)
-        m = metrics_with_se(table["loss"], labels)
+        m = auc_with_interval(table["loss"], labels)
         print(f"white-box loss (reference): AUC {m['auc']:.3f}")
         results.append({"score": "loss (white-box)", **m})
-    os.environ.setdefault("ANTHROPIC_API_KEY", "sk-ant-emulator")
-    workspace = Workspace.open(cache_dir=a.cache_dir, engine=EngineOptions(concurrency=a.concurrency))
+    workspace = open_workspace(a.cache_dir, concurrency=a.concurrency)
     try:
-        with run_emulator(backend, "anthropic", model="claude-emu") as emu:
+        with emulator(backend, "anthropic", model="claude-emu") as emu:
             target = Counting(
                 patient(workspace.open_target(f"anthropic:{emu.base_url}#claude-emu"), a.request_timeout),
                 SAMPLING_PROMPT_OVERHEAD,
@@ -179,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             for spec in [] if a.no_scores else [s.strip() for s in a.scores.split(",") if s.strip()]:
                 t1 = time.perf_counter()
                 table = compute_scores(target, texts, [spec], progress=True)
-                m = metrics_with_se(table[spec], labels)
+                m = auc_with_interval(table[spec], labels)
                 cost = per_text_cost(target.take(), len(texts), price)
                 row = {"score": spec, **m, "per_text": cost, "wall_s": time.perf_counter() - t1}
                 results.append(row)
@@ -198,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                     [s for s in data.samples if s.label == 1][:k] + [s for s in data.samples if s.label == 0][:k]
                 )
                 res = Decop(cfg).run(AuditInputs(data=quizzed, target=target, cache_dir=a.cache_dir))
-                m = metrics_with_se(res.scores["decop"], res.labels)
+                m = auc_with_interval(res.scores["decop"], res.labels)
                 cost = per_text_cost(target.take(), len(quizzed), price)
                 row = {
                     "texts": len(quizzed),
@@ -231,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['score']} | {auc} | {'–' if tpr is None else f'{tpr:.3f}'} | " + " | ".join(cells) + " |")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"command": command, "rows": results}, indent=2))
+    (out / "results.json").write_text(json.dumps(stamped({"rows": results}, argv), indent=2))
     print(f"rows: {out / 'results.json'}")
     return 0
 

@@ -19,9 +19,14 @@ Run from the repository root: ``OMP_NUM_THREADS=1 .venv/bin/python bench/textonl
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
-from textonly_canary import draw_texts  # bench/ sibling: the same draw of texts
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, auc, get_canary
+from bench.textonly_canary import draw_texts  # the same draw of texts as the text-only bench
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,17 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir")
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args(argv)
+    announce(argv)
 
     import torch
-    from sklearn.metrics import roc_auc_score
 
     torch.set_num_threads(a.threads)
     from blackbox_audit.adapters.anthropic_api import USER_TEMPLATE
     from blackbox_audit.adapters.chat_templates import chatml_text
     from blackbox_audit.adapters.hf import load_hf
-    from blackbox_audit.sim.canary import CanaryOptions, build_canary
 
-    canary = build_canary(CanaryOptions(base="smollm2", seed=a.seed), cache_dir=a.cache_dir)
+    canary = get_canary(base="smollm2", seed=a.seed, cache_dir=a.cache_dir)
     mem, non = draw_texts(canary, a.members, a.nonmembers, a.draw_seed)
     target = load_hf(str(canary.path / "model"), device="cpu", progress=False)
     tok, model = target.tokenizer, target.model
@@ -69,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         ("mean log-probability", [lp.mean() for *_, lp in rows]),
     ):
         v = np.asarray(vals)
-        print(f"{name:<28} AUC {roc_auc_score(y, v):.3f}   members {v[y == 1].mean():.3f}   "
+        print(f"{name:<28} AUC {auc(v, y):.3f}   members {v[y == 1].mean():.3f}   "
               f"non-members {v[y == 0].mean():.3f}")  # fmt: skip
     for k in (int(x) for x in a.cuts.split(",")):
         aucs = []
@@ -81,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 pos = pos[pos >= 4]  # the first 4 tokens (about greedy_match's min_prefix_words of 4 words)
                 pick = g.choice(pos, size=min(k, len(pos)), replace=False) if len(pos) else pos
                 vals.append(hit[pick].mean() if len(pick) else 0.0)
-            aucs.append(roc_auc_score(y, vals))
+            aucs.append(auc(vals, y))
         print(
             f"top-1 rate at {k:>3} random word starts: AUC {np.mean(aucs):.3f} "
             f"(SD {np.std(aucs):.3f} over {a.draws} draws)"

@@ -14,9 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
-from textonly_canary import draw_texts  # bench/ sibling: the same draw of texts
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, get_canary
+from bench.textonly_canary import draw_texts  # the same draw of texts as the text-only bench
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir")
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args(argv)
+    announce(argv)
 
     import torch
 
@@ -41,9 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     from blackbox_audit.methods.decop import Decop, DecopConfig
     from blackbox_audit.metrics import bootstrap_auc, membership_metrics
     from blackbox_audit.scores import compute_scores
-    from blackbox_audit.sim.canary import CanaryOptions, build_canary
 
-    canary = build_canary(CanaryOptions(base="smollm2", seed=a.seed), cache_dir=a.cache_dir)
+    canary = get_canary(base="smollm2", seed=a.seed, cache_dir=a.cache_dir)
     mem, non = draw_texts(canary, a.members, a.members, a.draw_seed)
     target = load_target(canary.target_spec, device="cpu", progress=False)
 

@@ -16,12 +16,16 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 from blackbox_audit.adapters import load_target
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -52,6 +56,7 @@ def main() -> None:
     ap.add_argument("--conditional", action="store_true")
     ap.add_argument("--load", action="store_true")
     args = ap.parse_args()
+    announce()
 
     import torch
 

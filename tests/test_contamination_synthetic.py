@@ -201,7 +201,8 @@ def test_the_generator_fit_options_reach_the_generator_and_bad_values_are_refuse
 
 
 def test_a_flag_is_contamination_only_on_a_target_of_the_generators_family(tiny_llama_dir) -> None:
-    """On targets of another family this side flagged clean benchmarks (docs/contamination.md, session 9)."""
+    """On targets of another family this side flagged clean benchmarks (docs/contamination.md, "Measured at
+    revision 4d4d86e")."""
     from types import SimpleNamespace
 
     from blackbox_audit.di import LocalGenerator

@@ -67,7 +67,7 @@ RECOMMENDED_TEST_PAIRS = 100
 #: Target loss gap (generated minus real suffix, nats per token) above which generated text looks
 #: so much more likely to the target that membership may not show: measured +0.84 on a non-member
 #: set of the SmolLM2 canary with the SmolLM2 generator (one family), at most +0.18 on the tiny
-#: canary's (docs/di.md, "Measured, session 6").
+#: canary's (docs/di.md, "Measured at revision f95cf6d").
 FAMILY_GAP_WARN = 0.3
 #: How the two linear heads are built (see ``head_test``). ``authors``: as in the authors'
 #: ``linear_di.py`` (the classifier's probability as the text feature, every weight through the
@@ -760,7 +760,7 @@ def calibrate(
             f"generated suffixes are less likely than real ones to a small model trained only on the suspect set's "
             f"own text (loss gap {sb['loss_gap']:+.3f} nats per token, p = {sb['p_generated_less_likely']:.2g}): the "
             "sampling is not matched to this text, and a target that sees the same gap would read it as membership "
-            "(docs/di.md, 'Measured, session 5'); treat a 'member' verdict with suspicion, and try a lower "
+            "(docs/di.md, 'Measured at revision 2cf21f7'); treat a 'member' verdict with suspicion, and try a lower "
             "--temperature or --baseline-lm"
         )
     family = family_warning(gap)

@@ -4,7 +4,7 @@ Why: when the generator writes text of the target's own kind (the SmolLM2 genera
 SmolLM2-based target), the target finds the generated suffixes far more likely than the real
 ones and membership cannot show (two SmolLM2 canary benches: 0 of 7 member sets flagged). A
 generator of another family removes that (Gemma 3 270M on the same benches: 6 of 7, and 0 of 25
-non-member sets; docs/di.md, "Measured, session 10"). The family is read from the vocabulary:
+non-member sets; docs/di.md, "Measured at revision ee3afe4"). The family is read from the vocabulary:
 a target that reads text with SmolLM2's vocabulary gets Gemma 3 270M, every other target
 SmolLM2. An API target shows its vocabulary only through a local tokenizer (``--tokenizer``: an
 HF folder, a ``.gguf`` or ``smollm2``), so a SmolLM2 served behind an API with ``--tokenizer

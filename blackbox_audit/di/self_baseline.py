@@ -6,7 +6,7 @@ then blocks the shift). Nothing in a run can ask the target that, but a model th
 inference sequences and knows only the suspect set's own kind of text can be asked: a 2-layer
 GPT-2 trained from scratch on the *generator-training* sequences (real suspect text, disjoint
 from every scored pair). Its mean loss gap, generated minus real suffix, tracks the non-member
-target's: on the tiny-canary bench (docs/di.md, "Measured, session 5") it was -0.21 nats per token
+target's: on the tiny-canary bench (docs/di.md, "Measured at revision 2cf21f7") it was -0.21 nats per token
 at temperature 1 (target -0.43, where cross-fitting would read the shift as membership) and
 +0.03 / -0.06 at temperature 0.8 (target -0.08 on a non-member set).
 

@@ -181,7 +181,7 @@ class PlainDI(Method):
 # --------------------------------------------------------------------------- calibrated DI
 
 #: Said before a calibrated run: what it uses, and its measured power and validity (docs/di.md,
-#: "Measured, session 6"), so nobody reads an 'inconclusive' without knowing what the test can see.
+#: "Measured at revision f95cf6d"), so nobody reads an 'inconclusive' without knowing what the test can see.
 DEFAULT_NOTE = (
     "calibrated DI cross-fits (three folds per seed) and subtracts a self-baseline: a small model trained "
     "from scratch on the suspect set's generator-training half, which never sees the scored pairs, so no model "

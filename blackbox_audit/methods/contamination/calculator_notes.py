@@ -3,7 +3,7 @@ arithmetic that the contamination check's synthetic side reports beside its verd
 
 Why: calibrated DI assumes that a target which never trained on the benchmark sees the generated
 answers as at least as likely as the real ones. The local generator (SmolLM2-135M) got 65% of its
-notes' results wrong in the bench (docs/di.md, "Measured, session 8"), while GSM8K's own are
+notes' results wrong in the bench (docs/di.md, "Measured at revision b727ac8"), while GSM8K's own are
 right. A target that can do the arithmetic (a GPT model, unlike the SmolLM2 canaries on which the
 side's validity was measured) may see the generated answers as unlikely for that reason alone,
 which the test would read as contamination. The share of wrong notes on each side puts a number
@@ -102,7 +102,7 @@ def target_penalty(generated: Sequence[str], gap: Sequence[float]) -> dict[str, 
     are all right, with Welch's SE and one-sided p (H1: lower, i.e. penalised); None with fewer
     than 2 pairs in a group (or no spread to test). Each gap is taken against its own real answer,
     so the question's difficulty cancels; the groups can still differ in what else goes with a
-    wrong note (on SmolLM2 targets the difference is about 0: docs/di.md, "Measured, session 8")."""
+    wrong note (on SmolLM2 targets the difference is about 0: docs/di.md, "Measured at revision b727ac8")."""
     from scipy.stats import ttest_ind
 
     kinds = [twin_kind(g) for g in generated]

@@ -51,18 +51,18 @@ NO_RATE_REASON = (
     "known non-members for them"
 )
 #: CPU seconds per token pass of the generator's LoRA fine-tune, measured with SmolLM2 (8 LoRA layers,
-#: one thread, the 2-core machine of docs/di.md, "Measured, session 7": 334 CPU-s for 64 GSM8K items,
+#: one thread, the 2-core machine of docs/di.md, "Measured at revision 29a2a7f": 334 CPU-s for 64 GSM8K items,
 #: 8,360 tokens, 8 epochs); the dry-run turns it into the local work a benchmark costs.
 GEN_CPU_S_PER_TOKEN_PASS = 0.005
 #: The same for Gemma 3 270M (``--generator gemma3-270m``): its 262k-token LM head makes it about 3x
-#: slower (docs/di.md, "Measured, session 9": 944 CPU-s for 64 GSM8K items, 8,148 tokens, 8 epochs).
+#: slower (docs/di.md, "Measured at revision 4d4d86e": 944 CPU-s for 64 GSM8K items, 8,148 tokens, 8 epochs).
 #: (Keyed by the spec literal: importing di.generator's GEMMA3 here would load blackbox_audit.di at start-up.)
 GEN_CPU_S_PER_TOKEN_PASS_BY_GENERATOR = {"gemma3-270m": 0.0145}
 #: What this side flagged with a generator of another family than the target (Gemma 3 270M on SmolLM2 targets;
-#: docs/contamination.md, "Measured, session 9"): why a flag is not contamination on such a target.
+#: docs/contamination.md, "Measured at revision 4d4d86e"): why a flag is not contamination on such a target.
 CROSS_FAMILY_FLAGS = "20/20 clean benchmarks of a canary trained on other GSM8K items and 14/20 of unmodified SmolLM2"
 #: measured with 128 known non-members on the GSM8K canary whose half-trained benchmark this side misses
-#: (bench/contamination_eval.py --only finetuned --splits 50; docs/di.md, "Measured, session 11")
+#: (bench/contamination_eval.py --only finetuned --splits 50; docs/di.md, "Measured at revision df54b28")
 KNOWN_HELDOUT_HALF_TRAINED = "46 of 50"
 
 
@@ -88,7 +88,7 @@ def calibrated_options(config: Any) -> Any:
     benchmark to write its answer format). The test is ``di``'s default: every pair tested once
     per seed (cross-fitted), with the scores of a small model trained only on the generator's half
     subtracted (the self-baseline). On the GSM8K canary the paper's single split flagged no fully
-    contaminated benchmark where this one did (docs/di.md, "Measured, session 7")."""
+    contaminated benchmark where this one did (docs/di.md, "Measured at revision 29a2a7f")."""
     from blackbox_audit.methods.di import CalibratedDIConfig
 
     opts = CalibratedDIConfig(
@@ -319,8 +319,8 @@ def synthetic_statement(
         statement += (
             f"; INCONCLUSIVE, not evidence of contamination: the target is {relation} the generator, and such a target "
             "can separate real answers from generated ones without having trained on the items (with a generator "
-            f"of another family this side flagged {CROSS_FAMILY_FLAGS}: docs/contamination.md, 'Measured, "
-            "session 9'); test for contamination with known non-members (--heldout FILE)"
+            f"of another family this side flagged {CROSS_FAMILY_FLAGS}: docs/contamination.md, 'Measured at "
+            "revision 4d4d86e'); test for contamination with known non-members (--heldout FILE)"
         )
     elif flagged and arithmetic_cue:
         statement += (
@@ -331,7 +331,8 @@ def synthetic_statement(
         statement += (
             "; this is not evidence that the benchmark is clean: on the GSM8K canary this side missed every "
             "benchmark of which only half was trained on, which no test of this side can tell from a model trained "
-            "on other items of the benchmark's kind (docs/di.md, 'Measured, sessions 7 and 11'); known non-members "
+            "on other items of the benchmark's kind (docs/di.md, 'Measured at revision 29a2a7f' and 'Measured at "
+            "revision df54b28'); known non-members "
             f"(--heldout FILE) found {KNOWN_HELDOUT_HALF_TRAINED} of such benchmarks on the same canary"
         )
     return statement
