@@ -159,7 +159,10 @@ def plan(job: Job, workspace: Workspace, *, announce: bool = False) -> PlannedJo
         plan_now = method.plan(inputs)
         if not plan_now.calls and not plan_now.items:
             continue
-        view = planning_view(ref.spec, cache=workspace.cache, **ref.planning_options())
+        options = ref.planning_options()
+        if "pricing" not in options and workspace.engine is not None and workspace.engine.pricing:
+            options["pricing"] = workspace.engine.pricing  # the run's price file, as its engine reads it
+        view = planning_view(ref.spec, cache=workspace.cache, **options)
         supported[label] = _refuse_or_describe(ref, view, plan_now)
         if ref is job.target:
             preparation = Preparation(ref.spec, ref.tokenizer, view=view, budget_usd=budget)
