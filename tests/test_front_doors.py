@@ -181,3 +181,47 @@ rand_shots = 2
                 py_plan = audit.plan().choices["init"]["chosen"]
                 py_run = audit.run().provenance["choices"]["init"]["chosen"]
             assert {cli_run, spec_plan, spec_run, py_plan, py_run} == {expected}, name
+
+
+@pytest.mark.timeout(600)
+def test_di_generator_is_the_same_through_cli_spec_and_python(tiny_lm_dir, tmp_path, capsys):
+    """``generator = "auto"`` (di_calibrated): the three dry-runs choose one generator for the tiny model
+    (another family than SmolLM2: SmolLM2 writes its held-out twins). A run's generator comes from the
+    same ``prepare`` (``pipeline.run``); the run itself is measured in test_di_pipeline with a tiny
+    generator, as a SmolLM2 fine-tune per door would take minutes here."""
+    texts = [f"Document {i} talks about the river, the hills and the town number {i} at length." for i in range(60)]
+    data = tmp_path / "s.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "text": t * 3}) + "\n" for i, t in enumerate(texts)))
+    target = f"hf:{tiny_lm_dir}"
+    cache = str(tmp_path / "cache")
+    cli = ["di", "--target", target, "--suspect", str(data), "--cache-dir", cache, "--seq-tokens", "24"]
+    assert main([*cli, "--dry-run", "--out", str(tmp_path / "cli")]) == 0
+    cli_plan = re.search(r"note: generator (\S+):", capsys.readouterr().err).group(1)
+    spec = _spec(
+        tmp_path,
+        f"""
+[audit]
+out = "{tmp_path / "spec"}"
+cache_dir = "{cache}"
+report = false
+
+[targets.t]
+spec = "{target}"
+
+[data.d]
+path = "{data}"
+
+[[steps]]
+method = "di_calibrated"
+target = "t"
+data = "d"
+seq_tokens = 24
+""",
+    )
+    lines: list[str] = []
+    assert plan_audit(spec, echo=lines.append) == 0
+    spec_plan = re.search(r"generator: (\S+)", "\n".join(lines)).group(1)
+    with ba.Session(cache_dir=cache) as session:
+        planned = session.audit("di_calibrated", target=target, data=str(data), seq_tokens=24).plan()
+        py_plan = planned.choices["generator"]["chosen"]
+    assert cli_plan == spec_plan == py_plan == "smollm2"

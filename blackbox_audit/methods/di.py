@@ -352,7 +352,8 @@ class CalibratedDI(Method):
                 known = inputs.target
             method = copy.copy(self)
             choice = method.choose_generator(known, preparation.tokenizer)
-            method.choices = {**self.choices, "generator": choice.to_json()}
+            record = {"chosen": choice.spec, "rule": choice.reason, **choice.to_json()}
+            method.choices = {**self.choices, "generator": record}
         method.generator(progress=inputs.progress)  # one that cannot be loaded fails here, before the target loads
         return method
 
