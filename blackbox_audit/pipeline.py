@@ -12,8 +12,8 @@ loaded yet). Every front door then calls the same two functions:
 - ``run(job, workspace)``: the method is prepared from the specs first (what needs no load: the
   held-out mode, a generator's family), the targets are opened through the workspace (one cache,
   one budget), the method is prepared again on the loaded targets' views (the same choices, now
-  final), then run. The ``MethodResult`` carries the choices in its provenance (run.json's
-  ``choices``).
+  final), then run. Each method records what it chose in its own provenance (run.json: the
+  contamination check's ``plan_choice``, dataset inference's ``generator_choice``, EM-MIA's ``init``).
 
 So a dry-run prices what the run buys: both read one ``prepare``. Before this module each front
 door turned options into a run and a dry-run its own way, and they drifted apart.
@@ -49,6 +49,12 @@ class TargetRef:
     options: Mapping[str, Any] = field(default_factory=dict)
     opener: Callable[[Workspace], Any] | None = None
     pricing: str | None = None
+    loaded: Any = None  # a target a front door loaded already (the demo's canary, its emulated API)
+
+    @classmethod
+    def of(cls, target: Any) -> TargetRef:
+        """A target that is loaded already, as a ref (its name stands for the spec)."""
+        return cls(getattr(target, "name", "loaded"), loaded=target)
 
     @property
     def tokenizer(self) -> str | None:
@@ -62,6 +68,8 @@ class TargetRef:
 
     def open(self, workspace: Workspace) -> Any:
         """The loaded, cache-wrapped target."""
+        if self.loaded is not None:
+            return self.loaded
         if self.opener is not None:
             return self.opener(workspace)
         return workspace.open_target(self.spec, **self.options)
@@ -97,6 +105,8 @@ class Job:
     def spec_preparation(self) -> Preparation:
         """What is known of the target before anything is loaded: its spec and local tokenizer."""
         ref = self.target
+        if ref is not None and ref.loaded is not None:
+            return Preparation(target_spec=ref.spec, target=ref.loaded)
         return Preparation(target_spec=ref.spec if ref else None, tokenizer=ref.tokenizer if ref else None)
 
     def priced_refs(self) -> dict[str, TargetRef]:
@@ -144,8 +154,6 @@ class PlannedJob:
 def plan(job: Job, workspace: Workspace, *, announce: bool = False) -> PlannedJob:
     """The dry-run of ``job``: its choices made on each target's planning view, its calls priced; no
     target is loaded and nothing is sent. ``announce``: print the method's up-front notes."""
-    from blackbox_audit.adapters import planning_view
-
     budget = workspace.engine.budget_usd if workspace.engine is not None else None
     inputs = job.inputs()
     method = job.method.prepare(inputs, job.spec_preparation())
@@ -159,11 +167,8 @@ def plan(job: Job, workspace: Workspace, *, announce: bool = False) -> PlannedJo
         plan_now = method.plan(inputs)
         if not plan_now.calls and not plan_now.items:
             continue
-        options = ref.planning_options()
-        if "pricing" not in options and workspace.engine is not None and workspace.engine.pricing:
-            options["pricing"] = workspace.engine.pricing  # the run's price file, as its engine reads it
-        view = planning_view(ref.spec, cache=workspace.cache, **options)
-        supported[label] = _refuse_or_describe(ref, view, plan_now)
+        view = planning_view_of(ref, workspace)
+        supported[label] = serving_line(ref, view, plan_now)
         if ref is job.target:
             preparation = Preparation(ref.spec, ref.tokenizer, view=view, budget_usd=budget)
             method = method.prepare(inputs, preparation)
@@ -171,7 +176,18 @@ def plan(job: Job, workspace: Workspace, *, announce: bool = False) -> PlannedJo
     return PlannedJob(method=method, priced=priced, supported=supported)
 
 
-def _refuse_or_describe(ref: TargetRef, view: Any, plan_now: Any) -> str:
+def planning_view_of(ref: TargetRef, workspace: Workspace) -> Any:
+    """``ref``'s planning view (``adapters.planning_view``: a local tokenizer and a probe report from
+    the workspace's cache; nothing is sent), priced with the run's price file."""
+    from blackbox_audit.adapters import planning_view
+
+    options = ref.planning_options()
+    if "pricing" not in options and workspace.engine is not None and workspace.engine.pricing:
+        options["pricing"] = workspace.engine.pricing  # the run's price file, as its engine reads it
+    return planning_view(ref.spec, cache=workspace.cache, **options)
+
+
+def serving_line(ref: TargetRef, view: Any, plan_now: Any) -> str:
     """A text-only target asked for logprobs is refused with what it can run (``methods.routing``);
     otherwise the line of scores it serves."""
     from blackbox_audit.adapters import target_kind
@@ -255,9 +271,7 @@ def run(job: Job, workspace: Workspace, *, announce: bool = True, check_first: b
         check_before_load(job, method)
     inputs = job.inputs(**open_targets(job, workspace))
     method = method.prepare(inputs, Preparation.of_target(inputs.target))
-    result = method.run(inputs)
-    if method.choices:
-        result.provenance["choices"] = dict(method.choices)
+    result = method.run(inputs)  # each method records its own choices in its provenance (run.json)
     return Outcome(result=result, inputs=inputs, method=method)
 
 
@@ -271,5 +285,7 @@ __all__ = [
     "plan",
     "run",
     "check_before_load",
+    "planning_view_of",
+    "serving_line",
     "open_targets",
 ]

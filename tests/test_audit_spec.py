@@ -117,7 +117,7 @@ scores = ["loss"]
         (('base = "tiny"', 'base = "huge"'), "canary 'c': unknown canary base 'huge'", 1),
         (('canary = "c"\n\n[data.d]', 'canary = "x"\n\n[data.d]'), "canary 'x' is not defined", 8),
         (('split = "calibration"', 'split = "train"'), "unknown canary split 'train'", 12),
-        (('canary = "c"\nsplit', 'path = "d.jsonl"\ncanary = "c"\nsplit'), "exactly one of path, canary or benchmark", 10),
+        (('canary = "c"\nsplit', 'path = "d.jsonl"\ncanary = "c"\nsplit'), "one of path, canary or benchmark", 10),
     ],
 )
 def test_canary_sections_are_checked_before_anything_is_built(workdir: Path, edit, message: str, line: int) -> None:

@@ -109,7 +109,7 @@ sets = {{ heldout = "held" }}
             assert "chosen plan: " + py_plan in planned.format()
             result = check.run()
             py_run = result.provenance["contamination"]["plan_choice"]["chosen"]
-            assert result.provenance["choices"]["heldout"]["chosen"] == "known"
+            assert result.config["heldout"] == "known" and planned.choices["heldout"]["chosen"] == "known"
 
     choices = {cli_plan, cli_run, spec_plan, spec_run, py_plan, py_run}
     assert len(choices) == 1, (cli_plan, cli_run, spec_plan, spec_run, py_plan, py_run)
@@ -140,7 +140,7 @@ def test_em_mia_init_is_the_same_through_cli_spec_and_python(tiny_target, tiny_l
             if name == "api":
                 cli += ["--tokenizer", f"hf:{tiny_lm_dir}"]
             assert main([*cli, "--out", str(tmp_path / f"cli-{name}")]) == 0
-            cli_run = json.loads((tmp_path / f"cli-{name}" / "run.json").read_text())["choices"]["init"]["chosen"]
+            cli_run = json.loads((tmp_path / f"cli-{name}" / "run.json").read_text())["init"]
 
             tok = f'tokenizer = "hf:{tiny_lm_dir}"' if name == "api" else ""
             spec = _spec(
@@ -173,13 +173,13 @@ rand_shots = 2
             assert plan_audit(spec, echo=lines.append) == 0
             spec_plan = re.search(r"init: (\S+)", "\n".join(lines)).group(1)
             out = run_audit(spec, progress=False)
-            spec_run = json.loads((out / "em_mia" / "run.json").read_text())["choices"]["init"]["chosen"]
+            spec_run = json.loads((out / "em_mia" / "run.json").read_text())["init"]
 
             opts = {"tokenizer": f"hf:{tiny_lm_dir}"} if name == "api" else {}
             with ba.Session(cache_dir=cache) as session:
                 audit = session.audit("em_mia", target=ba.target(target, **opts), data=str(data), **config)
                 py_plan = audit.plan().choices["init"]["chosen"]
-                py_run = audit.run().provenance["choices"]["init"]["chosen"]
+                py_run = audit.run().provenance["init"]
             assert {cli_run, spec_plan, spec_run, py_plan, py_run} == {expected}, name
 
 

@@ -21,14 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blackbox_audit.adapters.base import has_capability
 from blackbox_audit.cache import CachedTarget
 from blackbox_audit.cli.options import EXPLICIT_NONE, engine_options_from_args
 from blackbox_audit.data import Dataset, load_dataset
-from blackbox_audit.engine.cache import open_cache
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import AuditInputs, MethodConfig
-from blackbox_audit.pipeline import PLANNING_OPTIONS, Job, TargetRef
+from blackbox_audit.pipeline import Job, TargetRef
 from blackbox_audit.planning import CostPlan
 from blackbox_audit.results import MethodResult, RunRecorder, check_out_dir, print_result, print_usage, write_result
 from blackbox_audit.workspace import Workspace
@@ -181,44 +179,17 @@ def load_data(args: argparse.Namespace) -> Dataset:
     )
 
 
-def planning_view_of_args(args: argparse.Namespace) -> Any:
-    """The ``--target``'s planning view (``adapters.planning_view``) for a dry-run; sends nothing.
-
-    The target is not loaded (loading an API target probes it): the view tokenizes locally and
-    takes the ladder's shape from a probe report already in the cache for that target, else the
-    unprobed (widest) range.
-    """
-    from blackbox_audit.adapters import planning_view
-
-    cache = None if getattr(args, "no_cache", False) else open_cache(args.cache_dir)
-    try:
-        opts = {k: getattr(args, k, None) for k in PLANNING_OPTIONS}
-        return planning_view(args.target, cache=cache, **{k: v for k, v in opts.items() if v})
-    finally:
-        if cache is not None:
-            cache.close()
-
-
 def dry_run(args: argparse.Namespace, plan: CostPlan) -> int:
-    """``--dry-run``: print what ``plan`` (a method's ``plan``) would send to ``--target`` and the
-    scores that target supports; send nothing. A text-only target asked for logprob scores is
-    refused with the scores and methods it can run (``methods.routing``)."""
-    from blackbox_audit.adapters import target_kind
-    from blackbox_audit.errors import CapabilityError
-    from blackbox_audit.methods import METHODS
-    from blackbox_audit.methods.routing import supported_scores_line, text_only_routes
+    """``--dry-run`` of a command whose work is not one method (``logprobs``): ``plan`` priced on
+    ``--target``'s planning view the way ``pipeline.plan`` prices a method's, with the scores that target
+    serves; a text-only target asked for logprobs is refused with what it can run. Sends nothing."""
+    from blackbox_audit import pipeline
     from blackbox_audit.planning import price_plan
 
-    view = planning_view_of_args(args)
-    caps = target_kind(args.target).capabilities
-    names = {n for n in ("logprobs", "full_distribution", "conditional", "generation") if has_capability(caps, n)}
-    logprobs = view.logprobs and has_capability(caps, "logprobs")
-    if not logprobs and any(c.kind != "samples" for c in plan.calls):
-        raise CapabilityError(
-            f"this run needs logprobs, but {view.name} returns no usable logprobs",
-            f"audit it with what runs on text alone: {text_only_routes(names, METHODS)}",
-        )
-    print(price_plan(plan, view).format())
-    known = not view.api or view.probed  # an API target's logprobs are known once it was probed
-    print(supported_scores_line(names, logprobs=logprobs if not logprobs or known else None))
+    ref = target_ref(args)
+    with workspace_from_args(args) as workspace:
+        view = pipeline.planning_view_of(ref, workspace)
+        line = pipeline.serving_line(ref, view, plan)
+        print(price_plan(plan, view).format())
+        print(line)
     return 0

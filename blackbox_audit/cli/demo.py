@@ -66,13 +66,31 @@ class DemoRun:
     api: Any = None  # CachedTarget over the emulated API
     side_by_side: list[Row] = field(default_factory=list)
 
+    def run_loaded(self, method: Method, inputs: AuditInputs) -> MethodResult:
+        """``method`` on ``inputs`` (targets loaded once by the demo) through the one pipeline."""
+        from blackbox_audit import pipeline
+
+        job = pipeline.Job(
+            method=method,
+            data=inputs.data,
+            sets=inputs.sets,
+            scored=inputs.scored,
+            target=None if inputs.target is None else pipeline.TargetRef.of(inputs.target),
+            targets={role: pipeline.TargetRef.of(t) for role, t in inputs.targets.items()},
+            cache_dir=inputs.cache_dir,
+            no_cache=inputs.no_cache,
+            progress=inputs.progress,
+        )
+        workspace = self.workspace if self.workspace is not None else Workspace(None)
+        return pipeline.run(job, workspace, announce=False, check_first=False).result
+
     def run_method(self, folder: str, method: Method, inputs: AuditInputs) -> MethodResult:
         """Run ``method`` and write its result into ``OUT/folder`` with the one result writer
         (its run.json times the method, from before it starts)."""
         from blackbox_audit.results import RunRecorder, write_result
 
         recorder = RunRecorder(f"demo {folder}", self.args)
-        result = method.run(inputs)
+        result = self.run_loaded(method, inputs)
         write_result(result, self.out_dir / folder, recorder=recorder, target=self.target)
         self.results[folder] = result
         return result
@@ -320,7 +338,7 @@ def _step_compare(run: DemoRun) -> None:
     method = Compare(CompareConfig(scores=API_SCORES, price_as=run.args.price_as))
     inputs = AuditInputs(data=sample, targets={"a": chat, "b": run.api})
     recorder = RunRecorder("demo api-compare", run.args)
-    result = method.run(inputs)
+    result = run.run_loaded(method, inputs)
     extra = {"targets": {"a": chat.describe(), "b": run.api.describe()}}
     write_result(result, run.out_dir / "api-compare", recorder=recorder, target=run.api, extra=extra)
     run.results["api-compare"] = result

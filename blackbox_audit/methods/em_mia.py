@@ -55,7 +55,7 @@ key/value cache in batches.
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import logging
 import math
 import sys
@@ -650,7 +650,7 @@ class EMMIA(Method):
         """``init = "auto"`` resolved from what is known of the target (``default_init``: Min-K%++ where
         it gives the full distribution, else loss): the loaded target, else its kind's capabilities
         (``adapters.registry``), so the dry-run prices the initial score the run computes."""
-        if self.config.init != "auto":
+        if self.config.init != "auto" or self.resolved_init is not None:
             return self
         known = preparation.target if preparation.target is not None else inputs.target
         if known is None and preparation.target_spec is not None:
@@ -662,7 +662,8 @@ class EMMIA(Method):
         if known is None:
             return self
         init = default_init(known)
-        method = EMMIA(dataclasses.replace(self.config, init=init))
+        method = copy.copy(self)  # the config keeps "auto" (run.json echoes it; its "init" records the choice)
+        method.resolved_init = init
         method.choices = {
             **self.choices,
             "init": {
@@ -672,9 +673,14 @@ class EMMIA(Method):
         }
         return method
 
+    #: what ``prepare`` resolved ``init = "auto"`` to (None: not prepared, or init named)
+    resolved_init: str | None = None
+
     def _init(self, target: Any) -> str:
         if self.config.init != "auto":
             return self.config.init
+        if self.resolved_init is not None:
+            return self.resolved_init
         return "loss" if target is None else default_init(target)
 
     def plan(self, inputs: AuditInputs, pool_size: int | None = None) -> CostPlan:

@@ -110,6 +110,6 @@ def test_an_unexpected_error_keeps_its_traceback_but_not_the_key(cli, monkeypatc
         key = read_api_key(KEY_ENV)  # as an adapter would have read it
         raise RuntimeError(f"unexpected failure while sending with header Bearer {key}")
 
-    monkeypatch.setattr(score_cli, "open_session", boom)
+    monkeypatch.setattr(score_cli, "execute", boom)
     r = cli("score", "--target", "smollm2", "--data", str(data_file), "--out", str(tmp_path / "o"))
     assert r.rc == 1 and "Traceback" in r.err and "RuntimeError: unexpected failure" in r.err
