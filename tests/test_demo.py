@@ -78,4 +78,4 @@ def run_notes(out: Path) -> list[str]:
 
 def test_demo_rejects_a_bad_alpha(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--alpha", "1.5", "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path)]) == 2
-    assert "--alpha" in capsys.readouterr().err
+    assert "--alpha" in capsys.readouterr().err  # PTDI's own check, as on every front door

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blackbox_audit.cli.common import prepare_out_dir
+from blackbox_audit.cli.common import config_from_args, prepare_out_dir
 from blackbox_audit.cli.options import add_canary_arguments, options_from_args
 from blackbox_audit.data import Dataset, Sample
 from blackbox_audit.errors import UserError
@@ -173,7 +173,7 @@ def _step_scores(run: DemoRun) -> None:
     if names is None:
         names, skipped = applicable_scores(run.target, params, SLOW_SCORES)
     params = {k: v for k, v in params.items() if k in {n.split(":")[0] for n in names}}
-    method = ScoreMethod(ScoreConfig(scores=tuple(names), params=params, seed=run.args.seed))
+    method = ScoreMethod(config_from_args(ScoreConfig, run.args, scores=tuple(names), params=params))
     result = run.run_method("score", method, AuditInputs(data=run.data, target=run.target))
     for name, m in result.metrics.items():
         if "auc" not in m:  # a baseline that could not run (its reason is among the warnings)
@@ -212,7 +212,7 @@ def _step_ptdi(run: DemoRun) -> None:
         progress=True,
     )
     for method_name, folder in (("subtraction", "ptdi"), ("vanilla", "ptdi-vanilla")):
-        method = PTDI(PTDIConfig(score=score, alpha=run.args.alpha, method=method_name))
+        method = PTDI(config_from_args(PTDIConfig, run.args, score=score, method=method_name))
         result = run.run_method(folder, method, inputs)
         est, sel = result.verdict.estimate, result.metrics["selection"]
         power = "n/a" if sel["power"] is None else f"{sel['power']:.2f}"
@@ -221,7 +221,7 @@ def _step_ptdi(run: DemoRun) -> None:
                 "method": f"ptdi/{method_name}",
                 "auc": None,
                 "tpr5": None,
-                "note": f"{score}, alpha={run.args.alpha}: selected {est['n_selected']}, FDP {sel['fdp']:.2f}, "
+                "note": f"{score}, alpha={method.config.alpha}: selected {est['n_selected']}, FDP {sel['fdp']:.2f}, "
                 f"power {power}",
             }
         )
@@ -335,7 +335,7 @@ def _step_compare(run: DemoRun) -> None:
     )
     assert run.workspace is not None
     chat = run.workspace.cached(run.target.inner.with_chat(ChatConditioning("chatml")))
-    method = Compare(CompareConfig(scores=API_SCORES, price_as=run.args.price_as))
+    method = Compare(config_from_args(CompareConfig, run.args, scores=API_SCORES))
     inputs = AuditInputs(data=sample, targets={"a": chat, "b": run.api})
     recorder = RunRecorder("demo api-compare", run.args)
     result = run.run_loaded(method, inputs)
@@ -394,7 +394,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_canary_arguments(p)
     p.add_argument("--out", default="runs/demo", help="results folder (default: runs/demo)")
     p.add_argument("--scores", help="comma-separated score specs (default: every applicable score)")
-    p.add_argument("--alpha", type=float, default=0.1, help="PTDI target FDR (default: 0.1)")
+    p.add_argument("--alpha", type=float, help="PTDI target FDR (default: PTDI's, 0.1)")
     p.add_argument("--ptdi-score", default="min_k", help="score PTDI selects on (default: min_k)")
     p.add_argument(
         "--em-mia-texts",
@@ -500,16 +500,16 @@ def side_by_side_table(rows: list[Row]) -> list[str]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    from blackbox_audit.methods.ptdi import PTDIConfig
     from blackbox_audit.results import RunRecorder, write_outputs
 
-    if not 0 < args.alpha < 1:
-        raise UserError(f"--alpha {args.alpha} is not a level in (0, 1)", "use e.g. --alpha 0.1")
+    config_from_args(PTDIConfig, args, score=args.ptdi_score).validate()  # a bad --alpha fails before any work
     if args.api_sample < 0 or args.api_sample == 1:
         raise UserError(f"--api-sample {args.api_sample} cannot hold a member and a non-member", "use 0 or >= 2")
     if args.price_as:
         from blackbox_audit.methods.compare import CompareConfig
 
-        CompareConfig(price_as=args.price_as).validate()  # an unknown model fails before any work
+        config_from_args(CompareConfig, args, scores=API_SCORES).validate()  # an unknown model fails before any work
     recorder = RunRecorder("demo", args)
     run = DemoRun(args=args, out_dir=prepare_out_dir(args.out))
     try:
