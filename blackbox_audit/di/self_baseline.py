@@ -64,8 +64,14 @@ def _train(train_texts: Sequence[str], cfg: SelfBaselineConfig, seed: int) -> tu
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from blackbox_audit.sim.tiny_models import build_tiny_tokenizer
-    from blackbox_audit.training import causal_labels, pad_right, predicted_tokens, seeded_torch, train_epochs
+    from blackbox_audit.training import (
+        build_tiny_tokenizer,
+        causal_labels,
+        pad_right,
+        predicted_tokens,
+        seeded_torch,
+        train_epochs,
+    )
 
     tok = build_tiny_tokenizer(train_texts, vocab_size=cfg.vocab_size)
     pad = int(tok.pad_token_id)
