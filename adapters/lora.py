@@ -18,10 +18,11 @@ An ``Example`` is a ``prompt`` (context, not trained on; empty for plain text) a
 ``completion`` (trained on), tokenized separately without special tokens and concatenated --
 the token convention of the white-box adapter and the emulator's chat template.
 
-Adapters are cached under ``<cache dir>/adapters/<key>``, the key hashing the base target's
-fingerprint, the examples, the options and the seed (``LORA_FORMAT`` bumps invalidate old
-ones); a build runs in a temporary folder renamed into place when complete, so an interrupted
-build is never reused. ``card.json`` records the training losses and the fine-tune time.
+Adapters are cached in the artifact store (``blackbox_audit.artifacts``) under
+``<cache dir>/adapters/<key>``, the key hashing the base target's fingerprint, the examples, the
+options and the seed (``LORA_FORMAT`` bumps invalidate old ones); a build runs in a temporary
+folder renamed into place when complete, so an interrupted build is never reused. ``card.json``
+records the training losses and the fine-tune time.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import copy
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from blackbox_audit.artifacts import ArtifactStore, content_key
 from blackbox_audit.errors import UserError
 from blackbox_audit.training import IGNORE, pad_right, predicted_tokens, steps_per_epoch, train_epochs
 
@@ -122,7 +123,7 @@ def adapter_key(base_fingerprint: str, examples: Sequence[Example], opts: LoraOp
         "options": asdict(opts),
         "seed": int(seed),
     }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
+    return content_key(payload, length=20, spaced=True)
 
 
 # --------------------------------------------------------------------------- training
@@ -246,11 +247,19 @@ def train_lora(
 # --------------------------------------------------------------------------- cache
 
 
-def adapters_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """``<cache>/adapters``; the cache is ``--cache-dir``, ``$BLACKBOX_AUDIT_CACHE`` or the default."""
+#: the artifact store's kind for adapters: they live in ``<cache>/adapters/<key>``, marked by ``card.json``
+ADAPTERS = "adapters"
+
+
+def _cache_root(cache_dir: str | os.PathLike[str] | None) -> Path:
     from blackbox_audit.engine.cache import default_cache_dir
 
-    return (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "adapters"
+    return Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+
+
+def adapters_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``<cache>/adapters``; the cache is ``--cache-dir``, ``$BLACKBOX_AUDIT_CACHE`` or the default."""
+    return _cache_root(cache_dir) / ADAPTERS
 
 
 def finetuned_adapter(
@@ -275,13 +284,12 @@ def finetuned_adapter(
     if not examples:
         raise UserError("no fine-tuning texts were given", "pass a non-empty file of known non-members")
     key = adapter_key(target.fingerprint(), examples, opts, seed)
-    root = adapters_root(cache_dir) if use_cache else Path(tempfile.mkdtemp(prefix="bba-adapter-"))
-    final = root / key
-    if use_cache and (final / "card.json").is_file():
-        return Adapter(final, json.loads((final / "card.json").read_text(encoding="utf-8")), trained=False)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
-    try:
+    store = ArtifactStore(_cache_root(cache_dir) if use_cache else tempfile.mkdtemp(prefix="bba-adapter-"))
+    found = store.folder(ADAPTERS, key, done="card.json") if use_cache else None
+    if found is not None:
+        return Adapter(found, json.loads((found / "card.json").read_text(encoding="utf-8")), trained=False)
+    final = store.path(ADAPTERS, key)
+    with store.build_folder(ADAPTERS, key, done="card.json") as tmp:
         t0, c0 = time.perf_counter(), time.process_time()
         model = copy.deepcopy(target.model)
         peft_model, losses = train_lora(model, target.tokenizer, examples, opts, seed=seed, progress=progress)
@@ -302,15 +310,8 @@ def finetuned_adapter(
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "peft": _peft_version()},
         }
         (tmp / "card.json").write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another process finished the same fine-tune first: keep theirs
-            if not (final / "card.json").is_file():
-                raise
-            card = json.loads((final / "card.json").read_text(encoding="utf-8"))
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    # another process may have finished the same fine-tune first: its folder was kept, read its card
+    card = json.loads((final / "card.json").read_text(encoding="utf-8"))
     return Adapter(final, card, trained=True)
 
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from functools import cached_property, lru_cache
 from pathlib import Path
 
+from blackbox_audit.atomic import write_atomic
 from blackbox_audit.errors import UserError
 
 # tiktoken's official file URL and sha256 per encoding (tiktoken_ext/openai_public.py); the
@@ -79,9 +80,7 @@ def prepare_tiktoken(name: str) -> Path:
                 "reinstall 'bpe-openai' or give a local tokenizer",
             )
         cache.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_bytes(data)
-        tmp.replace(target)
+        write_atomic(target, data)
     os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(cache))
     return target
 

@@ -4,7 +4,10 @@ with what it is made of: seeding, right padding, one clipped optimiser step, lay
 Kept in one place so the trainers cannot drift apart in how they batch, shuffle, clip gradients,
 advance the schedule or average the loss. Their results are cached by content and compared byte for
 byte, so anything here that changes the numbers must bump the trainers' format versions
-(``CANARY_FORMAT``, ``LORA_FORMAT``, the DI artefacts' keys)."""
+(``CANARY_FORMAT``, ``LORA_FORMAT``, the DI artefacts' keys).
+
+The tiny BPE tokenizer that models trained from scratch share (the canary's ``tiny`` base, DI's
+self-baseline) is built here too, so that DI does not reach into the simulation package for it."""
 
 from __future__ import annotations
 
@@ -143,3 +146,38 @@ def train_epochs(
     finally:
         bar.close()
     return losses
+
+
+# ---------------------------------------------------------------- a tokenizer for models trained from scratch
+
+EOS_TOKEN = "<|endoftext|>"
+PAD_TOKEN = "<|pad|>"
+
+
+def build_tiny_tokenizer(texts: Iterable[str], *, vocab_size: int = 1024):
+    """Train a ByteLevel BPE tokenizer on ``texts`` and wrap it as ``PreTrainedTokenizerFast``.
+
+    Byte-level means any string (including unseen characters) tokenizes, so tests can feed
+    arbitrary text without unknown tokens.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS_TOKEN, PAD_TOKEN],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(texts), trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        add_bos_token=False,
+        add_eos_token=False,
+        clean_up_tokenization_spaces=False,
+    )

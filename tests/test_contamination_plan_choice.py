@@ -26,8 +26,7 @@ def test_auto_plan_is_chosen_before_scoring_and_recorded(tiny_target, tiny_lm_di
     from blackbox_audit.cli import main
     from blackbox_audit.methods.contamination.score_plans import load_calibration
 
-    if load_calibration() is None:
-        pytest.skip("no calibration shipped")
+    assert load_calibration() is not None, "plan_calibration.json is not shipped: the plan choice would use defaults"
     bench, held = _write(tmp_path / "b.jsonl", ITEMS), _write(tmp_path / "h.jsonl", HELD)
     with run_emulator(tiny_target, "openai-chat") as emu:
         pricing = tmp_path / "price.json"

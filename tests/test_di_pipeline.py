@@ -401,7 +401,7 @@ def test_a_start_token_reaches_the_generators_training_and_prompts_only_where_it
     """Gemma writes only "Answer:" lines when its BOS is missing; SmolLM2 adds none, and its cached
     adapters keep their keys."""
     import blackbox_audit.di.generator as generator_module
-    from blackbox_audit.di.artifacts import content_key, texts_digest
+    from blackbox_audit.di.artifacts import di_key, texts_digest
     from blackbox_audit.di.segment import fixed_pairs
 
     plain = LocalGenerator(f"hf:{tiny_llama_dir}", progress=False)
@@ -410,7 +410,7 @@ def test_a_start_token_reaches_the_generators_training_and_prompts_only_where_it
     assert plain.start_ids == []
     old_key = {"generator": plain.fingerprint(), "train": texts_digest([list(s) for s in seqs]),
                "training": cfg.training(), "seed": 0}  # fmt: skip
-    assert plain.adapter_key(seqs, cfg, 0) == content_key(old_key)  # keys as before the start token existed
+    assert plain.adapter_key(seqs, cfg, 0) == di_key(old_key)  # keys as before the start token existed
 
     bos = len(plain.tokenizer) - 1
     gen = LocalGenerator(f"hf:{tiny_llama_dir}", progress=False)

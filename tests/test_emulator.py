@@ -8,7 +8,6 @@ the -9999 sentinel, 400/403/404 bodies, faults, noise, counting and determinism.
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import numpy as np
@@ -374,12 +373,11 @@ def test_garbled_truncated_and_timeout_faults(target):
         # ground truth is unaffected by faults
         ids = target.tokenize(PROMPT)
         assert c.post("/emulator/exact", json={"ids": ids}).json()["logprobs"] == emu.exact_sequence(ids).tolist()
-    t0 = time.monotonic()
-    with run_emulator(target, "openai-chat", fault_rate=1.0, faults="timeout", timeout_s=30) as emu:
+    with run_emulator(target, "openai-chat", fault_rate=1.0, faults="timeout", timeout_s=3600) as emu:
         with httpx.Client(base_url=emu.root_url, timeout=0.5) as c, pytest.raises(httpx.ReadTimeout):
             c.get("/v1/models")
         assert emu.stats()["by_outcome"] == {"fault_timeout": 1}
-    assert time.monotonic() - t0 < 10  # shutdown released the held connection instead of waiting 30 s
+    assert emu._server.wait_handled(1)  # shutdown released the held connection instead of holding it an hour
 
 
 def test_noise_is_per_request_seeded_and_leaves_ground_truth(target):
@@ -518,10 +516,7 @@ def test_a_client_that_hangs_up_is_no_traceback(target, capfd):
             s.sendall(head + body)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             s.close()  # a reset, before the answer is written
-        deadline = time.monotonic() + 10
-        while emu.stats()["requests"] < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)  # the handlers write their answers into the reset sockets
+        assert emu._server.wait_handled(3)  # the handlers wrote their answers into the reset sockets
         with httpx.Client(base_url=emu.base_url) as c:  # and the server still serves
             assert c.post("/completions", json={"model": emu.model, "prompt": "hi", "max_tokens": 1}).status_code == 200
     err = capfd.readouterr().err

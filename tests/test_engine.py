@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import stat
-import time
 
 import httpx
 import pytest
@@ -54,6 +53,32 @@ def engine(**kw) -> RequestEngine:
     kw.setdefault("backoff_base_s", 0.0)
     kw.setdefault("backoff_max_s", 0.05)
     return RequestEngine(BASE, **kw)
+
+
+class FakeClock:
+    """Time that passes only when the code under test sleeps: ``asyncio.sleep`` is recorded in
+    ``slept`` and advances ``now`` instead of waiting, so waits are checked exactly, without a clock."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake, real_sleep = FakeClock(), asyncio.sleep
+
+    async def sleep(delay: float, result=None):
+        fake.slept.append(delay)
+        fake.now += delay
+        await real_sleep(0)  # still a suspension point, as a real sleep is
+        return result
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)  # tenacity's waits and RateLimiter call asyncio.sleep
+    return fake
 
 
 # --- cache ---------------------------------------------------------------------------------
@@ -128,7 +153,7 @@ def test_engine_survives_one_event_loop_per_batch():
 
 # --- retries -------------------------------------------------------------------------------
 @respx.mock
-def test_429_honours_retry_after_then_succeeds():
+def test_429_honours_retry_after_then_succeeds(clock: FakeClock):
     route = respx.post(f"{BASE}/completions").mock(
         side_effect=[
             httpx.Response(429, headers={"Retry-After": "0.3"}, json={"error": {"message": "slow down"}}),
@@ -136,9 +161,8 @@ def test_429_honours_retry_after_then_succeeds():
         ]
     )
     e = engine(cache={}, backoff_max_s=5)
-    t0 = time.monotonic()
     run(e.post_json("/completions", body()))
-    assert time.monotonic() - t0 >= 0.3
+    assert clock.slept == [0.3]
     assert route.call_count == 2 and e.stats.retries == 1 and e.stats.errors == {"429": 1}
 
 
@@ -217,40 +241,37 @@ def _limited(retry_after: dict[str, str] | None = None) -> httpx.Response:
 
 
 @respx.mock
-def test_429s_with_retry_after_are_waited_out_not_counted_as_retries():
+def test_429s_with_retry_after_are_waited_out_not_counted_as_retries(clock: FakeClock):
     """Issue 27 item 8: 20 consecutive 429s that say when to come back end no run whose
     --max-retries is smaller; they wait exactly what the provider asked."""
     route = respx.post(f"{BASE}/completions").mock(
         side_effect=[_limited({"Retry-After": "1", "retry-after-ms": "20"}) for _ in range(20)] + [ok()]
     )
     e = engine(cache={}, spending=Spending(EngineOptions(max_retries=2)), backoff_max_s=5)
-    t0 = time.monotonic()
     assert run(e.post_json("/completions", body()))["choices"][0]["text"] == "x"
-    assert time.monotonic() - t0 >= 20 * 0.02
+    assert clock.slept == [0.02] * 20  # retry-after-ms, more precise than Retry-After
     assert route.call_count == 21 and e.stats.retries == 20 and e.stats.errors == {"429": 20}
 
 
 @respx.mock
-def test_429_waits_stop_at_the_rate_limit_wait_bound_and_say_which_flag_raises_it():
+def test_429_waits_stop_at_the_rate_limit_wait_bound_and_say_which_flag_raises_it(clock: FakeClock):
     route = respx.post(f"{BASE}/completions").mock(return_value=_limited({"retry-after-ms": "50"}))
     e = engine(cache={}, spending=Spending(EngineOptions(max_retries=100, rate_limit_wait_s=0.2)))
-    t0 = time.monotonic()
     with pytest.raises(RateLimitWaitExceeded) as ei:
         run(e.post_json("/completions", body()))
-    assert time.monotonic() - t0 < 2  # four waits of 0.05 s, then it stops (not 100 retries)
+    assert clock.slept == [0.05] * 4  # four waits of 0.05 s, then it stops (not 100 retries)
     assert route.call_count == 5 and ei.value.status == 429
     line = str(ei.value)
     assert "--rate-limit-wait 0.2" in line and "waited 0.2 s" in line and "raise --rate-limit-wait" in line
 
 
 @respx.mock
-def test_a_retry_after_longer_than_the_bound_stops_at_once_without_sleeping():
+def test_a_retry_after_longer_than_the_bound_stops_at_once_without_sleeping(clock: FakeClock):
     route = respx.post(f"{BASE}/completions").mock(return_value=_limited({"Retry-After": "3600"}))
     e = engine(cache={})
-    t0 = time.monotonic()
     with pytest.raises(RateLimitWaitExceeded, match="asking to wait 3600 s.*--rate-limit-wait 300") as ei:
         run(e.post_json("/completions", body()))
-    assert time.monotonic() - t0 < 2 and route.call_count == 1
+    assert clock.slept == [] and route.call_count == 1
     assert "raise --rate-limit-wait to at least 3600" in str(ei.value)
 
 
@@ -409,17 +430,16 @@ def test_estimate_body_tokens_is_an_upper_bound_shape():
 
 
 # --- rate limits ---------------------------------------------------------------------------
-def test_rate_limiter_spaces_requests():
-    lim = RateLimiter(3000)  # 50/s, bucket of 500
+def test_rate_limiter_spaces_requests(clock: FakeClock):
+    # 64/s and a bucket of 640: every wait (1/64 s) is exact in binary, as a fake clock needs
+    lim = RateLimiter(3840, clock=clock)
 
     async def go():
-        t0 = time.monotonic()
-        for _ in range(525):
+        for _ in range(665):
             await lim.acquire(1)
-        return time.monotonic() - t0
 
-    elapsed = run(go())
-    assert 0.4 <= elapsed < 2.0  # 25 beyond the bucket at 50/s = 0.5 s
+    run(go())
+    assert clock.slept == [1 / 64] * 25  # 25 beyond the bucket, one 64th of a second each
 
 
 # --- security hygiene ----------------------------------------------------------------------

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ class BodyCounter:
 
     def __init__(self, emu: Any) -> None:
         self.counts: Counter[str] = Counter()
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()  # notified at every answered body (``wait_for``)
         responder = emu._server.responder
         inner = responder.completions
 
@@ -82,6 +83,7 @@ class BodyCounter:
             out = inner(body)
             with self._lock:
                 self.counts[request_key(emu.base_url, "/completions", body)] += 1
+                self._lock.notify_all()
             return out
 
         responder.completions = counted
@@ -89,6 +91,12 @@ class BodyCounter:
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+    def wait_for(self, enough: Callable[[int], bool], timeout: float = 120.0) -> bool:
+        """Block until ``enough(total)`` holds, woken by each answered body instead of polling a clock
+        (``timeout`` only guards against a hang; False when it passed)."""
+        with self._lock:
+            return self._lock.wait_for(lambda: enough(self.total), timeout)
 
     def duplicates(self, among: set[str] | None = None) -> int:
         return sum(c - 1 for k, c in self.counts.items() if c > 1 and (among is None or k in among))
@@ -221,9 +229,7 @@ def test_kill_and_resume_sends_no_duplicates(emulator, texts_ids, tmp_path):
         cmd = [sys.executable, __file__, emu.base_url, emu.model, str(ids_file), str(cache_dir), str(out)]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            deadline = time.monotonic() + 120
-            while counter.total < need * 0.4 and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.005)
+            assert counter.wait_for(lambda total: total >= need * 0.4), "the client stalled"
             assert proc.poll() is None, "the client finished before it could be killed"
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()

@@ -205,3 +205,11 @@ def test_planning_imports_neither_methods_nor_adapters() -> None:
     above = ("blackbox_audit.methods", "blackbox_audit.adapters")
     bad = {n: sorted(t for t in imports_of(n, named=True) if t.startswith(above)) for n in below}
     assert below and not {k: v for k, v in bad.items() if v}, bad
+
+
+def test_di_does_not_reach_into_sim() -> None:
+    """Dataset inference is product code; what it shares with the simulation package (the tiny tokenizer
+    of models trained from scratch) lives below both, in ``blackbox_audit.training``."""
+    di = {n for n in modules() if n.startswith("blackbox_audit.di.") or n == "blackbox_audit.di"}
+    bad = {n: sorted(t for t in imports_of(n, named=True) if t.startswith("blackbox_audit.sim")) for n in di}
+    assert di and not {k: v for k, v in bad.items() if v}, bad

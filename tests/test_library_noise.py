@@ -18,7 +18,7 @@ def transformers_says(caplog):
     hf_logging.warning_once.cache_clear()
     root = hf_logging.get_logger("transformers")
     root.addHandler(caplog.handler)
-    caplog.set_level(logging.WARNING)
+    caplog.set_level(logging.WARNING, logger="transformers")  # whatever a CLI run in this process set
     yield lambda: [r.getMessage() for r in caplog.records if r.name.startswith("transformers")]
     root.removeHandler(caplog.handler)
 
@@ -43,3 +43,40 @@ def test_training_a_gpt2_canary_names_its_loss(tiny_lm_dir, transformers_says):
     assert not [m for m in transformers_says() if "loss_type" in m]
     bare = AutoModelForCausalLM.from_pretrained(tiny_lm_dir)
     assert bare.loss_function is not None and [m for m in transformers_says() if "loss_type" in m]  # the noise
+
+
+# what a `di` run printed between its progress lines before blackbox_audit.logs (issue 39 item 8)
+NOISE = ("is_gradient_checkpointing", "loss_type=None")
+
+
+def test_a_di_run_is_quiet_and_says_everything_once_under_verbose(tmp_path, tiny_lm_dir) -> None:
+    """A real calibrated ``di`` run, in its own process (a fresh interpreter: warnings and transformers'
+    warn-once memory start empty), with test_di_pipeline's smallest options: the libraries' warnings
+    are absent from its stderr, and present once each with ``-v``."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from blackbox_audit.sim.tiny_models import build_tiny_llama, sample_texts
+
+    texts = sample_texts(160)
+    generator = build_tiny_llama(tmp_path / "llama", texts)
+    suspect = tmp_path / "s.jsonl"
+    suspect.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts[:80])))
+    args = ["di", "--target", f"hf:{tiny_lm_dir}", "--features", "loss,min_k", "--suspect", str(suspect)]
+    args += ["--generator", f"hf:{generator}", "--seq-tokens", "24", "--min-seq-tokens", "12", "--seeds", "2"]
+    args += ["--gen-epochs", "1", "--lora-layers", "2", "--classifier-epochs", "2", "--threads", "1"]
+    env = {k: v for k, v in os.environ.items() if k != "TRANSFORMERS_VERBOSITY"}
+
+    def stderr_of(*extra: str, run: str) -> str:
+        cmd = [sys.executable, "-m", "blackbox_audit", *extra, *args]
+        cmd += ["--cache-dir", str(tmp_path / f"cache-{run}"), "--out", str(tmp_path / run)]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stderr
+
+    quiet = stderr_of(run="quiet")
+    assert [n for n in NOISE if n in quiet] == [], quiet[-3000:]
+    loud = stderr_of("-v", run="loud")
+    assert {n: loud.count(n) for n in NOISE} == dict.fromkeys(NOISE, 1), loud[-3000:]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 import traceback
 from collections.abc import Iterable, Sequence
@@ -21,6 +20,7 @@ from typing import Any, NoReturn
 from blackbox_audit import __version__
 from blackbox_audit.errors import UserError
 from blackbox_audit.interrupt import clean_interrupts, exit_code, resume_line
+from blackbox_audit.logs import setup_logging
 from blackbox_audit.redaction import install_log_redaction, redact_text
 
 
@@ -101,7 +101,9 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
     )
     parser.register("action", "parsers", _Commands)
     parser.add_argument("--version", action="version", version=f"blackbox-audit {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logging, and the libraries' own warnings (once each)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for command in COMMANDS:
@@ -123,10 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = _command_named(argv)
     parser = build_parser(load=[name] if name in _SUMMARIES else [])
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(args.verbose)  # ours at WARNING, the libraries' quiet unless -v (blackbox_audit.logs)
     install_log_redaction()  # every log line, httpx/httpcore included, goes through the key filter
     from blackbox_audit.progress import quiet_library_bars  # after parsing: --help stays light
 

@@ -47,7 +47,7 @@ import numpy as np
 
 from blackbox_audit.errors import UserError
 
-from .artifacts import ArtifactStore, content_key, texts_digest
+from .artifacts import ArtifactStore, di_key, texts_digest
 from .features import default_features, feature_matrix, heldout_oriented
 from .generator import GeneratorConfig, LocalGenerator
 from .linear import fit_logistic
@@ -323,7 +323,7 @@ def _auc(labels: np.ndarray, scores: np.ndarray) -> float:
 
 
 def classifier_key(train_texts: list[str], test_texts: list[str], labels: list[int], cfg: Any, seed: int) -> str:
-    return content_key(
+    return di_key(
         {
             "train": texts_digest(train_texts),
             "test": texts_digest(test_texts),
@@ -571,7 +571,7 @@ def baseline_lm_matrix(
             "give --baseline-lm a different model (another family or training set), or leave it out",
         )
     lm = LocalGenerator(spec, progress=False)
-    key = content_key(
+    key = di_key(
         {
             "baseline_lm": lm.fingerprint(),
             "texts": texts_digest(texts),
@@ -612,7 +612,7 @@ def self_baseline_matrix(
             "rebuild the held-out set (it was made by an older version), or give --baseline-lm hf:DIR",
         )
     cfg = SelfBaselineConfig()
-    key = content_key(
+    key = di_key(
         {
             "self_baseline_lm": texts_digest(list(train_texts)),
             "cfg": asdict(cfg),

@@ -51,7 +51,7 @@ from blackbox_audit.training import (
     train_epochs,
 )
 
-from .artifacts import ArtifactStore, content_key, texts_digest
+from .artifacts import ArtifactStore, di_key, texts_digest
 from .segment import Pair
 
 log = logging.getLogger(__name__)
@@ -206,7 +206,7 @@ class LocalGenerator:
 
     # ------------------------------------------------------------------ fine-tuning
     def adapter_key(self, train_ids: Sequence[Sequence[int]], cfg: GeneratorConfig, seed: int) -> str:
-        return content_key(
+        return di_key(
             {
                 "generator": self.fingerprint(),
                 "train": texts_digest([list(t) for t in train_ids]),
@@ -352,7 +352,7 @@ class LocalGenerator:
 
     # ------------------------------------------------------------------ generation
     def generation_key(self, adapter_key: str, pairs: Sequence[Pair], cfg: GeneratorConfig, seed: int) -> str:
-        return content_key(
+        return di_key(
             {
                 "adapter": adapter_key,
                 "prompts": texts_digest([[list(p.prefix_ids), p.n_suffix] for p in pairs]),

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .artifacts import ArtifactStore, content_key, texts_digest
+from .artifacts import ArtifactStore, di_key, texts_digest
 
 GAP_WARN = 0.1
 P_WARN = 0.01
@@ -53,7 +53,7 @@ _LAST_TRAINED: dict[str, tuple[Any, Any]] = {}
 def train_self_baseline(train_texts: Sequence[str], cfg: SelfBaselineConfig, seed: int) -> tuple[Any, Any]:
     """(model, tokenizer): a GPT-2 trained from scratch on ``train_texts`` (module doc), in eval mode;
     the same inputs again return the same model without training it twice."""
-    key = content_key({"train": texts_digest(list(train_texts)), "cfg": asdict(cfg), "seed": seed})
+    key = di_key({"train": texts_digest(list(train_texts)), "cfg": asdict(cfg), "seed": seed})
     if key not in _LAST_TRAINED:
         _LAST_TRAINED.clear()
         _LAST_TRAINED[key] = _train(train_texts, cfg, seed)
@@ -64,8 +64,14 @@ def _train(train_texts: Sequence[str], cfg: SelfBaselineConfig, seed: int) -> tu
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from blackbox_audit.sim.tiny_models import build_tiny_tokenizer
-    from blackbox_audit.training import causal_labels, pad_right, predicted_tokens, seeded_torch, train_epochs
+    from blackbox_audit.training import (
+        build_tiny_tokenizer,
+        causal_labels,
+        pad_right,
+        predicted_tokens,
+        seeded_torch,
+        train_epochs,
+    )
 
     tok = build_tiny_tokenizer(train_texts, vocab_size=cfg.vocab_size)
     pad = int(tok.pad_token_id)
@@ -145,7 +151,7 @@ def self_baseline_check(
     from scipy.stats import ttest_rel
 
     texts = list(real) + list(generated)
-    key = content_key(
+    key = di_key(
         {"train": texts_digest(list(train_texts)), "texts": texts_digest(texts), "cfg": asdict(cfg), "seed": seed}
     )
     scores = store.read_json("self_baseline", key)

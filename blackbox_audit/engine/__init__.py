@@ -17,7 +17,8 @@ Contract (API adapters rely on it):
   (a ``ProviderError``); a 429's Retry-After is waited out within ``--rate-limit-wait`` seconds per
   request (``retry.py``), beyond which ``RateLimitWaitExceeded`` says so. Budget caps raise
   ``BudgetExceeded`` (a ``UserError``) *before* the request that would exceed them is sent; a
-  full cache disk raises ``CacheFull`` and a damaged cache database ``CacheDamaged``.
+  full cache disk raises ``CacheFull`` and a damaged cache database ``CacheDamaged``. Every one of these
+  classes lives in ``errors.py`` (re-exported here and by the modules that raise them).
 - Every cached value carries a checksum; runs sharing a cache hold a lease per request, so
   concurrent runs never buy the same answer twice (``cache.py``).
 - ``engine.stats`` counts requests sent, cache hits, billed tokens and cost;
@@ -29,16 +30,17 @@ Contract (API adapters rely on it):
   run's ``blackbox_audit.workspace.Workspace``.
 """
 
-from .budget import Budget, BudgetExceeded
-from .cache import CacheDamaged, CacheFull, open_request_cache, read_checked, request_key
-from .core import (
-    EngineStats,
+from .budget import Budget
+from .cache import open_request_cache, read_checked, request_key
+from .core import EngineStats, RequestEngine, estimate_body_tokens
+from .errors import (
+    BudgetExceeded,
+    CacheDamaged,
+    CacheFull,
     ProviderError,
     RateLimitWaitExceeded,
-    RequestEngine,
     RetriesExhausted,
     UnknownModel,
-    estimate_body_tokens,
 )
 from .options import EngineOptions, Spending
 from .pricing import ModelPrice, PricingTable

@@ -48,7 +48,8 @@ from tenacity import AsyncRetrying, retry_if_exception_type
 
 from blackbox_audit.errors import UserError
 
-from .core import RequestEngine, RetriesExhausted, _Retryable, estimate_body_tokens
+from .core import RequestEngine, _Retryable, estimate_body_tokens
+from .errors import BatchFailed, RetriesExhausted
 from .responses import ProtocolError, validate_answer
 from .retry import RetryPolicy
 
@@ -91,10 +92,6 @@ class BatchOutcome:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-class BatchFailed(UserError):
-    """The provider's batch ended ``failed`` or ``cancelled``."""
 
 
 def custom_id(body: dict[str, Any]) -> str:

@@ -15,14 +15,9 @@ from typing import Any
 
 from blackbox_audit.errors import UserError
 
-#: what a stopped run keeps, in every stop message; ``RequestEngine`` swaps it for ``ANSWERS_LOST``
-#: when it has no cache (``--no-cache``), where the promise would be false
-ANSWERS_KEPT = "answers received so far are cached and not bought again"
-ANSWERS_LOST = "with --no-cache nothing was kept: a re-run buys every answer again"
+from .errors import ANSWERS_KEPT, ANSWERS_LOST, BudgetExceeded
 
-
-class BudgetExceeded(UserError):
-    """A hard cap (--budget-usd / --max-requests) was reached; cached work is kept."""
+__all__ = ["ANSWERS_KEPT", "ANSWERS_LOST", "Budget", "BudgetExceeded", "Reservation"]  # the errors: old home
 
 
 @dataclass

@@ -47,6 +47,7 @@ import diskcache
 from blackbox_audit.errors import UserError
 
 from .envelope import decode_value, encode_value
+from .errors import CacheDamaged, CacheFull  # re-exported: their old home
 
 log = logging.getLogger(__name__)
 
@@ -147,57 +148,6 @@ def classify_error(exc: BaseException) -> str | None:
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
         return "full"
     return None
-
-
-def _db_file(directory: Path | str | None) -> str:
-    return str(Path(directory) / "cache.db") if directory else "the cache"
-
-
-class CacheDamaged(UserError):
-    """The cache database cannot be read at all; moving it aside is the recovery."""
-
-    def __init__(self, directory: Path | str | None, exc: BaseException) -> None:
-        db = _db_file(directory)
-        super().__init__(
-            f"the cache database {db} is damaged ({exc})",
-            f"move it aside (mv {db} {db}.damaged) and re-run: a fresh cache is created, and answers that "
-            "were only in the damaged file are fetched again",
-        )
-
-
-class CacheFull(UserError):
-    """No room to store answers; the run stops at once (message counts what was kept)."""
-
-    def __init__(self, store: AnswerStore | None, directory: Path | str | None, why: str) -> None:
-        self.store = store
-        self.directory = directory
-        self.why = why
-        super().__init__(self._problem(), self._fix())
-
-    @classmethod
-    def before_start(cls, directory: Path | str, exc: BaseException) -> CacheFull:
-        return cls(None, directory, f"{exc}; nothing was sent")
-
-    def _problem(self) -> str:
-        where = self.directory or "the cache"
-        if self.store is None:
-            return f"cache disk full at {where}: {self.why}"
-        s = self.store
-        rescued = f" ({s.rescued} of them in {s.rescue_path})" if s.rescued else ""
-        return (
-            f"cache disk full at {where}: {s.kept + s.rescued} answers kept{rescued}, {s.lost} lost; "
-            f"the run stopped at once ({self.why})"
-        )
-
-    def _fix(self) -> str:
-        return (
-            "free space on that disk (or pass --cache-dir on another disk) and re-run the same command: "
-            "kept answers are not bought again"
-        )
-
-    def one_line(self) -> str:  # recomputed when printed: answers in flight may have been rescued since
-        self.problem = self._problem()
-        return super().one_line()
 
 
 # --------------------------------------------------------------------------- reading one value

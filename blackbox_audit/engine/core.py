@@ -46,8 +46,18 @@ from blackbox_audit.redaction import (
     split_url_credentials,
 )
 
-from .budget import ANSWERS_KEPT, ANSWERS_LOST, BudgetExceeded
-from .cache import DEFAULT_RESCUE_BYTES, AnswerStore, CacheFull, request_key, restrict_permissions
+from .cache import DEFAULT_RESCUE_BYTES, AnswerStore, request_key, restrict_permissions
+from .errors import (
+    ANSWERS_KEPT,
+    ANSWERS_LOST,
+    BudgetExceeded,
+    CacheFull,
+    ProviderError,
+    RateLimitWaitExceeded,
+    RetriesExhausted,
+    UnknownModel,
+    is_validation_error,
+)
 from .limits import RateLimiter
 from .options import Spending
 from .pricing import ModelPrice
@@ -57,122 +67,8 @@ from .retry import RetryPolicy
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# statuses where the server refused *this request* (its options), as opposed to refusing the
-# client (key, model, quota) or failing: only these may count as evidence in a probe
-_REFUSAL_STATUSES = frozenset({400, 403, 404, 405, 409, 413, 415, 422})
 _UNKNOWN_MODEL = re.compile(r"model\b.*\b(does not exist|not found|not exist|unknown|no such)", re.IGNORECASE)
 _MESSAGE_LIMIT = 500  # characters of a provider's error text shown (after redaction)
-
-
-class ProviderError(UserError):
-    """A provider answer that retrying will not fix (4xx other than 429), or retries exhausted.
-
-    ``status`` is the HTTP status (0: no answer at all), ``code`` the provider's error code
-    (``model_not_found``, ``insufficient_quota``, ...) when it gave one. ``refusal`` is True when
-    the server refused this particular request (its options), which a probe may read as "not
-    supported"; a bad key, an unknown model, a quota or an outage is never such evidence.
-    """
-
-    def __init__(
-        self, status: int, message: str, fix: str | None = None, *, code: str | None = None, problem: str | None = None
-    ) -> None:
-        self.status = status
-        self.code = code
-        self.provider_message = message
-        super().__init__(problem or f"provider returned HTTP {status}: {message}", fix)
-
-    @property
-    def refusal(self) -> bool:
-        if self.status >= 500:
-            return _is_validation_error(self.provider_message)
-        return self.status in _REFUSAL_STATUSES
-
-
-class UnknownModel(ProviderError):
-    """HTTP 404 for a model the server does not serve; ``available`` lists those it serves."""
-
-    def __init__(self, model: str, base_url: str, message: str, available: list[str] | None, code: str | None) -> None:
-        self.model = model
-        self.available = available
-        if available:
-            listing = f"the server offers: {', '.join(available)}"
-            fix = "pass one of the offered names as the model (compat:URL#MODEL, openai:MODEL)"
-        else:
-            listing = "the server does not list its models (GET /models gave nothing usable)"
-            fix = "check the model name and the base URL"
-        super().__init__(
-            404,
-            message,
-            fix,
-            code=code,
-            problem=f"unknown model '{model}' at {base_url} (HTTP 404: {message}); {listing}",
-        )
-
-    @property
-    def refusal(self) -> bool:
-        return False
-
-
-class RetriesExhausted(ProviderError):
-    """Every attempt failed with a retryable error; cached work is intact, re-running resumes."""
-
-    def __init__(
-        self,
-        attempts: int,
-        last: str,
-        status: int = 0,
-        *,
-        base_url: str = "",
-        code: str | None = None,
-        max_retries: int | None = None,
-    ) -> None:
-        self.status = status
-        self.code = code
-        self.provider_message = last
-        where = f" at {base_url}" if base_url else ""
-        keep = ANSWERS_KEPT
-        raise_retries = "raise --max-retries" + (f" (now {max_retries})" if max_retries is not None else "")
-        if status == 429:
-            problem = (
-                f"the provider{where} kept answering HTTP 429 (rate limit or quota) after {attempts} attempts "
-                f"(last: {last})"
-            )
-            fix = f"lower --rpm/--tpm/--concurrency or {raise_retries}, and check the account's quota; {keep}"
-        elif status == 0 and last.startswith("connection error"):
-            problem = f"cannot reach the server{where} after {attempts} attempts (last: {last})"
-            fix = f"check that the server is running and the URL is right, then re-run; {keep}"
-        else:
-            problem = f"provider{where} still failing after {attempts} attempts (last: {last})"
-            fix = f"re-run later or {raise_retries}; {keep}"
-        UserError.__init__(self, problem, fix)
-
-    @property
-    def refusal(self) -> bool:
-        return False
-
-
-class RateLimitWaitExceeded(RetriesExhausted):
-    """429s whose Retry-After waits would pass ``--rate-limit-wait`` on one request (``retry.py``)."""
-
-    def __init__(self, policy: RetryPolicy, attempts: int, last: str, *, base_url: str = "") -> None:
-        self.status, self.code, self.provider_message = 429, None, last
-        where = f" at {base_url}" if base_url else ""
-        asked, bound, waited = policy.refused_wait or 0.0, policy.rate_limit_wait_s, policy.rate_waited_s
-        keep = ANSWERS_KEPT
-        if waited == 0:
-            problem = (
-                f"the provider{where} answered HTTP 429 asking to wait {asked:g} s (Retry-After), more than "
-                f"--rate-limit-wait {bound:g} allows (last: {last})"
-            )
-            fix = f"re-run after that time, or raise --rate-limit-wait to at least {asked:g}; {keep}"
-        else:
-            problem = (
-                f"the provider{where} kept answering HTTP 429 (rate limit): one request waited {waited:g} s on its "
-                f"Retry-After over {attempts} attempts, and the next {asked:g} s would pass --rate-limit-wait "
-                f"{bound:g} (last: {last})"
-            )
-            fix = f"raise --rate-limit-wait, or lower --rpm/--tpm/--concurrency; {keep}"
-        UserError.__init__(self, problem, fix)
 
 
 class _Retryable(Exception):
@@ -674,7 +570,7 @@ class RequestEngine:
     def _raise_for_status(self, resp: httpx.Response) -> None:
         status = resp.status_code
         message, code = self._provider_error(resp)
-        if status >= 500 and _is_validation_error(message):
+        if status >= 500 and is_validation_error(message):
             # llama-cpp-python answers invalid requests with 500: not transient
             raise ProviderError(status, message, _fix_for(400), code=code)
         if status == 429 and code in _QUOTA_CODES:
@@ -801,12 +697,6 @@ class RequestEngine:
 
 
 _QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "quota_exceeded"})
-
-
-def _is_validation_error(message: str) -> bool:
-    """llama-cpp-python's server reports request-validation failures (pydantic) as HTTP 500;
-    retrying those only burns time, so they are treated like a 400."""
-    return "validation error" in (message or "").lower()
 
 
 def _fix_for(status: int) -> str:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from blackbox_audit.atomic import write_atomic
 from blackbox_audit.errors import UserError
 
 
@@ -35,42 +35,25 @@ def _jsonable(obj: Any) -> Any:
     raise TypeError(f"cannot write {type(obj).__name__} to JSON")
 
 
-def _current_umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def _atomic_write(path: str | os.PathLike[str], text: str) -> Path:
-    """Write to a temporary file in the same folder and rename it over ``path``.
+    """Write ``text`` to ``path`` atomically (``blackbox_audit.atomic``).
 
     Any failure (full disk, no permission, ``path`` is a folder) leaves no partial file and is
     one ``UserError`` naming the file; work already computed is in the cache, so re-running
     after fixing the cause costs nothing.
     """
     path = Path(path)
-    tmp: str | None = None
     try:
         if path.is_dir():
             raise IsADirectoryError(21, "Is a directory")
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8", errors="strict") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o666 & ~_current_umask())  # mkstemp makes 0o600; results follow the umask like any file
-        os.replace(tmp, path)
+        write_atomic(path, text)
     except (OSError, UnicodeEncodeError) as exc:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UserError(
             f"cannot write {path}: {why}",
             "free space or pass a writable --out folder and re-run (what the cache holds is not bought again)",
         ) from None
-    except BaseException:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 

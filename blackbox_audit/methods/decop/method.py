@@ -136,9 +136,10 @@ class Decop(Method):
         settings = GeneratorSettings(temperature=self.config.temperature, seed=self.config.seed)
         store = None
         if not inputs.no_cache:
+            from blackbox_audit.artifacts import ArtifactStore
             from blackbox_audit.engine.cache import default_cache_dir
 
-            store = Path(inputs.cache_dir or default_cache_dir()) / "decop" / "paraphrases"
+            store = ArtifactStore(Path(inputs.cache_dir or default_cache_dir()) / "decop")
         generator = load_target(spec, chat=self.config.paraphraser_chat)
         try:
             paras = generate_paraphrases(generator, inputs.texts, need, settings, store, progress=inputs.progress)

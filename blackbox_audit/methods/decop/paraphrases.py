@@ -12,21 +12,22 @@ paraphrases that differ from it.
 
 Generator: a local model spec (``smollm2``, ``hf:PATH``, ``gguf:PATH``), prompted through its own
 chat template with ``INSTRUCTION`` and sampled in rounds (seeds 0, 1, ...) until K - 1 usable
-paraphrases exist (at most ``MAX_TRIES_PER_PARAPHRASE`` rounds per paraphrase). Generated paraphrases are kept in the
-cache folder (``<cache>/decop/paraphrases``), keyed by the generator's fingerprint, the settings
-and the text, so a re-run reuses them; they are also written to the result (``paraphrases.jsonl``)
-in the file format above, to inspect or to pass back with ``--paraphrases``.
+paraphrases exist (at most ``MAX_TRIES_PER_PARAPHRASE`` rounds per paraphrase). Generated paraphrases
+are kept in the artifact store (``blackbox_audit.artifacts``, ``<cache>/decop/paraphrases``), keyed by
+the generator's fingerprint, the settings and the text, so a re-run reuses them; they are also
+written to the result (``paraphrases.jsonl``) in the file format above, to inspect or to pass back
+with ``--paraphrases``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from blackbox_audit.artifacts import ArtifactStore, content_key
 from blackbox_audit.errors import UserError
 
 INSTRUCTION = (
@@ -37,6 +38,8 @@ INSTRUCTION = (
 MAX_TRIES_PER_PARAPHRASE = 3
 LENGTH_STEP = 32
 GENERATOR_VERSION = "decop-paraphrase-1"
+#: the artifact store's kind: generated paraphrases live in ``<cache>/decop/paraphrases/<key>.json``
+PARAPHRASES = "paraphrases"
 
 
 def normalized(text: str) -> str:
@@ -104,11 +107,8 @@ class GeneratorSettings:
 
 
 def _key(fingerprint: str, settings: GeneratorSettings, text: str, need: int) -> str:
-    blob = json.dumps(
-        {"v": GENERATOR_VERSION, "fp": fingerprint, "s": settings.__dict__, "i": INSTRUCTION, "t": text, "k": need},
-        sort_keys=True,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+    blob = {"v": GENERATOR_VERSION, "fp": fingerprint, "s": settings.__dict__, "i": INSTRUCTION, "t": text, "k": need}
+    return content_key(blob, length=32, spaced=True)
 
 
 def generate_paraphrases(
@@ -116,11 +116,11 @@ def generate_paraphrases(
     texts: Sequence[str],
     need: int,
     settings: GeneratorSettings,
-    store: Path | None,
+    store: ArtifactStore | None,
     progress: bool = False,
 ) -> list[list[str]]:
     """Per text, up to ``need`` usable paraphrases from ``generator`` (fewer when it keeps failing:
-    the caller scores such a text NaN and says so); cached under ``store`` (None: not kept).
+    the caller scores such a text NaN and says so); cached in ``store`` as kind ``paraphrases`` (None: not kept).
 
     Texts still short of paraphrases are asked together, round after round (round ``r`` samples with
     seed ``settings.seed + r``), grouped by reply length (``max_new_tokens`` rounded up to a multiple
@@ -128,12 +128,13 @@ def generate_paraphrases(
     from blackbox_audit.progress import progress_bar
 
     fp = generator.fingerprint()
-    paths = [None if store is None else store / f"{_key(fp, settings, t, need)}.json" for t in texts]
+    keys = [_key(fp, settings, t, need) for t in texts]
     kept: list[list[str]] = [[] for _ in texts]
     todo = []
-    for i, path in enumerate(paths):
-        if path is not None and path.is_file():
-            kept[i] = json.loads(path.read_text(encoding="utf-8"))["paraphrases"]
+    for i, key in enumerate(keys):
+        found = None if store is None else store.read_json(PARAPHRASES, key)
+        if found is not None:
+            kept[i] = found["paraphrases"]
         else:
             todo.append(i)
     prompts = {i: INSTRUCTION.format(text=" ".join(texts[i].split())) for i in todo}
@@ -164,11 +165,7 @@ def generate_paraphrases(
                         bar.update(1)
     finally:
         bar.close()
-    for i in todo:
-        path = paths[i]
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"paraphrases": kept[i]}), encoding="utf-8")
-            tmp.replace(path)
+    if store is not None:
+        for i in todo:
+            store.write_json(PARAPHRASES, keys[i], {"paraphrases": kept[i]})
     return kept

@@ -1,0 +1,35 @@
+"""One logging setup for a run: ours at WARNING (DEBUG under ``-v``), the libraries' quiet.
+
+transformers, torch and peft speak to developers (``FutureWarning: is_gradient_checkpointing is
+deprecated``, ``loss_type=None ... unrecognized``); printed between a run's progress lines they read
+as something wrong with the user's run. So their loggers stay at ERROR and their Python warnings are
+ignored, unless ``-v`` asks for everything: then each is shown once, through logging like every
+other line (``logging.captureWarnings``). The CLI's ``main`` calls ``setup_logging`` once, before any
+of those libraries is imported.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+#: libraries whose logs and warnings are for their developers, not for our users
+LIBRARIES = ("transformers", "torch", "peft", "accelerate", "huggingface_hub", "tokenizers", "safetensors")
+FORMAT = "%(levelname)s %(name)s: %(message)s"
+#: transformers configures its logger from this variable when it is first imported
+_HF_VERBOSITY = "TRANSFORMERS_VERBOSITY"
+_set_by_us: str | None = None
+
+
+def setup_logging(verbose: bool = False) -> None:
+    """Configure logging for a run (module doc); ``verbose`` is the CLI's ``-v``."""
+    global _set_by_us
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format=FORMAT)
+    logging.captureWarnings(True)  # warnings.warn -> the "py.warnings" logger, formatted like the rest
+    level = logging.WARNING if verbose else logging.ERROR
+    for name in LIBRARIES:
+        logging.getLogger(name).setLevel(level)  # already imported (a Python caller): set now
+        warnings.filterwarnings("default" if verbose else "ignore", module=rf"{name}(\.|$)")
+    if os.environ.get(_HF_VERBOSITY) in (None, _set_by_us):  # a user's own choice stands
+        _set_by_us = os.environ[_HF_VERBOSITY] = "warning" if verbose else "error"
