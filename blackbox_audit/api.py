@@ -12,7 +12,7 @@
             heldout="fresh_items.jsonl",
         )
         print(check.plan())                             # the dry-run: nothing is sent, no key is needed
-        result = check.run()                            # a MethodResult; result.save("runs/gsm8k")
+        result = check.run()                            # a MethodResult; ba.save(result, "runs/gsm8k")
         print(result.verdict.statement)
 
 A ``Session`` is the CLI's ``Workspace`` (``--cache-dir``, ``--no-cache`` and the engine options as
@@ -194,6 +194,14 @@ class Session:
         self.close()
 
 
+def save(result: MethodResult, out_dir: str | Path) -> dict[str, Any]:
+    """Write ``result``'s files into ``out_dir`` with the one result writer, as the CLI writes them
+    (``scores.jsonl``, ``verdict.json``, ``metrics.json``, extras, ``run.json``); returns their paths."""
+    from blackbox_audit.results import check_out_dir, write_result
+
+    return write_result(result, check_out_dir(str(out_dir)))
+
+
 def _split_session_options(options: dict[str, Any]) -> dict[str, Any]:
     keys = ("cache_dir", "no_cache", "progress", *ENGINE_KEYWORDS)
     return {k: options.pop(k) for k in keys if k in options}
@@ -211,4 +219,4 @@ def run(method: str | Method, **options: Any) -> MethodResult:
         return session.audit(method, **options).run()
 
 
-__all__ = ["Audit", "Session", "read_data", "target", "plan", "run", "ENGINE_KEYWORDS"]
+__all__ = ["Audit", "Session", "read_data", "target", "plan", "run", "save", "ENGINE_KEYWORDS"]

@@ -128,13 +128,6 @@ class MethodResult:
             raise UserError("to_pandas needs pandas, which is not installed", "pip install pandas") from None
         return pd.DataFrame(self.rows()).set_index("id")
 
-    def save(self, out_dir: Any, **kw: Any) -> dict[str, Any]:
-        """Write this result's files to ``out_dir`` with the one writer (``results.write_result``)."""
-        from .files import check_out_dir
-        from .writer import write_result
-
-        return write_result(self, check_out_dir(str(out_dir)), **kw)
-
 
 def _json_value(v: Any) -> Any:
     if isinstance(v, np.generic):
