@@ -1,0 +1,179 @@
+"""``gemini:`` targets end to end against the emulator's ``gemini`` profiles (offline, tiny model).
+
+The probe reads top-k, no bias and no echo from the answers; the refusing variant is a text-only
+target with one clear line; blocked answers are never cached and a re-run asks only for them;
+``score``, ``compare``, ``contamination`` and ``di`` run through the adapter.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from blackbox_audit.adapters import load_target
+from blackbox_audit.cli import main
+from blackbox_audit.engine.responses import validate_answer
+from blackbox_audit.results.files import write_jsonl
+from blackbox_audit.sim.emulator import chat_prompt_ids, run_emulator
+from blackbox_audit.types import Status
+
+KEY = "gm-test-secret-key-0123456789"
+TEXTS = [
+    "The Congress shall have power to lay and collect taxes, duties, imposts and excises.",
+    "The committee met on Tuesday to review the annual budget before the vote.",
+    "A river runs through the old town, past the market and the stone bridge.",
+    "She wrote the letter slowly, choosing each word with unusual care that night.",
+]
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch):
+    monkeypatch.setenv("GEMINI_API_KEY", KEY)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+
+
+def _data(tmp_path, texts=TEXTS):
+    path = tmp_path / "d.jsonl"
+    write_jsonl(path, [{"id": f"s{i}", "text": t, "label": i % 2} for i, t in enumerate(texts)])
+    return path
+
+
+def test_probe_finds_top_k_no_bias_no_echo_and_values_are_the_models(tiny_target, tiny_lm_dir):
+    with run_emulator(tiny_target, "gemini") as emu:
+        t = load_target(emu.target_spec, tokenizer=str(tiny_lm_dir))
+        try:
+            s = t.sem
+            assert (s.top_n, s.argmax_moves, s.bias_reflecting, s.forced_token, s.echo) == (20, *[False] * 4)
+            ev = " | ".join(t.probe_evidence)
+            assert "logit_bias field: refused (HTTP 400)" in ev and "no echo" in ev and "20 candidates listed" in ev
+            assert t.capabilities.extra["wire"] == "gemini" and not t.capabilities.extra["fine_tuning"]
+            emu.reset()
+            (rec,) = t.token_logprobs(TEXTS[:1], progress=False)
+            assert emu.stats()["requests"] == len(rec)  # one request per position: no bias rung to climb
+            ids = [int(x) for x in (*rec.context_ids, *rec.token_ids)]
+            for j, (lp, st) in enumerate(zip(rec.logprobs, rec.status, strict=True)):
+                ctx = chat_prompt_ids(tiny_target.tokenize, t.cond.messages(t.decode(ids[: len(rec.context_ids) + j])))
+                exact = emu.exact(ctx, [ids[len(rec.context_ids) + j]])[0]
+                if st == Status.EXACT:
+                    assert abs(lp - exact) < 1e-4
+                else:  # outside the top-20: the 20th logprob, an upper bound
+                    assert st == Status.BOUNDED and lp >= exact - 1e-5
+        finally:
+            t.close()
+
+
+def test_cli_probe_reports_the_evidence_and_caches_no_success_on_the_refusing_variant(
+    tiny_target, tiny_lm_dir, tmp_path, capsys
+):
+    with run_emulator(tiny_target, "gemini") as emu:
+        args = ["probe", "--target", emu.target_spec, "--tokenizer", str(tiny_lm_dir)]
+        args += ["--cache-dir", str(tmp_path / "c")]
+        assert main(args) == 0
+        out = capsys.readouterr().out
+        assert "top_n=20" in out and "argmax_moves=False" in out and "echo=False" in out and "no bias rung" in out
+    with run_emulator(tiny_target, "gemini-nologprobs") as emu:
+        cache = tmp_path / "c2"
+        args = ["probe", "--target", emu.target_spec, "--tokenizer", str(tiny_lm_dir), "--cache-dir", str(cache)]
+        assert main(args) == 0
+        out = capsys.readouterr().out
+        assert "every logprobs request was refused (HTTP 400" in out
+        assert "refused:" in out and "greedy_match" in out and "decop" in out  # the text-only alternatives
+        stats = emu.stats()["by_path"][f"/v1beta/models/{emu.model}:generateContent"]
+        assert stats == {"http_400": 4, "ok": 1}  # logprobs 20, 10, 5, 1 refused; one plain answer
+        from blackbox_audit.engine.cache import open_cache
+
+        with open_cache(cache) as c:
+            stored = [k for k in c.iterkeys() if isinstance(k, str)]
+        assert not any(k.startswith(("probe-endpoint:", "recovery:")) for k in stored)  # no success kept
+        # the score command refuses it in one line naming what it can run
+        data = _data(tmp_path)
+        score = ["score", "--target", emu.target_spec, "--tokenizer", str(tiny_lm_dir), "--data", str(data)]
+        score += ["--cache-dir", str(cache), "--scores", "loss_cens:n=5", "--out", str(tmp_path / "o")]
+        assert main(score) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) <= 2 and "greedy_match" in err[0] and "returns no usable" in err[0]
+
+
+def test_score_censored_end_to_end_with_run_json_stating_the_probe(tiny_target, tiny_lm_dir, tmp_path, capsys):
+    with run_emulator(tiny_target, "gemini") as emu:
+        base = ["score", "--target", emu.target_spec, "--tokenizer", str(tiny_lm_dir), "--data", str(_data(tmp_path))]
+        base += ["--cache-dir", str(tmp_path / "c"), "--scores", "loss_cens:n=20,min_k_cens:n=20", "--limit", "4"]
+        assert main([*base, "--out", str(tmp_path / "dry"), "--dry-run"]) == 0
+        assert emu.stats()["requests"] == 0  # the dry-run sends nothing
+        emu.reset()
+        assert main([*base, "--out", str(tmp_path / "o")]) == 0
+        sent = emu.stats()["requests"]
+        assert sent > 0
+        assert main([*base, "--out", str(tmp_path / "o2")]) == 0
+        assert emu.stats()["requests"] == sent  # a rerun is answered from the cache
+    rows = [json.loads(x) for x in (tmp_path / "o" / "scores.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(np.isfinite(r["loss_cens:n=20"]) for r in rows)
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert any("top-n cap" in e for e in run["target"]["probe_evidence"])
+    assert run["usage"]["blocked"] == {}
+    assert KEY not in (tmp_path / "o" / "run.json").read_text()
+
+
+def test_a_blocked_answer_is_never_cached_and_a_rerun_asks_only_for_it(tiny_target, tiny_lm_dir, tmp_path):
+    texts = [*TEXTS[:2], "The guards opened the forbidden gate at dawn and walked in."]
+    with run_emulator(tiny_target, "gemini", safety_block="forbidden") as emu:
+        base = ["score", "--target", emu.target_spec, "--tokenizer", str(tiny_lm_dir)]
+        base += ["--data", str(_data(tmp_path, texts)), "--cache-dir", str(tmp_path / "c")]
+        base += ["--scores", "loss_cens:n=20"]
+        assert main([*base, "--out", str(tmp_path / "o")]) == 0
+        run = json.loads((tmp_path / "o" / "run.json").read_text())
+        blocked = run["usage"]["blocked"]["prompt blocked: SAFETY"]
+        assert blocked > 0
+        # every position whose context holds the word was blocked, and only those
+        ids = tiny_target.tokenize(texts[2])
+        holds = sum("forbidden" in tiny_target.decode(ids[:j]) for j in range(1, len(ids)))
+        assert blocked == holds
+        rows = [json.loads(x) for x in (tmp_path / "o" / "scores.jsonl").read_text().splitlines()]
+        assert all(r["loss_cens:n=20"] is not None for r in rows)
+        emu.reset()
+        assert main([*base, "--out", str(tmp_path / "o2")]) == 0
+        assert emu.stats()["requests"] == blocked  # the blocked ones, asked again; nothing else
+
+
+def test_gemini_answer_shape_and_usage_are_read(tiny_target):
+    import httpx
+
+    with run_emulator(tiny_target, "gemini", model="gemini-2.0-flash") as emu:
+        url = f"{emu.root_url}/v1beta/models/gemini-2.0-flash:generateContent"
+        body = {
+            "contents": [{"role": "user", "parts": [{"text": "Hello there"}]}],
+            "generationConfig": {"maxOutputTokens": 2, "temperature": 0, "responseLogprobs": True, "logprobs": 3},
+        }
+        assert httpx.post(url, json=body).status_code == 403  # no key
+        data = httpx.post(url, json=body, headers={"x-goog-api-key": "k"}).json()
+        typed = validate_answer("/models/gemini-2.0-flash:generateContent", data)
+        assert typed.usage.prompt_tokens > 0 and typed.usage.completion_tokens == 2
+        lr = data["candidates"][0]["logprobsResult"]
+        assert len(lr["topCandidates"]) == len(lr["chosenCandidates"]) == 2
+        assert len(lr["topCandidates"][0]["candidates"]) == 3
+        too_many = {**body, "generationConfig": {**body["generationConfig"], "logprobs": 21}}
+        assert httpx.post(url, json=too_many, headers={"x-goog-api-key": "k"}).status_code == 400
+
+
+def test_batch_and_bad_specs_are_one_clear_error():
+    from blackbox_audit.engine import EngineOptions, Spending
+    from blackbox_audit.errors import UserError
+
+    with pytest.raises(UserError, match="--batch is not implemented for gemini"):
+        load_target("gemini:gemini-2.0-flash", spending=Spending.start(EngineOptions(batch=True)))
+    with pytest.raises(UserError, match="write gemini:MODEL"):
+        load_target("gemini:ftp://x#m")
+
+
+def test_key_from_google_api_key_and_price_from_the_table(monkeypatch):
+    from blackbox_audit.adapters.gemini_api import _api_key
+    from blackbox_audit.engine import PricingTable
+
+    monkeypatch.delenv("GEMINI_API_KEY")
+    monkeypatch.setenv("GOOGLE_API_KEY", "g-other-secret-0123456789")
+    assert _api_key({}) == "g-other-secret-0123456789"
+    table = PricingTable.load(None)
+    assert table.get("gemini-2.5-flash-lite") is not table.get("gemini-2.5-flash")  # the longest key wins
+    assert table.get("gemini-2.0-flash-001") is table.get("gemini-2.0-flash")
