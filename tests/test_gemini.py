@@ -177,3 +177,57 @@ def test_key_from_google_api_key_and_price_from_the_table(monkeypatch):
     table = PricingTable.load(None)
     assert table.get("gemini-2.5-flash-lite") is not table.get("gemini-2.5-flash")  # the longest key wins
     assert table.get("gemini-2.0-flash-001") is table.get("gemini-2.0-flash")
+
+
+@pytest.fixture(scope="module")
+def gemini_emu(tiny_target):
+    """The tiny model behind the emulator's ``gemini`` profile (shared by the method tests below)."""
+    with run_emulator(tiny_target, "gemini") as emu:
+        yield emu
+
+
+def test_compare_white_box_and_gemini_agree_within_bounds(gemini_emu, tiny_lm_dir, tmp_path, capsys):
+    args = ["compare", "--a", f"hf:{tiny_lm_dir}", "--b", gemini_emu.target_spec, "--data", str(_data(tmp_path))]
+    args += ["--tokenizer", str(tiny_lm_dir), "--scores", "loss_cens:n=20", "--a-chat", "chatml"]
+    assert main([*args, "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: all" in out and "agree within their stated error bounds" in out
+
+
+def test_contamination_through_gemini(gemini_emu, tiny_lm_dir, tmp_path, capsys):
+    from blackbox_audit.benchmarks import load_gsm8k
+
+    with open(load_gsm8k().path, encoding="utf-8") as f:
+        rows = [json.loads(next(f)) for _ in range(12)]
+    write_jsonl(tmp_path / "b.jsonl", [{"id": f"b{i}", **r} for i, r in enumerate(rows[:6])])
+    write_jsonl(tmp_path / "h.jsonl", [{"id": f"h{i}", **r} for i, r in enumerate(rows[6:])])
+    args = ["contamination", "--benchmark", str(tmp_path / "b.jsonl"), "--heldout", str(tmp_path / "h.jsonl")]
+    args += ["--target", gemini_emu.target_spec, "--tokenizer", str(tiny_lm_dir), "--score", "loss_cens:n=20"]
+    assert main([*args, "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "o")]) == 0
+    assert "scored 6 benchmark and 6 held-out items" in capsys.readouterr().out
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert run["target"]["probe_evidence"] and run["usage"]["blocked"] == {}
+
+
+def test_di_through_gemini(gemini_emu, tiny_lm_dir, tmp_path, capsys):
+    from blackbox_audit.sim.tiny_models import sample_texts
+
+    texts = [" ".join(t.split()[:10]) for t in sample_texts(40)]  # plain DI's minimum: 20 a side; kept short
+    write_jsonl(tmp_path / "s.jsonl", [{"id": f"s{i}", "text": t} for i, t in enumerate(texts[:20])])
+    write_jsonl(tmp_path / "h.jsonl", [{"id": f"h{i}", "text": t} for i, t in enumerate(texts[20:])])
+    args = ["di", "--target", gemini_emu.target_spec, "--tokenizer", str(tiny_lm_dir)]
+    args += ["--suspect", str(tmp_path / "s.jsonl"), "--heldout", str(tmp_path / "h.jsonl")]
+    args += ["--features", "loss_cens:n=20,min_k_cens:n=20", "--cache-dir", str(tmp_path / "c")]
+    assert main([*args, "--out", str(tmp_path / "o")]) == 0
+    assert "plain DI: Welch p =" in capsys.readouterr().out
+    assert json.loads((tmp_path / "o" / "di.json").read_text())["blind"]["auc"] is not None
+
+
+def test_the_refusing_variant_runs_the_text_only_route(tiny_target, tiny_lm_dir, tmp_path):
+    with run_emulator(tiny_target, "gemini-nologprobs") as emu:
+        args = ["score", "--target", emu.target_spec, "--tokenizer", str(tiny_lm_dir), "--data", str(_data(tmp_path))]
+        args += ["--scores", "greedy_match:cuts=2", "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "o")]
+        assert main(args) == 0
+    rows = [json.loads(x) for x in (tmp_path / "o" / "scores.jsonl").read_text().splitlines()]
+    assert all(0.0 <= r["greedy_match:cuts=2"] <= 1.0 for r in rows)
+    assert json.loads((tmp_path / "o" / "run.json").read_text())["sampling"]["continuation"] == "instruction"
