@@ -20,7 +20,7 @@ requests are not in the figure; USD and requests per 1,000 texts = the run's led
 Billed tokens are the emulator's (SmolLM2's tokenizer and ChatML template): a provider's own
 tokenizer and template shift them by some percent.
 
-Run: .venv/bin/python bench/target_costs.py [--texts 6]
+Run: .venv/bin/python bench/target_costs.py [--texts 3]
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def spec_for(emu, scheme: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--texts", type=int, default=6)
+    ap.add_argument("--texts", type=int, default=3)
     args = ap.parse_args()
     from blackbox_audit.adapters.hf import load_smollm2
     from blackbox_audit.cli import main as cli
