@@ -108,6 +108,10 @@ def test_score_censored_end_to_end_with_run_json_stating_the_probe(tiny_target, 
         assert sent > 0
         assert main([*base, "--out", str(tmp_path / "o2")]) == 0
         assert emu.stats()["requests"] == sent  # a rerun is answered from the cache
+        capsys.readouterr()
+        assert main([*base, "--out", str(tmp_path / "dry2"), "--dry-run"]) == 0  # now priced from the probe
+        assert "ladder shape from the cached probe of this target" in capsys.readouterr().out
+        assert emu.stats()["requests"] == sent
     rows = [json.loads(x) for x in (tmp_path / "o" / "scores.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and all(np.isfinite(r["loss_cens:n=20"]) for r in rows)
     run = json.loads((tmp_path / "o" / "run.json").read_text())
