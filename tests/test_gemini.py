@@ -235,3 +235,40 @@ def test_the_refusing_variant_runs_the_text_only_route(tiny_target, tiny_lm_dir,
     rows = [json.loads(x) for x in (tmp_path / "o" / "scores.jsonl").read_text().splitlines()]
     assert all(0.0 <= r["greedy_match:cuts=2"] <= 1.0 for r in rows)
     assert json.loads((tmp_path / "o" / "run.json").read_text())["sampling"]["continuation"] == "instruction"
+
+
+def test_finish_reasons_other_than_stop_are_blocks():
+    from blackbox_audit.adapters.gemini_wire import blocked_reason
+
+    assert blocked_reason({"candidates": [{"finishReason": "STOP"}]}) is None
+    assert blocked_reason({"candidates": [{"finishReason": "MAX_TOKENS"}]}) is None
+    assert blocked_reason({"candidates": [{"finishReason": "RECITATION"}]}) == "finishReason RECITATION"
+    assert blocked_reason({"candidates": [{"finishReason": "SAFETY"}]}) == "finishReason SAFETY"
+    assert blocked_reason({"promptFeedback": {"blockReason": "OTHER"}}) == "prompt blocked: OTHER"
+
+
+def test_default_url_and_the_key_only_in_its_header(monkeypatch):
+    """``gemini:MODEL`` talks to Google's URL with the key in ``x-goog-api-key`` (respx, no network)."""
+    import httpx
+    import respx
+
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if json.loads(request.content)["generationConfig"].get("responseLogprobs"):
+            return httpx.Response(400, json={"error": {"code": 400, "message": "Logprobs is not supported"}})
+        cand = {"content": {"parts": [{"text": "x"}], "role": "model"}, "finishReason": "MAX_TOKENS"}
+        return httpx.Response(200, json={"candidates": [cand], "usageMetadata": {"promptTokenCount": 5}})
+
+    monkeypatch.delenv("GEMINI_BASE_URL", raising=False)
+    url = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-pro:generateContent"
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post(url).mock(side_effect=answer)
+        t = load_target("gemini:gemini-2.5-pro")
+        try:
+            assert t.sem is None and "refused (HTTP 400" in t.capabilities.extra["no_logprobs"]
+        finally:
+            t.close()
+    assert seen and all(r.headers["x-goog-api-key"] == KEY and KEY not in str(r.url) for r in seen)
+    assert all("authorization" not in r.headers for r in seen)
