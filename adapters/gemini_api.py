@@ -26,6 +26,7 @@ pass Gemini's own tokenizer (a Gemma tokenizer folder) for exact matching.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -52,6 +53,7 @@ from .recovery import Semantics
 from .tokenizers import TokenTable, load_token_table
 from .wire import Conditioning
 
+log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 DEFAULT_TOKENIZER = "tiktoken:cl100k_base"
@@ -80,6 +82,13 @@ class GeminiTarget(ApiTarget):
         record: TokenLogprobs = super()._record(text, ctx, ids, res, bad, *a, **k)
         if hit:
             record = record.with_meta(blocked_positions=hit, uncacheable=True)
+            log.warning(
+                "%s: %d position(s) of a text were blocked by the provider (%s): recorded as bounded, not cached; "
+                "a re-run asks for them again",
+                self.name,
+                len(hit),
+                ", ".join(sorted(self.oracle.blocked)),
+            )
         return record
 
     def usage(self) -> dict[str, Any]:

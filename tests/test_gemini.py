@@ -120,7 +120,7 @@ def test_score_censored_end_to_end_with_run_json_stating_the_probe(tiny_target, 
     assert KEY not in (tmp_path / "o" / "run.json").read_text()
 
 
-def test_a_blocked_answer_is_never_cached_and_a_rerun_asks_only_for_it(tiny_target, tiny_lm_dir, tmp_path):
+def test_a_blocked_answer_is_never_cached_and_a_rerun_asks_only_for_it(tiny_target, tiny_lm_dir, tmp_path, caplog):
     texts = [*TEXTS[:2], "The guards opened the forbidden gate at dawn and walked in."]
     with run_emulator(tiny_target, "gemini", safety_block="forbidden") as emu:
         base = ["score", "--target", emu.target_spec, "--tokenizer", str(tiny_lm_dir)]
@@ -134,6 +134,7 @@ def test_a_blocked_answer_is_never_cached_and_a_rerun_asks_only_for_it(tiny_targ
         ids = tiny_target.tokenize(texts[2])
         holds = sum("forbidden" in tiny_target.decode(ids[:j]) for j in range(1, len(ids)))
         assert blocked == holds
+        assert "were blocked by the provider (prompt blocked: SAFETY)" in caplog.text  # said in the run too
         rows = [json.loads(x) for x in (tmp_path / "o" / "scores.jsonl").read_text().splitlines()]
         assert all(r["loss_cens:n=20"] is not None for r in rows)
         emu.reset()
