@@ -881,6 +881,8 @@ def probe_and_build(
     if report.semantics is not None:
         for ekey in endpoint_keys:
             engine.cache_put("probe-endpoint:" + ekey, report.to_json())
+    # the kind's latest verdict, for ``blackbox-audit targets`` (keys above are hashes)
+    engine.cache_put("probe-last:" + kind, {"target": name, **report.to_json()})
     sem = options.get("semantics") or report.semantics
     cond = Conditioning(
         api=report.api, system=system, user_template=template, id_prompts=report.id_prompts, sampling=sampling

@@ -38,7 +38,8 @@ class TargetKind:
     (priced, budgeted, probed); ``options``: CLI option names its loader accepts;
     ``capabilities``: what every target of this kind provides, known before loading (the loaded
     target's own ``capabilities`` may refine it after a probe); ``planner``: ``"module:function"``
-    taking ``(rest, **options) -> planning.PlanningView`` without network (None: load the target).
+    taking ``(rest, **options) -> planning.PlanningView`` without network (None: load the target);
+    ``key_env``: the default key variable(s), for ``blackbox-audit targets`` and help texts.
     """
 
     scheme: str
@@ -50,6 +51,7 @@ class TargetKind:
     options: tuple[str, ...] = ()
     planner: str | None = None
     takes_rest: bool = True
+    key_env: str | None = None  # the environment variable its API key is read from by default
 
     def load(self, rest: str, **options: Any) -> Target:
         return _resolve(self.loader)(rest, **options)
@@ -74,6 +76,20 @@ _TEXT_ONLY_API = Capabilities(
     logprobs=False,
     extra={"white_box": False, "logprobs": False},
 )
+
+# Gemini and the named hosted endpoints: their own APIs, not OpenAI's fine-tuning
+_GEMINI_API = Capabilities(
+    full_distribution=False, conditional=True, generation=True, extra={"white_box": False, "fine_tuning": False}
+)
+_HOSTED_API = _GEMINI_API
+#: named hosted open-weight endpoints (``adapters/hosted.py`` holds their URLs and key variables)
+HOSTED_TITLES = {
+    "together": "Together AI",
+    "fireworks": "Fireworks AI",
+    "deepinfra": "DeepInfra",
+    "openrouter": "OpenRouter",
+    "deepseek": "DeepSeek",
+}
 
 TARGET_KINDS: dict[str, TargetKind] = {}
 
@@ -100,7 +116,7 @@ for _kind in (
     TargetKind(
         "openai", "openai:MODEL", "the OpenAI API (key from $OPENAI_API_KEY or --api-key-env NAME)",
         "blackbox_audit.adapters.openai_api:load_openai", True, _API, API_OPTIONS,
-        planner="blackbox_audit.adapters.openai_api:plan_openai",
+        planner="blackbox_audit.adapters.openai_api:plan_openai", key_env="OPENAI_API_KEY",
     ),
     TargetKind(
         "compat", "compat:BASE_URL#MODEL", "any OpenAI-compatible server (vLLM, llama.cpp, Together, ...)",
@@ -110,7 +126,20 @@ for _kind in (
     TargetKind(
         "anthropic", "anthropic:MODEL", "Anthropic's Messages API: text only, no logprobs (SaMIA)",
         "blackbox_audit.adapters.anthropic_api:load_anthropic", True, _TEXT_ONLY_API, API_OPTIONS,
-        planner="blackbox_audit.adapters.anthropic_api:plan_anthropic",
+        planner="blackbox_audit.adapters.anthropic_api:plan_anthropic", key_env="ANTHROPIC_API_KEY",
+    ),
+    TargetKind(
+        "gemini", "gemini:MODEL", "Google's Gemini API: top-n logprobs where the model serves them, else text only",
+        "blackbox_audit.adapters.gemini_api:load_gemini", True, _GEMINI_API, API_OPTIONS,
+        planner="blackbox_audit.adapters.gemini_api:plan_gemini", key_env="GEMINI_API_KEY or GOOGLE_API_KEY",
+    ),
+    *(
+        TargetKind(
+            scheme, f"{scheme}:MODEL", f"{title}'s OpenAI-compatible endpoint (what it serves: found by the probe)",
+            f"blackbox_audit.adapters.hosted:load_{scheme}", True, _HOSTED_API, API_OPTIONS,
+            planner=f"blackbox_audit.adapters.hosted:plan_{scheme}", key_env=f"{scheme.upper()}_API_KEY",
+        )
+        for scheme, title in HOSTED_TITLES.items()
     ),
 ):  # fmt: skip
     register_target_kind(_kind)

@@ -330,8 +330,8 @@ class CachedTarget(Target):
     def _write(self, key_inputs: dict[str, Any], record: TokenLogprobs) -> None:
         """Store a record; on a full disk, warn once and go on uncached (records can be recomputed
         from the cached answers; the request engine stops the run if an *answer* cannot be kept)."""
-        if self._writes_off:
-            return
+        if self._writes_off or record.meta.get("uncacheable"):
+            return  # uncacheable: part of it has no value yet (a blocked answer), so a re-run asks again
         key = entry_key(key_inputs)
         try:
             self.cache.set(key, encode_value(key, record.to_json()))

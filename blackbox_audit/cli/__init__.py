@@ -67,6 +67,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("decop", "DE-COP quiz: is the verbatim text picked among paraphrases? -> OUT/scores.jsonl (text-only ok)"),
     Command("di", "dataset inference: was this set of texts trained on? -> OUT/di.json, verdict.json"),
     Command("probe", "determine an API endpoint's logprob/bias semantics (which recovery strategies work)"),
+    Command("targets", "list every target kind with its key variable and what its last probe found (from the cache)"),
     Command("emulate", "serve a local model as an emulated OpenAI-compatible API (offline testing)"),
     Command("report", "draw a self-contained report.html from a results folder"),
 )

@@ -23,7 +23,9 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--target", required=True, help="openai:MODEL or compat:BASE_URL#MODEL")
+    p.add_argument(
+        "--target", required=True, help="an API target: openai:MODEL, compat:BASE_URL#MODEL, gemini:MODEL..."
+    )
     p.add_argument(
         "--tokenizer", help="tiktoken:NAME, an HF tokenizer folder, a .gguf or smollm2 (compat default: server)"
     )
@@ -38,17 +40,20 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from blackbox_audit.adapters.probe import ladder_summary
+    from blackbox_audit.adapters.registry import is_api_spec
     from blackbox_audit.errors import UserError
     from blackbox_audit.methods import METHODS
     from blackbox_audit.methods.routing import no_logprobs_error
     from blackbox_audit.redaction import redact_text
 
-    if not args.target.startswith(("openai:", "compat:")):
+    if not is_api_spec(args.target):
         raise UserError(f"probe needs an API target, got '{args.target}'", "use openai:MODEL or compat:BASE_URL#MODEL")
     given = {"tokenizer": args.tokenizer, "api_key_env": args.api_key_env, "api": args.api}
     opts = {k: v for k, v in given.items() if v}
     with workspace_from_args(args) as workspace:
         target = workspace.load_target(args.target, **opts)  # the raw target: its probe report is the point
+        if not hasattr(target, "probe_evidence"):  # e.g. anthropic: text only by the API's nature
+            raise UserError(f"{args.target} has no logprobs to probe (text only)", "audit it with text-only methods")
         report = {
             "target": redact_text(args.target),
             "api": target.cond.api,

@@ -126,6 +126,16 @@ class EngineStats:
         return d
 
 
+_MODEL_IN_PATH = re.compile(r"/models/([^/:]+):[A-Za-z]+$")
+
+
+def model_in_path(path: str) -> str | None:
+    """The model a path names (Gemini: ``/models/MODEL:generateContent``), for pricing a request
+    whose body does not carry ``model``."""
+    m = _MODEL_IN_PATH.search(path)
+    return m.group(1) if m else None
+
+
 def estimate_body_tokens(
     body: dict[str, Any], count_tokens: Callable[[str], int] | None = None, default_max_tokens: int = 16
 ) -> tuple[int, int]:
@@ -146,12 +156,18 @@ def estimate_body_tokens(
         return 0
 
     prompt = size(body.get("prompt", ""))
+    for turn in body.get("contents") or []:  # Gemini's generateContent: parts of text
+        parts = turn.get("parts") if isinstance(turn, dict) else None
+        prompt += size([p.get("text", "") for p in parts or [] if isinstance(p, dict)]) + 8
     for msg in body.get("messages") or []:
         content = msg.get("content", "") if isinstance(msg, dict) else ""
         if isinstance(content, list):  # content parts
             content = [p.get("text", "") for p in content if isinstance(p, dict)]
         prompt += size(content) + 8  # role and template tokens
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    config = body.get("generationConfig")
+    if max_tokens is None and isinstance(config, dict):
+        max_tokens = config.get("maxOutputTokens")
     completion = default_max_tokens if max_tokens is None else int(max_tokens)
     completion *= int(body.get("best_of") or body.get("n") or 1)
     return prompt, completion
@@ -441,7 +457,7 @@ class RequestEngine:
     ) -> dict[str, Any]:
         """Send with retries; ``key`` None = do not store the answer (a GET). Requests that are
         not a JSON POST priced by tokens (uploads, GETs, ``cost_usd``) reserve ``cost_usd or 0``."""
-        model = body.get("model")
+        model = body.get("model") or model_in_path(path)
         priced = cost_usd is None and send is None and method == "POST"
         price = self._price_or_refuse(model) if priced else None
         est_prompt, est_completion = (

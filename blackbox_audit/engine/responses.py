@@ -126,6 +126,47 @@ class MessagesAnswer(_Wire):
     usage: MessagesUsage | None = None
 
 
+class GeminiUsage(_Wire):
+    """Gemini's ``usageMetadata``, read under the OpenAI names the engine's ledger uses; thinking
+    tokens are billed as output tokens."""
+
+    promptTokenCount: int | None = None  # noqa: N815 - the wire's names
+    candidatesTokenCount: int | None = None  # noqa: N815
+    thoughtsTokenCount: int | None = None  # noqa: N815
+    cachedContentTokenCount: int | None = None  # noqa: N815
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        return self.promptTokenCount
+
+    @property
+    def completion_tokens(self) -> int | None:
+        return (self.candidatesTokenCount or 0) + (self.thoughtsTokenCount or 0)
+
+    @property
+    def cached_tokens(self) -> int:
+        return int(self.cachedContentTokenCount or 0)
+
+
+class GeminiCandidate(_Wire):
+    content: dict[str, Any] | None = None
+    finishReason: str | None = None  # noqa: N815
+    logprobsResult: dict[str, Any] | None = None  # noqa: N815
+
+
+class GenerateContentAnswer(_Wire):
+    """``POST /models/MODEL:generateContent`` (Gemini): candidates may be absent when the prompt
+    was blocked (``promptFeedback.blockReason``), which the adapter reads, never the engine."""
+
+    candidates: list[GeminiCandidate] | None = None
+    promptFeedback: dict[str, Any] | None = None  # noqa: N815
+    usageMetadata: GeminiUsage | None = None  # noqa: N815
+
+    @property
+    def usage(self) -> GeminiUsage | None:
+        return self.usageMetadata
+
+
 class FineTuningJobList(_Wire):
     """``GET /fine_tuning/jobs``: a page of the account's jobs, newest first."""
 
@@ -197,6 +238,8 @@ def model_for(path: str, method: str = "POST") -> type[BaseModel] | None:
         return ModelList
     if path.endswith("/messages"):
         return MessagesAnswer
+    if path.endswith(":generateContent"):
+        return GenerateContentAnswer
     return None
 
 
@@ -219,6 +262,7 @@ __all__ = [
     "ChatAnswer",
     "CompletionAnswer",
     "FineTuningJobList",
+    "GenerateContentAnswer",
     "MessagesAnswer",
     "ModelList",
     "ProtocolError",
