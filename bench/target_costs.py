@@ -28,8 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = [
@@ -59,6 +63,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--texts", type=int, default=3)
     args = ap.parse_args()
+    announce()
     from blackbox_audit.adapters.hf import load_smollm2
     from blackbox_audit.cli import main as cli
     from blackbox_audit.results.provenance import git_revision
