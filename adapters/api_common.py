@@ -936,7 +936,7 @@ def sampling_bar(engine: RequestEngine, name: str, total: int) -> Iterator[Any]:
     a long sampling run (SaMIA, n-gram coverage) shows its requests, tokens and dollars as they come."""
     from blackbox_audit.progress import LiveCounts, progress_bar
 
-    bar = progress_bar(total=total, desc=f"{name} samples", unit="sample")
+    bar = progress_bar(total=total, desc=f"{name} samples", unit="sample", leave=False)
     live = LiveCounts(bar)
     engine.listeners.append(live)
     try:
