@@ -11,6 +11,7 @@ the whole ``blackbox-audit demo`` (CPU-s of the child process) with ``--scores``
 list, then with the default list, each with a fresh cache folder (the canary is rebuilt in each).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/demo_cost.py
+    OMP_NUM_THREADS=1 .venv/bin/python bench/demo_cost.py --texts 100   # a loaded machine: a tenth
     OMP_NUM_THREADS=1 .venv/bin/python bench/demo_cost.py --whole
 """
 
@@ -40,14 +41,15 @@ def score_lists(target: Any, canary: Any) -> dict[str, list[str]]:
     }
 
 
-def score_step(canary: Any, names: list[str]) -> dict[str, Any]:
-    """The demo's score step (``cli.demo._step_scores``) on a fresh cache: CPU-s and AUCs."""
+def score_step(canary: Any, names: list[str], texts: int | None = None) -> dict[str, Any]:
+    """The demo's score step (``cli.demo._step_scores``) on a fresh cache: CPU-s and AUCs
+    (on the first ``texts`` texts when given)."""
     from blackbox_audit.cli.demo import _dataset, canary_score_params
     from blackbox_audit.methods.base import AuditInputs
     from blackbox_audit.methods.scoring import ScoreConfig, ScoreMethod
     from blackbox_audit.workspace import Workspace
 
-    data = _dataset(canary.dataset(), str(canary.dataset_path))
+    data = _dataset(canary.dataset()[:texts], str(canary.dataset_path))
     params = {k: v for k, v in canary_score_params(canary).items() if k in names}
     with tempfile.TemporaryDirectory() as tmp, Workspace.open(cache_dir=tmp) as ws:
         target = ws.open_target(canary.target_spec, progress=False)
@@ -80,6 +82,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--whole", action="store_true", help="time the whole demo twice instead of its score step")
+    ap.add_argument("--texts", type=int, help="score step on the first N texts only (the demo scores them all)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     canary = build_canary(CanaryOptions(), progress=False)
@@ -91,9 +94,10 @@ def main() -> None:
         out["ratio"] = round(out["previous_demo_cpu_s"] / out["today_demo_cpu_s"], 2)
     else:
         for name, names in lists.items():
-            out[name] = score_step(canary, names)
+            out[name] = score_step(canary, names, args.texts)
         out["ratio"] = round(out["previous"]["cpu_s"] / out["today"]["cpu_s"], 2)
-        out["today_over_build"] = round(out["today"]["cpu_s"] / out["canary_build_cpu_s"], 2)
+        share = len(canary.dataset()) / (args.texts or len(canary.dataset()))  # scaled to every text
+        out["today_over_build"] = round(share * out["today"]["cpu_s"] / out["canary_build_cpu_s"], 2)
     print(json.dumps(out))
 
 
