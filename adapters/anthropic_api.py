@@ -35,7 +35,7 @@ from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.redaction import read_api_key
 from blackbox_audit.types import TokenLogprobs
 
-from .api_common import LoopThread
+from .api_common import LoopThread, sampling_bar
 from .base import Capabilities, Target
 from .tokenizers import load_token_table
 
@@ -139,12 +139,14 @@ class AnthropicTarget(Target):
             self.requests += 1
             body = self.body(p, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, top_k=top_k)
             data = await self.engine.post_json("/messages", body, validate=_check_message)
+            bar.update(1)
             return "".join(b.get("text", "") for b in data.get("content") or [] if b.get("type") == "text")
 
         async def all_() -> list[str]:
             return list(await self.engine.gather(one(p) for p in prompts))
 
-        return self._loop.run(all_())
+        with sampling_bar(self.engine, self.name, len(prompts)) as bar:
+            return self._loop.run(all_())
 
     def close(self) -> None:
         try:

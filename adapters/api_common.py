@@ -33,7 +33,8 @@ import json
 import logging
 import threading
 from collections import Counter
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import numpy as np
@@ -387,9 +388,11 @@ class ApiTarget(Target):
         read: ReadOptions = DEFAULT_READ,
         keep: Sequence[Any] | None = None,
     ) -> list[TokenLogprobs]:
-        from blackbox_audit.progress import progress_bar
+        from blackbox_audit.progress import LiveCounts, progress_bar
 
         bar = progress_bar(total=len(items), desc=f"{self.name} logprobs", unit="text", disable=not progress)
+        live = LiveCounts(bar)  # requests, tokens and dollars as they arrive, not only per finished text
+        self.engine.listeners.append(live)
         kept = list(keep) if keep is not None else [None] * len(items)
         width = read.top
 
@@ -490,6 +493,7 @@ class ApiTarget(Target):
             await self._buy_first_requests(todo, sem, progress, reads=bool(width))
             return out + list(await self.engine.gather(one(*it) for it in todo))
         finally:
+            self.engine.listeners.remove(live)
             bar.close()
             self._store_measured()
             if self.ladder.fixed_first:  # back to learning openings from every answer
@@ -723,6 +727,7 @@ class ApiTarget(Target):
         async def one(p: str) -> str:
             data = await self.oracle.post(self._generation_body(p, max_new_tokens, temperature, seed, top_k))
             choice = (data.get("choices") or [{}])[0]
+            bar.update(1)
             return (choice.get("message") or {}).get("content") or choice.get("text") or ""
 
         async def all_() -> list[str]:
@@ -732,7 +737,8 @@ class ApiTarget(Target):
                 )
             return list(await self.engine.gather(one(p) for p in prompts))
 
-        return self._loop.run(all_())
+        with sampling_bar(self.engine, self.name, len(prompts)) as bar:
+            return self._loop.run(all_())
 
     def generate_seeds(self, prompts: Sequence[str], seeds: Sequence[int], **kwargs: Any) -> list[list[str]]:
         """Each seed's continuations; with ``--batch`` every sample of every seed goes in one batch
@@ -924,3 +930,19 @@ def probe_and_build(
     target._owns_engine = owns_engine
     target._stats_keys = ["recovery:" + k for k in endpoint_keys]
     return target
+
+
+@contextmanager
+def sampling_bar(engine: RequestEngine, name: str, total: int) -> Iterator[Any]:
+    """A bar over sampled continuations that also moves with every answer (``progress.LiveCounts``):
+    a long sampling run (SaMIA, n-gram coverage) shows its requests, tokens and dollars as they come."""
+    from blackbox_audit.progress import LiveCounts, progress_bar
+
+    bar = progress_bar(total=total, desc=f"{name} samples", unit="sample", leave=False)
+    live = LiveCounts(bar)
+    engine.listeners.append(live)
+    try:
+        yield bar
+    finally:
+        engine.listeners.remove(live)
+        bar.close()

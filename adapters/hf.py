@@ -374,12 +374,15 @@ class HFTarget(PackedForward, ChatScoring, Target):
             for t, ids, (lps, fd, _) in zip(texts, all_ids, scored, strict=True)
         ]
 
-    def _prepare_conditional(self, prefix: str, texts: Sequence[str]) -> tuple[list[int], list[list[int]]]:
-        """Tokenize prefix and texts separately; truncate the prefix from the left (with a warning)."""
+    def _prepare_conditional(
+        self, prefix: str, texts: Sequence[str], text_ids: Sequence[Sequence[int]] | None = None
+    ) -> tuple[list[int], list[list[int]]]:
+        """Tokenize prefix and texts separately (``text_ids``: the texts' ids, already tokenized);
+        truncate the prefix from the left (with a warning)."""
         p_ids = self.tokenize(prefix)
         if not p_ids:
             raise UserError("the conditioning prefix is empty (0 tokens)", "pass a non-empty prefix text")
-        t_ids = [self.tokenize(t) for t in texts]
+        t_ids = [self.tokenize(t) for t in texts] if text_ids is None else [list(ids) for ids in text_ids]
         for i, (t, ids) in enumerate(zip(texts, t_ids, strict=True)):
             self._check_ids(ids, i, t, min_tokens=1)
             if len(ids) >= self.max_context:
@@ -415,24 +418,82 @@ class HFTarget(PackedForward, ChatScoring, Target):
         models the overhead is smaller relative to a token pass, so the rule errs towards naive
         only where the saving is small anyway. ``conditional_path="kv"``/``"naive"`` forces a path.
         """
-        torch = self._torch
         texts = list(texts)
         if not texts:
             return []
         if self.chat is not None:
             return self._chat_conditional(prefix, texts, progress=progress)
+        if self._conditional_route(prefix, len(texts)) == "naive":
+            return self.conditional_logprobs_naive(prefix, texts, progress=progress)
+        p_ids, t_ids = self._prepare_conditional(prefix, texts)
+        results = self._conditional_kv(p_ids, t_ids, progress=progress)
+        meta = {"prefix_tokens": len(p_ids)}
+        return [self._record(t, ids, lps, p_ids, meta=meta) for t, ids, lps in zip(texts, t_ids, results, strict=True)]
+
+    def conditional_means(
+        self,
+        prefix: str,
+        texts: Sequence[str],
+        *,
+        first_token: bool = True,
+        text_ids: Sequence[Sequence[int]] | None = None,
+    ) -> np.ndarray:
+        """Mean logprob of each text given ``prefix`` (over ``u_1..u_L``, or ``u_2..u_L`` without
+        ``first_token``): ``scores.recall.conditional_ll`` of ``conditional_logprobs(prefix, texts)``,
+        bit for bit (the same path, the same forward passes, the same float64 mean), without
+        building a record per text.
+
+        Why: EM-MIA's ReCaLL matrix needs one number per (prefix, text) pair, ``P x D`` of them;
+        building, tokenizing and caching a per-token record for each cost more than the model
+        (``bench/em_mia_speed.py``). ``text_ids``: the texts already tokenized (tokenized once for
+        the whole matrix, not once per prefix). Chat-conditioned targets raise ``CapabilityError``
+        (their records come from rendered turns; use ``conditional_logprobs``).
+        """
+        from blackbox_audit.errors import CapabilityError
+
+        texts = list(texts)
+        if self.chat is not None:
+            raise CapabilityError(
+                "conditional_means scores raw text; this target conditions through a chat turn",
+                "use conditional_logprobs",
+            )
+        if not texts:
+            return np.empty(0, dtype=np.float64)
+        if self._conditional_route(prefix, len(texts)) == "naive":
+            p_ids, t_ids = self._prepare_conditional(prefix, texts, text_ids)
+            seqs = [p_ids + ids for ids in t_ids]
+            scored = self._score_sequences(
+                seqs, [len(p_ids)] * len(seqs), full_distribution=False, progress=False, desc="conditional (naive)"
+            )
+            lps = [lp for lp, _, _ in scored]
+        else:
+            p_ids, t_ids = self._prepare_conditional(prefix, texts, text_ids)
+            lps = self._conditional_kv(p_ids, t_ids, progress=False)
+        for t, lp in zip(texts, lps, strict=True):
+            if len(lp) < 2:  # as conditional_ll: a one-token text has no u_2 and no ratio
+                raise UserError(
+                    f"text {t[:40]!r} has {len(lp)} token(s); ReCaLL needs at least 2",
+                    "drop one-token samples before scoring",
+                )
+        return np.array([float(np.mean(lp if first_token else lp[1:])) for lp in lps], dtype=np.float64)
+
+    def _conditional_route(self, prefix: str, k: int) -> str:
+        """``"naive"`` or ``"kv"`` for ``k`` texts given ``prefix`` (``conditional_path``, cost model)."""
         if self.conditional_path not in ("auto", "kv", "naive"):
             raise UserError(
                 f"conditional_path must be 'auto', 'kv' or 'naive', got {self.conditional_path!r}", "use 'auto'"
             )
-        k = len(texts)
         if self.conditional_path == "naive" or (self.conditional_path == "auto" and k == 1):
-            return self.conditional_logprobs_naive(prefix, texts, progress=progress)
+            return "naive"
         if self.conditional_path == "auto":
             m = min(len(self.tokenize(prefix)), self.max_context)
             if (k - 1) * m < KV_FIXED + KV_PER_TEXT * k:
-                return self.conditional_logprobs_naive(prefix, texts, progress=progress)
-        p_ids, t_ids = self._prepare_conditional(prefix, texts)
+                return "naive"
+        return "kv"
+
+    def _conditional_kv(self, p_ids: list[int], t_ids: list[list[int]], *, progress: bool) -> list[np.ndarray]:
+        """Float64 logprobs of every token of each text given ``p_ids`` (the KV-reuse path)."""
+        torch = self._torch
         m = len(p_ids)
         with torch.inference_mode():
             out = self.model(input_ids=torch.tensor([p_ids], device=self.device), use_cache=True, **self._last_logit)
@@ -462,8 +523,7 @@ class HFTarget(PackedForward, ChatScoring, Target):
                     lp_rest = logp[row, : len(s) - 1].gather(-1, tgt[:, None])[:, 0].double().cpu().numpy()
                     results[i] = np.concatenate([results[i], lp_rest])
                 bar.update(sum(len(t_ids[i]) for i in batch))
-        meta = {"prefix_tokens": m}
-        return [self._record(t, ids, lps, p_ids, meta=meta) for t, ids, lps in zip(texts, t_ids, results, strict=True)]
+        return results
 
     def conditional_logprobs_naive(
         self, prefix: str, texts: Sequence[str], *, progress: bool = True

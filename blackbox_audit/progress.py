@@ -110,4 +110,38 @@ def progress_bar(*, disable: bool = False, file: IO[str] | None = None, **kwargs
     return LineBar(file=stream, **kwargs)
 
 
-__all__ = ["DEFAULT_INTERVAL_S", "INTERVAL_ENV", "LineBar", "log_interval_s", "progress_bar", "quiet_library_bars"]
+class LiveCounts:
+    """An engine listener that keeps a bar's postfix on the requests answered, tokens and dollars.
+
+    Why: an API bar counts finished texts (or samples), and one text can take hundreds of
+    requests; a long run then printed no line for half an hour (issue 41). Called after every
+    answer (``RequestEngine.listeners``), it updates the postfix and redraws at most every
+    ``every_s`` seconds (a ``LineBar`` in a log still writes one line per its own interval)."""
+
+    def __init__(self, bar: Any, *, every_s: float = 1.0) -> None:
+        self.bar, self.every_s = bar, every_s
+        self._drawn = time.monotonic()
+
+    def __call__(self, stats: Any) -> None:
+        self.bar.set_postfix(
+            req=stats.requests_sent,
+            cached=stats.cache_hits,
+            tok=stats.prompt_tokens + stats.completion_tokens,
+            usd=f"{stats.cost_usd:.4f}",
+            refresh=False,
+        )
+        now = time.monotonic()
+        if now - self._drawn >= self.every_s:
+            self._drawn = now
+            self.bar.refresh()
+
+
+__all__ = [
+    "DEFAULT_INTERVAL_S",
+    "INTERVAL_ENV",
+    "LineBar",
+    "LiveCounts",
+    "log_interval_s",
+    "progress_bar",
+    "quiet_library_bars",
+]

@@ -336,3 +336,57 @@ def test_em_mia_on_the_canary_matches_or_beats_its_initialiser() -> None:
     print(f"canary EM-MIA: loss AUC {start:.3f} -> {[round(auc(f, y), 3) for f in res.scores]}")
     assert final >= start - 0.02  # matches or improves on loss
     assert final >= 0.7  # a sign error or a broken update lands near or below 0.5
+
+
+# ---------------------------------------------------------------- the matrix without records (issue 41)
+
+
+def _matrix_from_records(target, texts, pool, **conventions) -> np.ndarray:
+    """The ReCaLL matrix the way it was filled before issue 41: a per-token record per pair."""
+    values = np.full((len(pool), len(texts)), np.nan)
+    bar = SimpleNamespace(update=lambda n: None)
+    em._fill_records(target, list(texts), np.asarray(pool), values, bar=bar, **conventions)
+    ll = np.array([float(np.mean(r.logprobs)) for r in target.token_logprobs(texts, progress=False)])
+    return values / ll[None, :]
+
+
+@pytest.mark.parametrize(
+    "conventions",
+    [
+        {"self_pairs": True, "first_token": False, "sep": "space"},
+        {"self_pairs": False, "first_token": True, "sep": "paragraph"},
+    ],
+)
+def test_matrix_without_records_equals_the_record_path_bit_for_bit(tiny_target, tmp_path: Path, conventions) -> None:
+    """``HFTarget.conditional_means`` (one number per pair, rows cached) gives the very numbers the
+    per-token records gave, and a second run reads every row back without running the model."""
+    from blackbox_audit.cache import CachedTarget
+    from blackbox_audit.engine.cache import open_cache
+    from blackbox_audit.sim.tiny_models import sample_texts
+
+    texts = sample_texts(10)
+    pool = [0, 3, 4, 7, 9]
+    cached = CachedTarget(tiny_target, open_cache(str(tmp_path / "cache")))
+    assert em._means_target(cached) is tiny_target
+    fast = em.recall_matrix(cached, texts, pool, progress=False, **conventions)
+    slow = _matrix_from_records(tiny_target, texts, pool, **conventions)
+    assert np.isnan(fast.values).sum() == (0 if conventions["self_pairs"] else len(pool))
+    assert np.array_equal(fast.values, slow, equal_nan=True)
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a cached row was recomputed")
+
+    again = CachedTarget(tiny_target, cached.cache)
+    again.inner = SimpleNamespace(
+        chat=None, conditional_means=no_model, tokenize=tiny_target.tokenize, fingerprint=tiny_target.fingerprint
+    )
+    again.token_logprobs = cached.token_logprobs
+    assert np.array_equal(
+        em.recall_matrix(again, texts, pool, progress=False, **conventions).values, fast.values, equal_nan=True
+    )
+
+
+def test_chat_targets_and_api_targets_keep_the_record_path(tiny_target) -> None:
+    """Only a raw white-box model skips records: a chat-conditioned view scores rendered turns."""
+    assert em._means_target(SimpleNamespace(conditional_logprobs=None)) is None
+    assert em._means_target(SimpleNamespace(chat=object(), conditional_means=tiny_target.conditional_means)) is None

@@ -486,6 +486,31 @@ def test_concurrent_requests_match_sequential(target):
         assert emu.stats()["by_outcome"] == {"ok": 32}
 
 
+def test_reads_in_flight_together_are_bitwise_the_reads_served_alone(target):
+    """Issue 41: concurrent reads share a forward pass of one fixed shape per context length, so a
+    row's bytes are those the same read gets alone, whatever else is in the batch or its order."""
+    from blackbox_audit.sim.emulator.backend import READ_ROWS, ModelView
+    from blackbox_audit.sim.emulator.batching import width_for
+
+    def view() -> ModelView:
+        return ModelView(target, read_rows=READ_ROWS)
+
+    ids = target.tokenize(f"{PROMPT} {PROMPT} {PROMPT}")
+    contexts = [ids[:n] for n in (3, 5, 8, 12, 16, 2, 9, 14, 20, 40, 7)]
+    assert {width_for(len(c)) for c in contexts} == {16, 24, 48}
+    alone = view()
+    rows_alone = [alone.next_logprobs([c])[0] for c in contexts]
+    assert alone.counters()["read_batches"] == len(contexts)
+    together = view()
+    rows_together = together.next_logprobs(contexts)  # 9 of width 16 (8 in a pass, then 1), 24, 48
+    assert together.counters()["read_batches"] == 4
+    reversed_rows = view().next_logprobs(contexts[::-1])[::-1]
+    for a, b, r in zip(rows_alone, rows_together, reversed_rows, strict=True):
+        assert a.dtype == np.float32 and a.tobytes() == b.tobytes() == r.tobytes()
+    # the same distributions as the unbatched model, to fp32 rounding
+    np.testing.assert_allclose(rows_together, target.next_token_logprobs(contexts), atol=1e-4)
+
+
 def test_partial_utf8_token_strings(target):
     """A token that is not valid UTF-8 alone: OpenAI writes ``bytes:\\x..``, llama-cpp-python drops it."""
     ids = target.tokenize(PROMPT)

@@ -82,3 +82,40 @@ def test_the_gguf_conversion_bar_prints_plain_lines_to_a_file(monkeypatch) -> No
     monkeypatch.setattr("sys.stderr", log)
     assert list(gguf_utils.tqdm(range(300), desc="Converting and de-quantizing GGUF tensors...")) == list(range(300))
     assert "\r" not in log.getvalue()
+
+
+def test_live_counts_move_the_bar_before_any_text_finishes(monkeypatch):
+    """Issue 41: a bar over texts (or samples) also shows requests, tokens and dollars per answer."""
+    from types import SimpleNamespace
+
+    from blackbox_audit.progress import LiveCounts
+
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    out = io.StringIO()
+    bar = progress_bar(total=3, desc="texts", unit="text", file=out)
+    live = LiveCounts(bar, every_s=0)
+    for n in (1, 2):
+        live(
+            SimpleNamespace(requests_sent=n, cache_hits=0, prompt_tokens=10 * n, completion_tokens=n, cost_usd=0.5 * n)
+        )
+    lines = [line for line in out.getvalue().splitlines() if "req=" in line]  # after tqdm's opening line
+    assert bar.n == 0 and len(lines) == 2
+    assert "req=1" in lines[0] and "tok=11" in lines[0] and "req=2" in lines[1] and "tok=22" in lines[1]
+    assert "usd=1.0000" in lines[1]
+    bar.close()
+
+
+def test_a_sampling_run_through_an_api_writes_lines_as_answers_arrive(claude_emu, tmp_path, monkeypatch, capsys):
+    """Sampled continuations (SaMIA, n-gram coverage) had no bar: a long run wrote nothing."""
+    from blackbox_audit.adapters import load_target
+
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-secret")
+    target = load_target(f"anthropic:{claude_emu.base_url}#claude-emu")
+    try:
+        assert len(target.generate(["One day the", "The river ran", "A house"], max_new_tokens=3)) == 3
+    finally:
+        target.close()
+    lines = [line for line in capsys.readouterr().err.splitlines() if " samples:" in line]
+    assert any("req=" in line and "tok=" in line for line in lines), lines
+    assert "3/3" in lines[-1]

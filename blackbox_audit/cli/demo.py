@@ -126,9 +126,13 @@ def canary_score_params(canary: Any) -> dict[str, dict[str, Any]]:
 #: loss 0.749 (docs/CONFORMANCE.md; its 12-shot prefix is cut to the last tokens that fit the
 #: 512-token context, with a warning) and costs about as much as all the other scores together
 #: (1,000 texts: 10 CPU-s against 9.5).
+#: Scores that generate text (``Samples`` requests) are left out too (issue 41: with ``greedy_match`` and
+#: ``ngram_coverage`` the score step took 284 s of a 772 CPU-s demo, for AUCs near 0.5 on the tiny canary).
 SLOW_SCORES = {
     "pac": "5 augmented copies per text make it ~6x slower than all other scores; add --scores",
     "samia": "10 sampled continuations of up to 128 tokens per text (generation, not one forward pass); add --scores",
+    "greedy_match": "greedy generation at several cuts of every text (not one forward pass); add --scores",
+    "ngram_coverage": "10 sampled continuations of 64 tokens per text (generation, not one forward pass); add --scores",
 }
 
 

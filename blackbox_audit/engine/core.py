@@ -239,6 +239,9 @@ class RequestEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inflight: dict[str, asyncio.Future[Any]] = {}
         self._bar: Any = None  # a progress_bar, opened by the first answer
+        #: called with ``stats`` after every answer (sent or cached): progress that moves before a
+        #: text finishes (``progress.LiveCounts``)
+        self.listeners: list[Callable[[EngineStats], None]] = []
         self._unpriced_warned: set[str] = set()
         self._models: list[str] | None = None
         directory = getattr(cache, "directory", None)
@@ -288,6 +291,8 @@ class RequestEngine:
         return price
 
     def _tick(self) -> None:
+        for listener in list(self.listeners):
+            listener(self.stats)
         if not self.progress:
             return
         if self._bar is None:

@@ -183,16 +183,100 @@ def recall_matrix(
             file=sys.stderr,
             flush=True,
         )
+    fill = _fill_means if _means_target(target) is not None else _fill_records
     with progress_bar(total=planned, desc="ReCaLL matrix", unit="pair", disable=not progress) as bar:
-        for i, p in enumerate(pool):
-            cols = _scored_by(int(p), len(texts), self_pairs)
-            prefix = build_prefix([texts[p]], sep)
-            recs = target.conditional_logprobs(prefix, [texts[j] for j in cols], progress=False)
-            values[i, cols] = [conditional_ll(r, first_token=first_token) for r in recs]
-            bar.update(len(cols))
+        fill(target, texts, pool, values, self_pairs=self_pairs, first_token=first_token, sep=sep, bar=bar)
     with np.errstate(divide="ignore", invalid="ignore"):
         values /= ll[None, :]
     return RecallMatrix(values=values, pool=pool, ll=ll, self_pairs=self_pairs, first_token=first_token, sep=sep)
+
+
+def _fill_records(
+    target: Any,
+    texts: list[str],
+    pool: np.ndarray,
+    values: np.ndarray,
+    *,
+    self_pairs: bool,
+    first_token: bool,
+    sep: str,
+    bar: Any,
+) -> None:
+    """``values[i, x] = LL(x | p_i)`` from per-token records, one conditional call per prefix (any
+    target: API targets and chat-conditioned ones; each record is cached by ``CachedTarget``)."""
+    for i, p in enumerate(pool):
+        cols = _scored_by(int(p), len(texts), self_pairs)
+        prefix = build_prefix([texts[p]], sep)
+        recs = target.conditional_logprobs(prefix, [texts[j] for j in cols], progress=False)
+        values[i, cols] = [conditional_ll(r, first_token=first_token) for r in recs]
+        bar.update(len(cols))
+
+
+def _means_target(target: Any) -> Any | None:
+    """The white-box target that computes ``LL(x | p)`` without records (``HFTarget.conditional_means``),
+    under a ``CachedTarget`` or bare; None when there is none (API, chat-conditioned)."""
+    inner = getattr(target, "inner", target)
+    if getattr(inner, "chat", None) is not None or not callable(getattr(inner, "conditional_means", None)):
+        return None
+    return inner
+
+
+#: ``kind`` of a cached ReCaLL-matrix row (one entry per prefix, keyed by every scored text's ids)
+ROW_KIND = "recall_row"
+
+
+def _fill_means(
+    target: Any,
+    texts: list[str],
+    pool: np.ndarray,
+    values: np.ndarray,
+    *,
+    self_pairs: bool,
+    first_token: bool,
+    sep: str,
+    bar: Any,
+) -> None:
+    """``values[i, x] = LL(x | p_i)`` from ``HFTarget.conditional_means``: the same forward passes and
+    numbers as ``_fill_records`` (bit for bit, ``tests/test_em_mia.py``) without a per-token record,
+    a tokenization and a cache entry per pair, which cost more than the model on small models (issue
+    41: 400 x 400 texts are 160,000 pairs). Texts are tokenized once; each prefix's row is cached as one
+    entry in the target's cache (a killed run resumes by rows; ``--no-cache``: nothing kept)."""
+    from blackbox_audit.cache import SCHEMA_VERSION, entry_key
+    from blackbox_audit.engine.envelope import UntrustedEntry, decode_value, encode_value
+
+    model = _means_target(target)
+    cache = getattr(target, "cache", None) if target is not model else None
+    ids = [[int(t) for t in model.tokenize(x)] for x in texts]
+    fp = model.fingerprint()
+    for i, p in enumerate(pool):
+        cols = _scored_by(int(p), len(texts), self_pairs)
+        prefix = build_prefix([texts[p]], sep)
+        key_inputs = {
+            "schema": SCHEMA_VERSION,
+            "kind": ROW_KIND,
+            "fingerprint": fp,
+            "prefix_ids": [int(t) for t in model.tokenize(prefix)],
+            "token_ids": [ids[j] for j in cols],
+            "options": {"first_token": bool(first_token)},
+        }
+        key = entry_key(key_inputs)
+        row = None
+        if cache is not None:
+            raw = cache.get(key)
+            try:
+                row = None if raw is None else np.asarray(decode_value(key, raw, inputs=key_inputs), dtype=np.float64)
+            except UntrustedEntry as exc:
+                log.warning("cached ReCaLL row %s is %s; recomputing it", key, exc)
+            if row is not None and row.shape != (len(cols),):
+                row = None
+        if row is None:
+            row = model.conditional_means(
+                prefix, [texts[j] for j in cols], first_token=first_token, text_ids=[ids[j] for j in cols]
+            )
+            if cache is not None and np.isfinite(row).all():
+                cache.set(key, encode_value(key, [float(v) for v in row]))
+        values[i, cols] = row
+        bar.update(len(cols))
 
 
 def _nanmean(values: np.ndarray, axis: int) -> np.ndarray:

@@ -89,3 +89,135 @@ class DecodeBatcher:
 
 
 __all__ = ["DecodeBatcher"]
+
+
+# --------------------------------------------------------------------------- reads (answers with logprobs)
+
+
+def width_for(n: int, max_context: int | None = None) -> int:
+    """The padded width a context of ``n`` tokens runs at, a function of ``n`` alone: the smallest of
+    16, 24, 32, 48, 64, 96, ... (powers of two and 1.5 x them) that holds it, so padding costs at
+    most a third; capped at the model's window."""
+    w = 16
+    while w < n:
+        w = w * 3 // 2 if w & (w - 1) == 0 else w * 4 // 3
+    return min(w, max_context) if max_context else w
+
+
+class ReadBatcher:
+    """Concurrent reads (``log p(. | context)``) computed together, each row bitwise the same as alone.
+
+    Why: every answer that reports logprobs reads one context, and a recovering client sends many
+    at once (``--concurrency``). Batching them naively made a row's fp32 rounding depend on what
+    else was in flight (the batch's shape sets BLAS blocking), so the attempt was reverted. Here
+    every forward pass has one fixed shape per context length: ``rows`` rows (padding rows filled
+    when fewer requests wait) of ``width_for(len(context))`` positions, contexts left-aligned
+    (right-padded: a causal model's real positions never see the padding) with their own
+    attention mask. A row's bytes therefore depend on its own context only, never on its batch or
+    its place in it (``tests/test_emulator.py`` compares bytes alone and in a full batch;
+    ``bench/emulator_reads.py`` measures the throughput). The first waiting request leads, as in
+    ``DecodeBatcher``.
+    """
+
+    def __init__(
+        self,
+        forward: Callable[[list, int, int], np.ndarray],
+        *,
+        rows: int = 8,
+        window_s: float = 0.002,
+        max_context: int | None = None,
+    ) -> None:
+        self._forward = forward
+        self.rows = int(rows)
+        self.window_s = float(window_s)
+        self.max_context = max_context
+        self._cond = threading.Condition()
+        self._pending: list[_Read] = []
+        self._leading = False
+        self.batches = 0
+        self.reads = 0
+
+    def run(self, contexts: Sequence[Sequence[int]]) -> np.ndarray:
+        """``[len(contexts), V]`` float32 rows, batched with concurrent reads; blocks."""
+        tickets = [_Read(list(c), width_for(len(c), self.max_context)) for c in contexts]
+        with self._cond:
+            self._pending.extend(tickets)
+            while not all(t.done for t in tickets) and self._leading:
+                self._cond.wait()
+            lead = not all(t.done for t in tickets)
+            if lead:
+                self._leading = True
+        if lead:
+            self._lead(tickets)
+        for t in tickets:
+            if t.error is not None:
+                raise t.error
+        return np.stack([t.row for t in tickets])
+
+    def _lead(self, own: list[_Read]) -> None:
+        try:
+            while not all(t.done for t in own):
+                if self.window_s > 0 and len(self._pending) < self.rows:
+                    time.sleep(self.window_s)  # let requests sent together join this batch
+                with self._cond:
+                    width = self._pending[0].width  # the oldest read's width goes first
+                    batch = [t for t in self._pending if t.width == width][: self.rows]
+                    for t in batch:
+                        self._pending.remove(t)
+                try:
+                    rows = self._forward([t.context for t in batch], self.rows, width)
+                    for t, row in zip(batch, rows, strict=True):
+                        t.row = row
+                except BaseException as exc:  # every read of a failed batch answers the error
+                    for t in batch:
+                        t.error = exc
+                with self._cond:
+                    self.batches += 1
+                    self.reads += len(batch)
+                    for t in batch:
+                        t.done = True
+                    self._cond.notify_all()
+        finally:
+            with self._cond:
+                self._leading = False
+                self._cond.notify_all()
+
+
+class _Read:
+    def __init__(self, context: list[int], width: int) -> None:
+        self.context, self.width = context, width
+        self.row: np.ndarray | None = None
+        self.done = False
+        self.error: BaseException | None = None
+
+
+def fixed_shape_logprobs(
+    model: Any, contexts: Sequence[Sequence[int]], rows: int, width: int, *, device: Any = "cpu"
+) -> np.ndarray:
+    """``log p(. | context)`` of each context from one forward pass of shape ``[rows, width]``.
+
+    Contexts sit at rows ``0..len-1``, right-aligned (left-padded, with their own attention mask
+    and position ids ``0..n-1``), so every last position is column ``width - 1`` and only it goes
+    through the LM head (``logits_to_keep=1``). Padding rows repeat the first context, so no row
+    is wholly masked. The fp32 log-softmax runs over the fixed ``[rows, V]`` logits."""
+    import torch
+
+    if not 0 < len(contexts) <= rows or any(not 0 < len(c) <= width for c in contexts):
+        raise ValueError(f"{len(contexts)} contexts do not fit a [{rows}, {width}] batch")
+    filled = [list(c) for c in contexts] + [list(contexts[0])] * (rows - len(contexts))
+    ids = torch.zeros((rows, width), dtype=torch.long)
+    mask = torch.zeros((rows, width), dtype=torch.long)
+    for b, c in enumerate(filled):
+        ids[b, width - len(c) :] = torch.tensor([int(t) for t in c], dtype=torch.long)
+        mask[b, width - len(c) :] = 1
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    with torch.inference_mode():
+        logits = model(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=pos.to(device),
+            use_cache=False,
+            logits_to_keep=1,
+        ).logits
+        logp = torch.log_softmax(logits[:, -1].float(), dim=-1)
+    return logp[: len(contexts)].cpu().numpy().astype(np.float32, copy=False)

@@ -1,0 +1,105 @@
+"""The demo's white-box score step: the previous default score list against today's, side by side.
+
+Issue 41: the demo's score step ran every applicable score, the generating ``greedy_match`` and
+``ngram_coverage`` included (284 s of a 772 CPU-s demo). This bench builds (or reuses) the demo's
+canary (``CanaryOptions()``: tiny, seed 0), then runs the demo's ``score`` step white-box twice on
+its dataset, each with a fresh cache folder: the previous default (every applicable score but
+``pac`` and ``samia``) and today's (``cli.demo.SLOW_SCORES`` left out). It prints each run's CPU-s
+(one torch thread), their ratio, and the canary build's CPU-s from ``card.json`` (what the score
+step should not exceed; a reused canary reports the build that made it). ``--whole`` instead times
+the whole ``blackbox-audit demo`` (CPU-s of the child process) with ``--scores`` set to the previous
+list, then with the default list, each with a fresh cache folder (the canary is rebuilt in each).
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/demo_cost.py
+    OMP_NUM_THREADS=1 .venv/bin/python bench/demo_cost.py --texts 100   # a loaded machine: a tenth
+    OMP_NUM_THREADS=1 .venv/bin/python bench/demo_cost.py --whole
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+PREVIOUS_LEAVE_OUT = ("pac", "samia")  # cli/demo.py's SLOW_SCORES before issue 41
+
+
+def score_lists(target: Any, canary: Any) -> dict[str, list[str]]:
+    from blackbox_audit.cli.demo import SLOW_SCORES, applicable_scores, canary_score_params
+
+    params = canary_score_params(canary)
+    previous = {k: v for k, v in SLOW_SCORES.items() if k in PREVIOUS_LEAVE_OUT}
+    return {
+        "previous": applicable_scores(target, params, previous)[0],
+        "today": applicable_scores(target, params, SLOW_SCORES)[0],
+    }
+
+
+def score_step(canary: Any, names: list[str], texts: int | None = None) -> dict[str, Any]:
+    """The demo's score step (``cli.demo._step_scores``) on a fresh cache: CPU-s and AUCs
+    (on the first ``texts`` texts when given)."""
+    from blackbox_audit.cli.demo import _dataset, canary_score_params
+    from blackbox_audit.methods.base import AuditInputs
+    from blackbox_audit.methods.scoring import ScoreConfig, ScoreMethod
+    from blackbox_audit.workspace import Workspace
+
+    data = _dataset(canary.dataset()[:texts], str(canary.dataset_path))
+    params = {k: v for k, v in canary_score_params(canary).items() if k in names}
+    with tempfile.TemporaryDirectory() as tmp, Workspace.open(cache_dir=tmp) as ws:
+        target = ws.open_target(canary.target_spec, progress=False)
+        t0 = time.process_time()
+        result = ScoreMethod(ScoreConfig(scores=tuple(names), params=params, seed=0)).run(
+            AuditInputs(data=data, target=target, progress=False)
+        )
+        cpu = time.process_time() - t0
+    aucs = {k: round(m["auc"], 3) for k, m in result.metrics.items() if "auc" in m}
+    return {"cpu_s": round(cpu, 1), "scores": names, "auc": aucs}
+
+
+def whole(names: list[str] | None) -> float:
+    """CPU-s of one ``blackbox-audit demo`` in a child process (fresh cache and output folders)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [sys.executable, "-m", "blackbox_audit", "demo", "--out", f"{tmp}/out", "--cache-dir", f"{tmp}/cache"]
+        if names is not None:
+            argv += ["--scores", ",".join(names)]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1)
+
+
+def main() -> None:
+    import torch
+
+    from blackbox_audit.adapters import load_target
+    from blackbox_audit.sim.canary import CanaryOptions, build_canary
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--whole", action="store_true", help="time the whole demo twice instead of its score step")
+    ap.add_argument("--texts", type=int, help="score step on the first N texts only (the demo scores them all)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    canary = build_canary(CanaryOptions(), progress=False)
+    lists = score_lists(load_target(canary.target_spec, device="cpu", progress=False), canary)
+    out: dict[str, Any] = {"canary_build_cpu_s": canary.card["cpu_time_s"]}
+    if args.whole:
+        out["previous_demo_cpu_s"] = whole(lists["previous"])
+        out["today_demo_cpu_s"] = whole(None)
+        out["ratio"] = round(out["previous_demo_cpu_s"] / out["today_demo_cpu_s"], 2)
+    else:
+        for name, names in lists.items():
+            out[name] = score_step(canary, names, args.texts)
+        out["ratio"] = round(out["previous"]["cpu_s"] / out["today"]["cpu_s"], 2)
+        share = len(canary.dataset()) / (args.texts or len(canary.dataset()))  # scaled to every text
+        out["today_over_build"] = round(share * out["today"]["cpu_s"] / out["canary_build_cpu_s"], 2)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

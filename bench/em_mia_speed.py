@@ -1,0 +1,96 @@
+"""EM-MIA's ReCaLL matrix: the per-pair record path against ``HFTarget.conditional_means``, side by side.
+
+Issue 41: 400 x 400 texts of the tiny canary (seed 11) cost ~600 CPU-s. Both paths run here on the
+same texts, one after the other, each with a fresh cache folder (what the CLI does by default):
+``records`` fills the matrix from one cached per-token record per (prefix, text) pair, as before;
+``means`` asks the model for one number per pair and caches one entry per prefix row. The bench
+prints each path's CPU-s (one torch thread), their ratio, whether the matrices are equal bit for
+bit, and the AUCs ``auto``/forced updates/``avg`` reach from each (``--init loss``, as
+``bench/canary_quality.py``). ``--only means`` times the new path alone (e.g. 400 texts).
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/em_mia_speed.py --texts 60
+    OMP_NUM_THREADS=1 .venv/bin/python bench/em_mia_speed.py --texts 400 --only means
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+
+def aucs(matrix: Any, init: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    from blackbox_audit.methods import em_mia as em
+    from blackbox_audit.metrics import membership_metrics
+
+    def auc(s: np.ndarray) -> float:
+        return round(float(membership_metrics(s, y)["auc"]), 6)
+
+    return {
+        "auto": auc(em.em_mia(matrix, init, update="auto").final),
+        "neg_prefix": auc(em.em_mia(matrix, init, update="neg-prefix").final),
+        "topk": auc(em.em_mia(matrix, init, update="topk-recall").final),
+        "avg": auc(em.avg_scores(matrix)),
+    }
+
+
+def run(path: str, target: Any, texts: list[str]) -> tuple[Any, float]:
+    """The matrix by ``path`` (fresh cache folder) and its CPU seconds."""
+    from blackbox_audit.cache import CachedTarget
+    from blackbox_audit.engine.cache import open_cache
+    from blackbox_audit.methods import em_mia as em
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cached = CachedTarget(target, open_cache(tmp))
+        cached.token_logprobs(texts, progress=False)  # LL(x): the same for both, not timed
+        t0 = time.process_time()
+        if path == "means":
+            matrix = em.recall_matrix(cached, texts, em.pool_indices(len(texts)), progress=False)
+        else:
+            pool = em.pool_indices(len(texts))
+            values = np.full((len(pool), len(texts)), np.nan)
+            bar = type("Bar", (), {"update": lambda self, n: None})()
+            kw = {"self_pairs": em.SELF_PAIRS, "first_token": em.FIRST_TOKEN, "sep": em.EM_SEP}
+            em._fill_records(cached, texts, pool, values, bar=bar, **kw)
+            ll = np.array([float(np.mean(r.logprobs)) for r in cached.token_logprobs(texts, progress=False)])
+            matrix = em.RecallMatrix(values=values / ll[None, :], pool=pool, ll=ll)
+        cpu = time.process_time() - t0
+        cached.cache.close()
+    return matrix, cpu
+
+
+def main() -> None:
+    import torch
+
+    from blackbox_audit.adapters import load_target
+    from blackbox_audit.sim.canary import CanaryOptions, build_canary
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--texts", type=int, default=60, help="first N texts of the canary's dataset (N x N pairs)")
+    ap.add_argument("--seed", type=int, default=11, help="tiny canary seed (default 11, the issue's case)")
+    ap.add_argument("--only", choices=["records", "means"], help="time one path only")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    canary = build_canary(CanaryOptions(base="tiny", seed=args.seed), progress=False)
+    rows = canary.dataset()[: args.texts]
+    texts = [r["text"] for r in rows]
+    y = np.array([int(r["label"]) for r in rows])
+    target = load_target(canary.target_spec, device="cpu", progress=False)
+    init = np.array([float(np.mean(r.logprobs)) for r in target.token_logprobs(texts, progress=False)])
+    out: dict[str, Any] = {"texts": len(texts), "pairs": len(texts) ** 2}
+    matrices = {}
+    for path in [args.only] if args.only else ["records", "means"]:
+        matrices[path], out[f"{path}_cpu_s"] = run(path, target, texts)
+        out[f"{path}_auc"] = aucs(matrices[path], init, y)
+    if len(matrices) == 2:
+        out["ratio"] = round(out["records_cpu_s"] / out["means_cpu_s"], 2)
+        out["bit_identical"] = bool(np.array_equal(matrices["records"].values, matrices["means"].values))
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
