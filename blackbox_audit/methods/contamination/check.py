@@ -319,7 +319,8 @@ class Contamination(Method):
         if choice is not None and method.config.pilot_share > 0:
             from blackbox_audit.methods.contamination.pilot import plan_pilot
 
-            pilot, skipped = plan_pilot(method, inputs, preparation.view, preparation.budget_usd)
+            part = method.part_for(as_benchmark(inputs.data, "benchmark"))
+            pilot, skipped = plan_pilot(method, inputs, part, preparation.view, preparation.budget_usd)
             if pilot is not None:  # the test's items are the rest; the plan is priced at the budget left
                 piloted = Contamination(method.config)
                 piloted.choices, piloted.pilot, piloted.pilot_items = method.choices, pilot, pilot.items
@@ -609,7 +610,7 @@ class Contamination(Method):
         if method.pilot is not None:  # the pilot's items are read, the plan chosen again, the items left out
             from blackbox_audit.methods.contamination.pilot import run_pilot
 
-            method = run_pilot(method, inputs)
+            method = run_pilot(method, inputs, method.part_for(as_benchmark(inputs.data, "benchmark")))
         result = method._run(inputs)
         record = method.choices.get("score_plan")
         if record is not None:

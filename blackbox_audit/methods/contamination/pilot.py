@@ -225,12 +225,13 @@ def score_pilot(
 
 
 # ------------------------------------------------------------------ dry-run: the pilot's size and price
-def plan_pilot(method: Any, inputs: Any, view: Any, budget_usd: float | None) -> tuple[PilotDesign | None, str]:
+def plan_pilot(
+    method: Any, inputs: Any, part: str, view: Any, budget_usd: float | None
+) -> tuple[PilotDesign | None, str]:
     """The pilot ``prepare`` fixes on ``view`` (None and why when there is none): ``k`` items per side,
     the most within ``pilot_items`` whose estimated cost (full recovery, at the calibration's share
     of top-n misses, plus the top-n reads) fits ``pilot_share`` of the budget (without a budget:
     ``pilot_share`` of each side), leaving at least ``pilot_min_items`` per side to the test."""
-    from .check import as_benchmark
     from .costs import item_cost
     from .score_plans import ASSUMED_MISS_SHARE, DEFAULT_PLAN, candidate_plans, load_calibration
 
@@ -242,7 +243,6 @@ def plan_pilot(method: Any, inputs: Any, view: Any, budget_usd: float | None) ->
     if len(candidates) < 2:
         return None, "fewer than two plans can be scored from a pilot read"
     b, h = method.sides(inputs)
-    part = method.part_for(as_benchmark(inputs.data, "benchmark"))
     lo_k, hi_k = cfg.pilot_min_items, cfg.pilot_max_items
     room = min(len(b), len(h)) - lo_k  # the test keeps at least pilot_min_items per side
     hi_k = min(hi_k, room)
@@ -286,27 +286,27 @@ def plan_pilot(method: Any, inputs: Any, view: Any, budget_usd: float | None) ->
 
 
 # ------------------------------------------------------------------ run: read the pilot, choose, leave it out
-def run_pilot(method: Any, inputs: Any) -> Any:
+def run_pilot(method: Any, inputs: Any, part: str) -> Any:
     """Read ``method.pilot``'s items on the target, estimate every candidate's AUC (``estimate``) and
     return the check with the plan of most power per dollar at the budget left, its ``score_plan``
     record holding the pilot's estimates; the pilot items stay out of the test (``pilot_items``)."""
     from blackbox_audit.engine.budget import BudgetExceeded
     from blackbox_audit.planning import run_view
 
-    from .check import as_benchmark, interleave
     from .purchase import engine_spend
     from .score_plans import load_calibration
 
     design: PilotDesign = method.pilot
     target = inputs.target
     b, h = method.sides(inputs, with_pilot=True)
-    part = method.part_for(as_benchmark(inputs.data, "benchmark"))
     before = engine_spend(target)
     records: tuple[list[Any], list[Any]] = ([], [])
     stopped = None
     try:
-        for side, i in interleave(*design.items):
-            records[side].extend(read_items(target, (b, h)[side], [i], part, design.top))
+        for i in range(max(design.items)):  # the two sides in turn (the check's interleaving at equal sizes)
+            for side in (0, 1):
+                if i < design.items[side]:
+                    records[side].extend(read_items(target, (b, h)[side], [i], part, design.top))
     except BudgetExceeded as exc:  # what was read counts; the unfinished item is cached
         stopped = exc.problem
     after = engine_spend(target)
