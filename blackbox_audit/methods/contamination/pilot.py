@@ -291,6 +291,7 @@ def run_pilot(method: Any, inputs: Any, part: str) -> Any:
     return the check with the plan of most power per dollar at the budget left, its ``score_plan``
     record holding the pilot's estimates; the pilot items stay out of the test (``pilot_items``)."""
     from blackbox_audit.engine.budget import BudgetExceeded
+    from blackbox_audit.errors import UserError
     from blackbox_audit.planning import run_view
 
     from .purchase import engine_spend
@@ -309,6 +310,9 @@ def run_pilot(method: Any, inputs: Any, part: str) -> Any:
                     records[side].extend(read_items(target, (b, h)[side], [i], part, design.top))
     except BudgetExceeded as exc:  # what was read counts; the unfinished item is cached
         stopped = exc.problem
+    except UserError as exc:  # the endpoint cannot give this read (a shorter top-n list): no estimate
+        stopped = f"the pilot's read was refused: {exc.problem}"
+        records = ([], [])
     after = engine_spend(target)
     plans = [ScorePlan.from_key(k) for k in design.candidates]
     calibration = load_calibration()
@@ -326,7 +330,7 @@ def run_pilot(method: Any, inputs: Any, part: str) -> Any:
         record = choice.to_json()
         chosen.plan_choice = choice
         if est is None:
-            record["rule"] += "; the pilot read too few items, so the calibration's AUCs were used"
+            record["rule"] += "; the pilot read too few items, so the calibration's AUCs chose"
         else:
             record["rule"] += " with per-item AUCs from the pilot (calibration as prior)"
     record["pilot"] = {
