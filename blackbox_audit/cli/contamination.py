@@ -135,6 +135,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"per-item AUC the futility rule assumes for the score (default {_C.item_auc}; a rate at a lower "
         "AUC is not ruled out)",
     )
+    q.add_argument(
+        "--pilot-share",
+        type=float,
+        help=f"--score auto on an API: share of the budget a pilot may spend to learn the plan on the target; its "
+        f"items are left out of the test (default {_C.pilot_share}; 0 = no pilot)",
+    )
+    q.add_argument(
+        "--pilot-min-items",
+        type=positive_int,
+        help=f"fewest pilot items per side (default {_C.pilot_min_items}; fewer affordable: no pilot)",
+    )
+    q.add_argument(
+        "--pilot-max-items", type=positive_int, help=f"most pilot items per side (default {_C.pilot_max_items})"
+    )
     add_bounded_argument(m)
     add_common_arguments(p, data=False)
     add_engine_arguments(p)

@@ -49,7 +49,7 @@ budget buys, and the power statement at that size (the arithmetic is
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -122,7 +122,10 @@ class ContaminationConfig(MethodConfig):
     (``sequential``: an anytime-valid e-process; False: score every item the budget
     buys and test once). ``min_rate``: the futility rule stops once a contamination rate of at least
     this is ruled out at confidence ``1 - futility_beta``, assuming the score's per-item AUC is
-    ``item_auc`` (None: no futility stop)."""
+    ``item_auc`` (None: no futility stop). ``pilot_share``, ``pilot_min_items``, ``pilot_max_items``: with
+    ``score = "auto"`` on an API, the share of the budget a pilot may spend and its items per side; the
+    pilot learns the plan on the target and is left out of the test (``methods.contamination.pilot``;
+    ``pilot_share = 0``: no pilot)."""
 
     score: str = "auto"
     part: Literal["auto", "output", "whole"] = "auto"
@@ -141,8 +144,21 @@ class ContaminationConfig(MethodConfig):
     min_rate: float | None = 0.2
     futility_beta: float = 0.1
     item_auc: float = ASSUMED_ITEM_AUC
+    pilot_share: float = 0.1
+    pilot_min_items: int = 10
+    pilot_max_items: int = 100
 
     def validate(self) -> None:
+        if not 0 <= self.pilot_share < 1:
+            raise UserError(
+                f"pilot_share must be in [0, 1), got {self.pilot_share!r}", "use e.g. pilot_share=0.1 (0: no pilot)"
+            )
+        check_positive(self.pilot_min_items, "pilot_min_items")
+        if self.pilot_max_items < self.pilot_min_items:
+            raise UserError(
+                f"pilot_max_items ({self.pilot_max_items}) is below pilot_min_items ({self.pilot_min_items})",
+                "give pilot_max_items >= pilot_min_items",
+            )
         check_fraction_open(self.alpha, "alpha")
         check_fraction_open(self.futility_beta, "futility_beta")
         if self.min_rate is not None:
@@ -299,9 +315,28 @@ class Contamination(Method):
         if not method.needs_plan_choice or preparation.view is None:
             return method
         choice = method.choose_plan(inputs, preparation.view, preparation.budget_usd)
+        pilot, skipped = None, ""
+        if choice is not None and method.config.pilot_share > 0:
+            from blackbox_audit.methods.contamination.pilot import plan_pilot
+
+            part = method.part_for(as_benchmark(inputs.data, "benchmark"))
+            pilot, skipped = plan_pilot(method, inputs, part, preparation.view, preparation.budget_usd)
+            if pilot is not None:  # the test's items are the rest; the plan is priced at the budget left
+                piloted = Contamination(method.config)
+                piloted.choices, piloted.pilot, piloted.pilot_items = method.choices, pilot, pilot.items
+                method = piloted
+                left = None if preparation.budget_usd is None else max(0.0, preparation.budget_usd - pilot.usd[1])
+                choice = method.choose_plan(inputs, preparation.view, left, keys=pilot.candidates)
         chosen = method.with_plan(DEFAULT_PLAN if choice is None else choice.chosen.plan)
         if choice is not None:
             record = choice.to_json()
+            if pilot is not None:
+                record["rule"] = f"before the pilot: {record['rule']}; the run's pilot chooses again"
+                record["pilot"] = pilot.to_json()
+                choice.notes = pilot.format()
+            elif skipped:
+                record["pilot"] = {"skipped": skipped}
+                choice.notes = [f"pilot: none ({skipped}): the calibration's AUCs choose"]
         elif preparation.view.api:
             record = {"chosen": DEFAULT_PLAN.key, "rule": "no price known for this model: loss on every position"}
         else:
@@ -315,8 +350,21 @@ class Contamination(Method):
         """Whether ``prepare`` still has a score plan to choose (known non-members, ``score = "auto"``)."""
         return self.config.score == AUTO and self.config.heldout == "known"
 
-    def sides(self, inputs: AuditInputs) -> tuple[Benchmark, Benchmark]:
-        """The benchmark and held-out items to score, each sampled to ``items`` (seeded)."""
+    #: the pilot the run reads before it chooses the plan (``pilot``; None: no pilot, or it was read)
+    pilot: Any = None
+    #: leading items of each side's seeded sample that the pilot takes: never in the test
+    pilot_items: tuple[int, int] = (0, 0)
+
+    def sides(self, inputs: AuditInputs, *, with_pilot: bool = False) -> tuple[Benchmark, Benchmark]:
+        """The benchmark and held-out items to score, each sampled to ``items`` (seeded), without the
+        pilot's items (the first ``pilot_items`` of each sample) unless ``with_pilot``."""
+        b, h = self._sides(inputs)
+        k_b, k_h = (0, 0) if with_pilot else self.pilot_items
+        if k_b or k_h:
+            b, h = b.subset(list(range(k_b, len(b)))), h.subset(list(range(k_h, len(h))))
+        return b, h
+
+    def _sides(self, inputs: AuditInputs) -> tuple[Benchmark, Benchmark]:
         if self.config.heldout == "auto":
             return self.resolve_heldout(inputs).sides(inputs)
         if inputs.data is None:
@@ -409,6 +457,7 @@ class Contamination(Method):
         """This check with ``plan``'s score and positions (everything else as configured)."""
         method = Contamination(replace(self.config, score=plan.score, positions=plan.positions))
         method.choices = self.choices
+        method.pilot, method.pilot_items = self.pilot, self.pilot_items
         return method
 
     @property
@@ -422,15 +471,24 @@ class Contamination(Method):
         cfg = self.config
         return None if cfg.score == AUTO else ScorePlan(cfg.score, cfg.positions)
 
-    def choose_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> PlanChoice | None:
+    def choose_plan(
+        self,
+        inputs: AuditInputs,
+        view: PlanningView,
+        budget_usd: float | None,
+        *,
+        aucs: Mapping[str, tuple[float, str]] | None = None,
+        keys: Collection[str] | None = None,
+    ) -> PlanChoice | None:
         """Price every candidate plan on ``view`` and take the one with the most power per dollar
         (``methods.contamination.score_plans``), or show them beside the plan ``score`` names. None on a local
         model (nothing is billed: ``auto`` means ``loss`` on every position, recovered exactly) and for
-        a probe (it generates: the logprob plans do not apply)."""
+        a probe (it generates: the logprob plans do not apply). ``keys``: only these plans; ``aucs``:
+        plan key -> (per-item AUC, its source) in place of the calibration's (a pilot's)."""
         if not view.api or self.probe is not None:
             return None
         calibration = load_calibration()
-        plans = candidate_plans(calibration)
+        plans = [p for p in candidate_plans(calibration) if keys is None or p.key in keys]
         mine = self.score_plan
         if mine is not None and mine not in plans:
             plans.append(mine)
@@ -450,6 +508,8 @@ class Contamination(Method):
                     calibration=calibration,
                 )
             )
+        if aucs is not None:
+            rows = [replace(r, item_auc=aucs[r.plan.key][0], auc_source=aucs[r.plan.key][1]) for r in rows]
         if mine is not None:
             return forced(rows, mine, budget_usd=budget_usd, calibration=calibration)
         return choose(rows, budget_usd=budget_usd, calibration=calibration)
@@ -547,11 +607,20 @@ class Contamination(Method):
         method = self.resolve_heldout(inputs)
         if method.needs_plan_choice:  # only then is the loaded target's view read
             method = method.prepare(inputs, Preparation.of_target(inputs.target))
+        if method.pilot is not None:  # the pilot's items are read, the plan chosen again, the items left out
+            from blackbox_audit.methods.contamination.pilot import run_pilot
+
+            method = run_pilot(method, inputs, method.part_for(as_benchmark(inputs.data, "benchmark")))
         result = method._run(inputs)
         record = method.choices.get("score_plan")
         if record is not None:
             result.provenance.setdefault("contamination", {})["plan_choice"] = record
             result.summary.insert(0, f"score plan: {record['chosen']} (chosen: {record['rule']})")
+            pilot = record.get("pilot") or {}
+            if pilot.get("read_items"):
+                nb, nh = pilot["read_items"]
+                spent = "" if pilot.get("spent_usd") is None else f" for ${pilot['spent_usd']:.4f}"
+                result.summary.insert(1, f"pilot: {nb} + {nh} items read{spent}, left out of the test")
         return result
 
     def _run(self, inputs: AuditInputs) -> MethodResult:

@@ -236,6 +236,7 @@ class PlanChoice:
     budget_usd: float | None
     forced: bool = False
     calibration: Calibration | None = field(default=None, repr=False)
+    notes: list[str] = field(default_factory=list)  # lines shown under the choice (a pilot's plan)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -276,7 +277,7 @@ class PlanChoice:
             + (f"measured on {cal.describe()}, {Path(cal.path).name}" if cal else "assumed (no calibration shipped)")
             + "; a model that memorised less has a lower AUC under every plan"
         )
-        return lines
+        return lines + self.notes
 
 
 def _rate(x: float) -> str:
