@@ -62,10 +62,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument(
         "--heldout",
         default=SYNTHETIC,
-        metavar="FILE|synthetic",
+        metavar="FILE|synthetic|order",
         help="known non-members in the benchmark's format (items the model cannot have seen); 'synthetic' "
         "(default) = calibrated dataset inference: a local generator fine-tuned on half the items writes answers "
-        "for the other half, and its calibrated test decides (no rate and no flagged list: they need FILE)",
+        "for the other half, and its calibrated test decides (no rate and no flagged list: they need FILE); "
+        "'order' = Oren et al.'s order test: the file's order against seeded shuffles of its shards (exact p-value; "
+        "sees verbatim in-order training only; --items N tests the first N items)",
     )
     b.add_argument(
         "--generator",
@@ -172,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
             items=args.items,
             seed=args.seed,
             bounded=args.bounded,
-            heldout="synthetic" if args.heldout == SYNTHETIC else "known",
+            heldout=args.heldout if args.heldout in (SYNTHETIC, "order") else "known",
             generator=args.generator,
             gen_epochs=args.gen_epochs,
             lora_layers=args.lora_layers,
@@ -192,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         args.benchmark, prompt_template=args.prompt_template, output_template=args.output_template, **fields
     )
     sets = {}
-    if args.heldout != SYNTHETIC:
+    if args.heldout not in (SYNTHETIC, "order"):
         sets["heldout"] = load_benchmark(args.heldout, fmt=bench.fmt, **fields)
     inputs = AuditInputs(data=bench, sets=sets)
     if args.dry_run:  # before the target is loaded: loading an API target probes it

@@ -129,7 +129,7 @@ class ContaminationConfig(MethodConfig):
     items: int | None = None
     seed: int = 0
     bounded: Literal["error", "upper"] = "error"
-    heldout: Literal["known", "synthetic"] = "known"
+    heldout: Literal["known", "synthetic", "order"] = "known"
     generator: str = "smollm2"  # heldout="synthetic": the local model that writes the generated answers
     gen_epochs: int = 8  # heldout="synthetic": the generator's LoRA epochs (heldout says why 8)
     lora_layers: int = 8  # heldout="synthetic": top decoder layers with LoRA (0 = all)
@@ -138,6 +138,12 @@ class ContaminationConfig(MethodConfig):
     min_rate: float | None = 0.2
     futility_beta: float = 0.1
     item_auc: float = ASSUMED_ITEM_AUC
+    # heldout="order" (``order``): items per shard, shuffles per shard, serialisation, strata, block start
+    order_shard_items: int = 10
+    order_permutations: int = 30
+    order_format: Literal["auto", "jsonl", "qa"] = "auto"
+    order_strata: str = "auto"
+    order_offset: int = 0
 
     def validate(self) -> None:
         check_fraction_open(self.alpha, "alpha")
@@ -156,6 +162,10 @@ class ContaminationConfig(MethodConfig):
         check_level(self.lam, "lambda", "--lam")
         if self.items is not None:
             check_positive(self.items, "items")
+        if self.heldout == "order":
+            from blackbox_audit.methods.contamination.order_run import validate_order
+
+            validate_order(self)
         from blackbox_audit.scores import parse_specs
 
         if is_probe(self.score):
@@ -256,6 +266,8 @@ class Contamination(Method):
 
     def needs(self) -> Needs:
         sets = ("heldout",) if self.config.heldout == "known" else ()
+        if self.config.heldout == "order":  # one full-text read per shard and order
+            return Needs(capabilities=score_needs(["loss"]))
         if self.probe is not None:
             return Needs(sets=sets, capabilities=("generation",))
         caps = {*score_needs([self.effective_plan.score]), *(("conditional",) if self.config.part == "output" else ())}
@@ -278,6 +290,8 @@ class Contamination(Method):
         if inputs.data is None:
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
         bench = as_benchmark(inputs.data, "benchmark")
+        if self.config.heldout == "order":  # the same items in other orders (order)
+            return bench, bench.subset([])
         if self.config.heldout == "synthetic":  # generated inside the run (heldout)
             return self._sample(bench, 0), self._sample(bench.subset([]), 1)
         else:
@@ -329,6 +343,10 @@ class Contamination(Method):
         bench = as_benchmark(inputs.data, "benchmark") if inputs.data is not None else None
         if bench is None:
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
+        if self.config.heldout == "order":
+            from blackbox_audit.methods.contamination.order_run import plan_order
+
+            return plan_order(bench, self.config)
         part = self.part_for(bench)
         if self.config.heldout == "synthetic":
             from blackbox_audit.methods.contamination.heldout import plan_synthetic
@@ -345,6 +363,10 @@ class Contamination(Method):
     def budget_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> ContaminationPlan:
         """The dry-run: the score plans compared (API targets), then every item of the chosen plan
         priced on ``view`` (nothing sent); see ``costs`` and ``score_plans``."""
+        if self.config.heldout == "order":  # shards x orders, priced as full-text reads
+            from blackbox_audit.methods.contamination.order_run import budget_plan_order
+
+            return budget_plan_order(as_benchmark(inputs.data, "benchmark"), self.config, view, budget_usd)  # type: ignore[arg-type,return-value]
         # the synthetic side's test reads calibrated DI's own MIA features, not a chosen score plan
         synthetic = self.config.heldout == "synthetic"
         choice = None if synthetic else self.choose_plan(inputs, view, budget_usd)
@@ -485,7 +507,7 @@ class Contamination(Method):
 
     def run(self, inputs: AuditInputs) -> MethodResult:
         self.check(inputs)
-        if self.config.score != AUTO or self.config.heldout == "synthetic":
+        if self.config.score != AUTO or self.config.heldout in ("synthetic", "order"):
             return self._run(inputs)  # the synthetic side is read by calibrated DI's own features: no plan
         # the plan is fixed here, before any scoring request: priced on the loaded target's view
         view, budget = run_view(inputs.target)
@@ -505,6 +527,10 @@ class Contamination(Method):
 
         cfg = self.config
         full_bench = as_benchmark(inputs.data, "benchmark")  # type: ignore[arg-type]
+        if cfg.heldout == "order":
+            from blackbox_audit.methods.contamination.order_run import run_order
+
+            return run_order(self, inputs, full_bench)
         part = self.part_for(full_bench)
         if cfg.heldout == "synthetic":
             from blackbox_audit.methods.contamination.heldout import run_synthetic
