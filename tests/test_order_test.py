@@ -282,3 +282,48 @@ def test_file_order_canary_trains_on_a_block_in_file_order(gsm8k, tmp_path: Path
             cache_dir=tmp_path,
             progress=False,
         )
+
+
+# ----------------------------------------------------------------------------- the authors' computation
+def authors_shard_logprob(model, tokenizer, items: list[str]) -> float:
+    """Oren et al.'s per-shard log-likelihood, from ``compute_sharded_comparison_test.py``: each example
+    tokenized alone (``t.encode(ex)``), the token lists concatenated (``flatten``), and the sum of
+    ``log_softmax`` at ``tokens[1:]`` given ``tokens[:-1]`` (one window: the shard fits the context)."""
+    import torch
+
+    tokens = [t for ex in items for t in tokenizer.encode(ex)]
+    inputs, targets = torch.tensor(tokens[:-1]), torch.tensor(tokens[1:])
+    with torch.no_grad():
+        logps = torch.log_softmax(model(inputs.unsqueeze(0)).logits[0].float(), dim=-1)
+    return float(logps.gather(-1, targets.unsqueeze(-1)).sum())
+
+
+def test_per_shard_statistics_match_the_authors_code(tiny_lm_dir, tiny_target, tmp_path: Path) -> None:
+    """Same shards, same shuffles: our canonical - mean permuted log-likelihood equals theirs to 1e-3 nats
+    (a short jsonl file: the tiny test model's context is short)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from blackbox_audit.benchmarks import load_qa_file
+    from blackbox_audit.methods.contamination.order import serialise, shard_permutations
+
+    rows = [
+        {"question": f"How many {w} are there?", "answer": f"There are {n} {w}."}
+        for n, w in enumerate(["cats", "boats", "ships", "trees", "bells", "roads"])
+    ]
+    path = tmp_path / "b.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bench = load_qa_file(path)
+    design = OrderDesign(shard_items=3, permutations=3, order_format="jsonl")
+    lay = layout(bench, design)
+    ours, _ = read_shards(tiny_target, lay, "error")
+    model = AutoModelForCausalLM.from_pretrained(tiny_lm_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_lm_dir)
+    units = serialise(bench, "jsonl")
+    theirs = []
+    for s in range(2):
+        shard = units[3 * s : 3 * s + 3]
+        mean = np.mean(
+            [authors_shard_logprob(model, tok, [shard[j] for j in p]) for p in shard_permutations(3, 3, 0, s)]
+        )
+        theirs.append(authors_shard_logprob(model, tok, shard) - mean)
+    np.testing.assert_allclose(ours.diffs, theirs, atol=1e-3)
