@@ -60,7 +60,7 @@ def plan_order(bench: Benchmark, config: Any) -> CostPlan:
     from blackbox_audit.scores.compute import FetchCall
 
     lay = layout(bench, design_of(config))
-    return CostPlan(calls=[FetchCall("plain", tuple(lay.texts()))], notes=[describe_line(lay)])
+    return CostPlan(calls=[FetchCall("plain", tuple(lay.texts()))])
 
 
 def describe_line(lay: OrderLayout) -> str:
@@ -81,20 +81,21 @@ class OrderPlan:
     estimate: Any
     budget_usd: float | None
 
-    def affordable_shards(self) -> int | None:
+    def affordable_shards(self) -> tuple[int, int] | None:
+        """Shards the budget buys at the estimate's high and low ends (None: no cap or no price)."""
         usd = self.estimate.usd
         if self.budget_usd is None or usd is None or usd[1] <= 0:
             return None
-        per_shard = usd[1] / len(self.layout.canonical)
-        return int(min(len(self.layout.canonical), self.budget_usd // per_shard))
+        n = len(self.layout.canonical)
+        return tuple(int(min(n, self.budget_usd // (u / n))) if u > 0 else n for u in (usd[1], usd[0]))  # type: ignore[return-value]
 
     def format(self) -> str:
         lines = [describe_line(self.layout), self.estimate.format()]
         n = self.affordable_shards()
         if n is not None:
             lines.append(
-                f"--budget-usd {self.budget_usd:g} buys about {n} of {len(self.layout.canonical)} shards (upper "
-                "estimate); the verdict is read on the shards fully bought"
+                f"--budget-usd {self.budget_usd:g} buys {n[0]} to {n[1]} of {len(self.layout.canonical)} shards "
+                "(high to low cost end); the verdict is read on the shards fully bought"
             )
         lines.append(f"reach: verbatim in-order training of this file only; {LIMIT}")
         return "\n".join(lines)
