@@ -33,8 +33,8 @@ def block_offset(n_items: int, n_members: int, seed: int) -> int:
 
 def file_order_split(opts: Any) -> tuple[dict[str, list[dict[str, Any]]], list[str], list[str], dict[str, Any]]:
     """``(split, training sequences, block lines, card entry)`` for a file-order canary."""
+    from blackbox_audit.benchmark_files import serialise
     from blackbox_audit.benchmarks import load_benchmark
-    from blackbox_audit.methods.contamination.order import serialise
 
     from .corpora import BENCHMARK_CORPUS
 
