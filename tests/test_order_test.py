@@ -327,3 +327,16 @@ def test_per_shard_statistics_match_the_authors_code(tiny_lm_dir, tiny_target, t
         )
         theirs.append(authors_shard_logprob(model, tok, shard) - mean)
     np.testing.assert_allclose(ours.diffs, theirs, atol=1e-3)
+
+
+def test_cli_dry_run_prices_the_order_test(tmp_path: Path, capsys, monkeypatch) -> None:
+    """``--heldout order`` through the CLI: shards x orders priced on the API's view, nothing sent."""
+    from blackbox_audit.cli import main
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    args = ["contamination", "--benchmark", "gsm8k", "--heldout", "order", "--items", "40"]
+    args += ["--target", "openai:gpt-4o-mini", "--budget-usd", "1", "--dry-run", "--out", str(tmp_path / "o")]
+    assert main([*args, "--cache-dir", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert "40 items in 4 shards" in out and "124 full-text reads" in out and "cost:" in out
+    assert "of 4 shards" in out and "outside this test's reach" in out
