@@ -28,7 +28,7 @@ from blackbox_audit.methods.contamination import Contamination, ContaminationCon
 
 _C = ContaminationConfig
 #: ``--heldout`` values that name a mode (anything else is a file of known non-members)
-HELDOUT_MODES = ("auto", "synthetic")
+HELDOUT_MODES = ("auto", "synthetic", "order")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -54,11 +54,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument(
         "--heldout",
         dest="heldout_arg",
-        metavar="FILE|synthetic",
+        metavar="FILE|synthetic|order",
         help="known non-members in the benchmark's format (items the model cannot have seen); 'synthetic' "
         "(the default without FILE) = calibrated dataset inference: a local generator fine-tuned on half the "
         "items writes answers for the other half, and its calibrated test decides (no rate and no flagged list: "
-        "they need FILE)",
+        "they need FILE); 'order' = Oren et al.'s order test: the file's order against seeded shuffles of its "
+        "shards (exact p-value; sees verbatim in-order training only; --items N tests the first N items)",
     )
     b.add_argument(
         "--generator",

