@@ -25,7 +25,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce  # noqa: E402
 
 PREVIOUS_LEAVE_OUT = ("pac", "samia")  # cli/demo.py's SLOW_SCORES before issue 41
 
@@ -75,8 +79,6 @@ def whole(names: list[str] | None) -> float:
 
 
 def main() -> None:
-    import torch
-
     from blackbox_audit.adapters import load_target
     from blackbox_audit.sim.canary import CanaryOptions, build_canary
 
@@ -84,6 +86,9 @@ def main() -> None:
     ap.add_argument("--whole", action="store_true", help="time the whole demo twice instead of its score step")
     ap.add_argument("--texts", type=int, help="score step on the first N texts only (the demo scores them all)")
     args = ap.parse_args()
+    announce()
+    import torch
+
     torch.set_num_threads(1)
     canary = build_canary(CanaryOptions(), progress=False)
     lists = score_lists(load_target(canary.target_spec, device="cpu", progress=False), canary)

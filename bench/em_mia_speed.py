@@ -16,26 +16,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce, auc  # noqa: E402
+
 
 def aucs(matrix: Any, init: np.ndarray, y: np.ndarray) -> dict[str, float]:
     from blackbox_audit.methods import em_mia as em
-    from blackbox_audit.metrics import membership_metrics
 
-    def auc(s: np.ndarray) -> float:
-        return round(float(membership_metrics(s, y)["auc"]), 6)
-
-    return {
-        "auto": auc(em.em_mia(matrix, init, update="auto").final),
-        "neg_prefix": auc(em.em_mia(matrix, init, update="neg-prefix").final),
-        "topk": auc(em.em_mia(matrix, init, update="topk-recall").final),
-        "avg": auc(em.avg_scores(matrix)),
+    finals = {
+        "auto": em.em_mia(matrix, init, update="auto").final,
+        "neg_prefix": em.em_mia(matrix, init, update="neg-prefix").final,
+        "topk": em.em_mia(matrix, init, update="topk-recall").final,
+        "avg": em.avg_scores(matrix),
     }
+    return {name: round(float(auc(s, y)), 6) for name, s in finals.items()}
 
 
 def run(path: str, target: Any, texts: list[str]) -> tuple[Any, float]:
@@ -64,8 +66,6 @@ def run(path: str, target: Any, texts: list[str]) -> tuple[Any, float]:
 
 
 def main() -> None:
-    import torch
-
     from blackbox_audit.adapters import load_target
     from blackbox_audit.sim.canary import CanaryOptions, build_canary
 
@@ -74,6 +74,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=11, help="tiny canary seed (default 11, the issue's case)")
     ap.add_argument("--only", choices=["records", "means"], help="time one path only")
     args = ap.parse_args()
+    announce()
+    import torch
+
     torch.set_num_threads(1)
     canary = build_canary(CanaryOptions(base="tiny", seed=args.seed), progress=False)
     rows = canary.dataset()[: args.texts]

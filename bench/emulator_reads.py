@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce  # noqa: E402
 
 
 def read_all(view: Any, contexts: list[list[int]], threads: int) -> tuple[np.ndarray, float, float]:
@@ -33,8 +38,6 @@ def read_all(view: Any, contexts: list[list[int]], threads: int) -> tuple[np.nda
 
 
 def main() -> None:
-    import torch
-
     from blackbox_audit.adapters import load_target
     from blackbox_audit.sim.canary import CanaryOptions, build_canary
     from blackbox_audit.sim.emulator.backend import READ_ROWS, ModelView
@@ -44,6 +47,9 @@ def main() -> None:
     ap.add_argument("--texts", type=int, default=4, help="texts whose every prefix is read (default 4)")
     ap.add_argument("--threads", type=int, default=8, help="concurrent readers (the engine's default, 8)")
     args = ap.parse_args()
+    announce()
+    import torch
+
     torch.set_num_threads(1)
     if args.backend == "tiny":
         canary = build_canary(CanaryOptions(), progress=False)

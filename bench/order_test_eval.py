@@ -29,6 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
+from bench.common import announce  # noqa: E402
+
 
 def revision() -> str:
     try:
@@ -241,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", default=None, help="canary cache folder")
     p.add_argument("--out", help="append JSON rows here")
     args = p.parse_args(argv)
+    announce(argv)
     import torch
 
     torch.set_num_threads(1)
