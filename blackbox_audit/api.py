@@ -45,7 +45,7 @@ from blackbox_audit.workspace import Workspace
 #: ``Session`` keywords that are engine options (the CLI's engine flags), by ``EngineOptions`` field
 ENGINE_KEYWORDS = ("budget_usd", "max_requests", "rpm", "tpm", "concurrency", "max_retries", "pricing", "batch")
 #: ``heldout=`` values that name a mode of the contamination check rather than a file
-HELDOUT_MODES = ("auto", "known", "synthetic")
+HELDOUT_MODES = ("auto", "known", "synthetic", "order")
 
 
 def target(spec: str, **options: Any) -> TargetRef:
@@ -60,7 +60,8 @@ def target(spec: str, **options: Any) -> TargetRef:
         raise UserError(
             f"target {spec}: unknown option '{unknown[0]}'", f"options for {kind.syntax}: {', '.join(kind.options)}"
         )
-    return TargetRef(spec, dict(options), pricing=options.get("pricing"))
+    pricing = options.pop("pricing", None)  # the planning view's price file, not a loader option
+    return TargetRef(spec, dict(options), pricing=pricing)
 
 
 def _as_ref(value: str | TargetRef | None) -> TargetRef | None:
@@ -139,7 +140,7 @@ class Session:
 
         ``benchmark``: ``gsm8k``, ``mmlu[:SUBJECT]`` or a question/answer file (the contamination
         check); ``heldout``: a file of known non-members (read in the benchmark's format when a
-        benchmark is given) or a mode (``synthetic``); ``data_options``: ``load_dataset``'s or
+        benchmark is given) or a mode (``synthetic``, ``order``); ``data_options``: ``load_dataset``'s or
         ``load_benchmark``'s field options (``text_field``, ``question_field``, ...)."""
         from blackbox_audit.benchmarks import load_benchmark_sides
 

@@ -136,6 +136,9 @@ class PlannedJob:
     def choices(self) -> Mapping[str, Any]:
         return self.method.choices
 
+    def __str__(self) -> str:
+        return self.format()
+
     def format(self) -> str:
         out: list[str] = []
         for label, priced in self.priced.items():
