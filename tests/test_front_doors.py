@@ -225,3 +225,63 @@ seq_tokens = 24
         planned = session.audit("di_calibrated", target=target, data=str(data), seq_tokens=24).plan()
         py_plan = planned.choices["generator"]["chosen"]
     assert cli_plan == spec_plan == py_plan == "smollm2"
+
+
+@pytest.mark.timeout(600)
+def test_decop_answers_are_the_same_through_cli_spec_and_python(tiny_target, tiny_lm_dir, tmp_path, capsys):
+    """``answers = "auto"`` (decop): letter logprobs where the target has them (a white-box model, an
+    OpenAI-style API), else greedy replies; each dry-run prices what its run reads."""
+    data = _write_texts(tmp_path / "d.jsonl")
+    paras = tmp_path / "p.jsonl"
+    paras.write_text(
+        "".join(json.dumps({"id": f"s{i}", "paraphrases": [f"{t} (again)", f"So: {t}"]}) + "\n" for i, t in
+                enumerate(TEXTS))
+    )  # fmt: skip
+    config = {"paraphrases": str(paras), "options": 3, "orders": "cyclic"}
+    with run_emulator(tiny_target, "openai-chat") as emu:
+        for target in (f"hf:{tiny_lm_dir}", emu.target_spec):
+            name = "local" if target.startswith("hf:") else "api"
+            cache = str(tmp_path / f"cache-{name}")
+            extra = ["--tokenizer", f"hf:{tiny_lm_dir}"] if name == "api" else []
+            cli = ["decop", "--target", target, "--data", str(data), "--cache-dir", cache, *extra]
+            cli += ["--paraphrases", str(paras), "--options", "3", "--orders", "cyclic"]
+            assert main([*cli, "--dry-run", "--out", str(tmp_path / f"cli-{name}")]) == 0
+            cli_plan = "logprobs" if "letter logprobs" in capsys.readouterr().out else "choices"
+            assert main([*cli, "--out", str(tmp_path / f"cli-{name}")]) == 0
+            cli_run = json.loads((tmp_path / f"cli-{name}" / "run.json").read_text())["decop"]["answers"]
+            tok = f'tokenizer = "hf:{tiny_lm_dir}"' if name == "api" else ""
+            spec = _spec(
+                tmp_path,
+                f"""
+[audit]
+out = "{tmp_path / f"spec-{name}"}"
+cache_dir = "{cache}"
+report = false
+
+[targets.t]
+spec = "{target}"
+{tok}
+
+[data.d]
+path = "{data}"
+
+[[steps]]
+method = "decop"
+target = "t"
+data = "d"
+paraphrases = "{paras}"
+options = 3
+orders = "cyclic"
+""",
+            )
+            lines: list[str] = []
+            assert plan_audit(spec, echo=lines.append) == 0
+            spec_plan = re.search(r"answers: (\S+)", "\n".join(lines)).group(1)
+            out = run_audit(spec, progress=False)
+            spec_run = json.loads((out / "decop" / "run.json").read_text())["decop"]["answers"]
+            opts = {"tokenizer": f"hf:{tiny_lm_dir}"} if name == "api" else {}
+            with ba.Session(cache_dir=cache) as session:
+                audit = session.audit("decop", target=ba.target(target, **opts), data=str(data), **config)
+                py_plan = audit.plan().choices["answers"]["chosen"]
+                py_run = audit.run().provenance["decop"]["answers"]
+            assert {cli_plan, cli_run, spec_plan, spec_run, py_plan, py_run} == {"logprobs"}, name

@@ -14,6 +14,8 @@ for paraphrases a model cannot tell from the original).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +24,15 @@ from typing import Any, Literal
 import numpy as np
 
 from blackbox_audit.errors import CapabilityError, UserError
-from blackbox_audit.methods.base import AuditInputs, Method, MethodConfig, Needs, register_method, target_has
+from blackbox_audit.methods.base import (
+    AuditInputs,
+    Method,
+    MethodConfig,
+    Needs,
+    Preparation,
+    register_method,
+    target_has,
+)
 from blackbox_audit.planning import CostItem, CostPlan
 from blackbox_audit.results import MethodResult
 
@@ -100,10 +110,41 @@ class Decop(Method):
             return Needs(capabilities=("generation",))
         return Needs()
 
+    #: what ``prepare`` resolved ``answers = "auto"`` to (None: not prepared, or answers named)
+    resolved_answers: str | None = None
+
+    def prepare(self, inputs: AuditInputs, preparation: Preparation) -> Decop:
+        """``answers = "auto"`` resolved from what is known of the target, so the dry-run prices the
+        quiz the run reads: the loaded target's capabilities, else its kind's (``adapters.registry``)
+        and its planning view (a cached probe that found no logprobs means greedy replies). The config
+        keeps ``auto``; run.json's ``decop.answers`` records the mode read."""
+        if self.config.answers != "auto" or self.resolved_answers is not None:
+            return self
+        known = preparation.target if preparation.target is not None else inputs.target
+        if known is None and preparation.target_spec is not None:
+            from types import SimpleNamespace
+
+            from blackbox_audit.adapters import target_kind
+
+            caps = target_kind(preparation.target_spec).capabilities
+            view = preparation.view
+            if view is not None and not view.logprobs:  # the cached probe found none
+                caps = dataclasses.replace(caps, extra={**caps.extra, "logprobs": False})
+            known = SimpleNamespace(name=preparation.target_spec, capabilities=caps)
+        if known is None:
+            return self
+        method = copy.copy(self)
+        method.resolved_answers = self.mode(known)
+        rule = "letter logprobs where the target has them, else greedy replies"
+        method.choices = {**self.choices, "answers": {"chosen": method.resolved_answers, "rule": rule}}
+        return method
+
     def mode(self, target: Any) -> str:
         """``logprobs`` or ``choices`` for this target (``answers=auto``: logprobs where it has them)."""
         if self.config.answers != "auto":
             return self.config.answers
+        if self.resolved_answers is not None:
+            return self.resolved_answers
         logprobs = target_has(target, "conditional") and target.capabilities.extra.get("logprobs", True) is not False
         if logprobs:
             return "logprobs"
@@ -169,13 +210,14 @@ class Decop(Method):
             items.append(
                 CostItem(f"paraphrases by {self.config.paraphraser} (local model, no API cost)", usd=(0.0, 0.0))
             )
-        if self.config.answers == "logprobs":
+        answers = self.resolved_answers or self.config.answers
+        if answers == "logprobs":
             forms = tuple(letter_forms(self.config.options))
             calls = [FetchCall("conditional", forms, prefix=p) for p in prompts]
             notes.append("letter logprobs: one record per letter form (' A' and 'A'); their top-n read is shared")
         else:
             calls = [FetchCall("samples", tuple(prompts), sampling=(1, REPLY_TOKENS, 0.0, None))]
-            if self.config.answers == "auto":
+            if answers == "auto":
                 notes.append("priced as greedy replies (answers=auto reads logprobs instead where the target has them)")
         return CostPlan(calls=calls, items=items, notes=notes)
 
