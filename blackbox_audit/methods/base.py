@@ -350,7 +350,7 @@ class Method(abc.ABC):
                 what = _CAPABILITY_WHAT["logprobs" if "logprobs" in wanted else min(wanted)]
                 raise no_logprobs_error(target, f"{self.name} needs {what}", METHODS)
 
-    #: what ``prepare`` chose and why (run.json's ``choices``; empty when nothing was ``auto``)
+    #: what ``prepare`` chose and why, printed by the dry-run (each method records its own choice in run.json)
     choices: Mapping[str, Any] = {}
 
     def prepare(self, inputs: AuditInputs, preparation: Preparation) -> Method:
