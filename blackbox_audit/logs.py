@@ -22,10 +22,21 @@ _HF_VERBOSITY = "TRANSFORMERS_VERBOSITY"
 _set_by_us: str | None = None
 
 
+class _NotPrintedTwice(logging.Filter):
+    """transformers prints its records through its own handler and, where ``CI`` is set, also lets them
+    propagate to ours: the root handler leaves them to transformers, so each is shown once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.name.startswith("transformers")
+
+
 def setup_logging(verbose: bool = False) -> None:
     """Configure logging for a run (module doc); ``verbose`` is the CLI's ``-v``."""
     global _set_by_us
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format=FORMAT)
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _NotPrintedTwice) for f in handler.filters):
+            handler.addFilter(_NotPrintedTwice())
     logging.captureWarnings(True)  # warnings.warn -> the "py.warnings" logger, formatted like the rest
     level = logging.WARNING if verbose else logging.ERROR
     for name in LIBRARIES:

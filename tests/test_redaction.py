@@ -94,22 +94,26 @@ def test_read_api_key_strips_checks_and_never_echoes(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "target,variable",
-    [("openai:gpt-4o-mini", "OPENAI_API_KEY"), ("anthropic:claude-3-5-haiku-latest", "ANTHROPIC_API_KEY")],
+    "target,variable,scores",
+    [
+        ("openai:gpt-4o-mini", "OPENAI_API_KEY", "loss"),
+        # a text-only target asked for logprob scores is refused before any key is read: ask what it serves
+        ("anthropic:claude-3-5-haiku-latest", "ANTHROPIC_API_KEY", "greedy_match"),
+    ],
 )
-def test_a_missing_default_key_does_not_blame_an_unpassed_flag(target, variable, monkeypatch, tmp_path, capsys):
+def test_a_missing_default_key_does_not_blame_an_unpassed_flag(target, variable, scores, monkeypatch, tmp_path, capsys):
     """Issue 27: the message said "named by --api-key-env" when the flag was not passed."""
     from blackbox_audit.cli import main
 
     monkeypatch.delenv(variable, raising=False)
     data = tmp_path / "d.txt"
     data.write_text("one text\n")
-    assert main(["score", "--target", target, "--data", str(data), "--out", str(tmp_path / "o")]) == 2
+    base = ["score", "--target", target, "--data", str(data), "--scores", scores]
+    assert main([*base, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{variable} is not set" in err
     assert "named by --api-key-env" not in err and "--api-key-env NAME" in err  # the flag only as a way out
-    assert main(["score", "--target", target, "--data", str(data), "--out", str(tmp_path / "o"),
-                 "--api-key-env", "UNSET_VAR_Y"]) == 2  # fmt: skip
+    assert main([*base, "--out", str(tmp_path / "o"), "--api-key-env", "UNSET_VAR_Y"]) == 2
     assert "UNSET_VAR_Y named by --api-key-env is not set" in capsys.readouterr().err
 
 
