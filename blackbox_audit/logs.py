@@ -33,9 +33,10 @@ class _NotPrintedTwice(logging.Filter):
 def setup_logging(verbose: bool = False) -> None:
     """Configure logging for a run (module doc); ``verbose`` is the CLI's ``-v``."""
     global _set_by_us
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format=FORMAT)
-    for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, _NotPrintedTwice) for f in handler.filters):
+    root = logging.getLogger()
+    if not root.handlers:  # as basicConfig: a handler already there (a host program's, pytest's) is left alone
+        logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format=FORMAT)
+        for handler in root.handlers:  # the one basicConfig just made
             handler.addFilter(_NotPrintedTwice())
     logging.captureWarnings(True)  # warnings.warn -> the "py.warnings" logger, formatted like the rest
     level = logging.WARNING if verbose else logging.ERROR
