@@ -47,7 +47,16 @@ from .gemini_wire import (
     reported_values,
     step_entries,
 )
-from .probe import PROBE_TEXT, TOP_N_CANDIDATES, ProbeFailed, ProbeReport, endpoint_key, junk_reason, probe_cache_key
+from .probe import (
+    PROBE_TEXT,
+    TOP_N_CANDIDATES,
+    ProbeFailed,
+    ProbeReport,
+    _try,
+    endpoint_key,
+    junk_reason,
+    probe_cache_key,
+)
 from .probe import report_from_json as _report_from_json
 from .recovery import Semantics
 from .tokenizers import TokenTable, load_token_table
@@ -142,15 +151,6 @@ class GeminiTarget(ApiTarget):
 
 
 # ---------------------------------------------------------------------------- the probe
-async def _try(engine: RequestEngine, path: str, body: dict[str, Any]) -> tuple[dict[str, Any] | None, int | None]:
-    try:
-        return await engine.post_json(path, body), None
-    except ProviderError as exc:
-        if not exc.refusal:
-            raise
-        return None, exc.status
-
-
 async def _answered(engine: RequestEngine, path: str, body: dict[str, Any]) -> dict[str, Any]:
     """A plain request must be answered before "no logprobs" is concluded (else: no verdict)."""
     try:
