@@ -171,10 +171,11 @@ def plan(job: Job, workspace: Workspace, *, announce: bool = False) -> PlannedJo
         if not plan_now.calls and not plan_now.items:
             continue
         view = planning_view_of(ref, workspace)
-        supported[label] = serving_line(ref, view, plan_now)
-        if ref is job.target:
+        if ref is job.target:  # choices that depend on the target's access change what is read
             preparation = Preparation(ref.spec, ref.tokenizer, view=view, budget_usd=budget)
             method = method.prepare(inputs, preparation)
+            plan_now = method.plan(inputs)
+        supported[label] = serving_line(ref, view, plan_now)
         priced[label] = method.price(inputs, view, budget)
     return PlannedJob(method=method, priced=priced, supported=supported)
 

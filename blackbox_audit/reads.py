@@ -6,7 +6,8 @@ choices, all part of a cached record's key:
 
 - ``positions``: score every position of the text (None) or a fixed subset (``PositionSample``):
   ``random16`` draws 16 positions per text at random, seeded by the text itself, ``last16`` keeps
-  the last 16. The draw depends only on the seed, the text and its number of scored positions, so
+  the last 16, ``first16`` the first 16 (the order test's successor read: the start of the next
+  item). The draw depends only on the seed, the text and its number of scored positions, so
   two sides of a comparison, a white-box and an API target with one tokenizer, a dry-run and the
   run all pick the same positions. An API target requests only those positions: that is the saving.
 - ``top``: also keep, per position, the ``top`` largest logprobs of the next-token distribution
@@ -28,13 +29,14 @@ import numpy as np
 
 from blackbox_audit.errors import UserError
 
-_POSITIONS = re.compile(r"^(random|last):?(\d+)(?:@(\d+))?$")
+_POSITIONS = re.compile(r"^(random|last|first):?(\d+)(?:@(\d+))?$")
 
 
 @dataclass(frozen=True)
 class PositionSample:
     """A fixed subset of a text's scored positions: ``kind`` ``random`` (``m`` drawn without
-    replacement, seeded by ``seed`` and the text) or ``last`` (the last ``m``). A text with at most
+    replacement, seeded by ``seed`` and the text), ``last`` (the last ``m``) or ``first`` (the first
+    ``m``). A text with at most
     ``m`` scored positions keeps all of them."""
 
     kind: str
@@ -42,8 +44,8 @@ class PositionSample:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("random", "last"):
-            raise UserError(f"unknown position sample '{self.kind}'", "use random16, last16 or all")
+        if self.kind not in ("random", "last", "first"):
+            raise UserError(f"unknown position sample '{self.kind}'", "use random16, last16, first16 or all")
         if self.m < 1:
             raise UserError(f"a position sample needs at least 1 position, got {self.m}", "use e.g. random16")
 
@@ -53,6 +55,8 @@ class PositionSample:
             return np.arange(n, dtype=np.int64)
         if self.kind == "last":
             return np.arange(n - self.m, n, dtype=np.int64)
+        if self.kind == "first":
+            return np.arange(self.m, dtype=np.int64)
         digest = hashlib.sha256(f"{self.seed}|{n}|{text}".encode()).digest()
         rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
         return np.sort(rng.choice(n, size=self.m, replace=False)).astype(np.int64)
@@ -78,7 +82,7 @@ def parse_positions(spec: str | PositionSample | None) -> PositionSample | None:
     if match is None:
         raise UserError(
             f"bad position sample '{spec}'",
-            "write all, randomM (M random positions per text, e.g. random16; random16@3 for seed 3) or lastM",
+            "write all, randomM (M random positions per text, e.g. random16; random16@3 for seed 3), lastM or firstM",
         )
     kind, m, seed = match.group(1), int(match.group(2)), int(match.group(3) or 0)
     return PositionSample(kind, m, seed)

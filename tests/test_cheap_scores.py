@@ -105,7 +105,8 @@ def test_position_samples_are_fixed_by_seed_text_and_length() -> None:
     assert list(parse_positions("last3").select(10, "t")) == [7, 8, 9]
     assert list(r.select(4, "short")) == [0, 1, 2, 3]  # shorter than the sample: every position
     assert parse_positions("all") is None and parse_positions(None) is None
-    for bad in ("random", "first4", "random0", "last:x"):
+    assert list(parse_positions("first3").select(10, "t")) == [0, 1, 2]  # the order test's successor read
+    for bad in ("random", "middle4", "random0", "last:x"):
         with pytest.raises(UserError):
             parse_positions(bad)
 

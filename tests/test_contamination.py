@@ -482,8 +482,8 @@ def test_bad_heldout_sets_are_refused_before_scoring() -> None:
         run_method(bench, unlabelled(bench).subset([0, 1]), target)
     with pytest.raises(UserError, match="'heldout' data set"):
         Contamination(heldout="known").run(AuditInputs(data=bench, target=target))
-    # heldout auto (the default, the same on every front door): known with a held-out set, else synthetic
-    assert Contamination().resolve_heldout(AuditInputs(data=bench)).config.heldout == "synthetic"
+    # heldout auto (the default, the same on every front door): known with a held-out set, else the order test
+    assert Contamination().resolve_heldout(AuditInputs(data=bench)).config.heldout == "order"
     assert Contamination().resolve_heldout(AuditInputs(data=bench, sets={"heldout": held})).config.heldout == "known"
     assert Contamination(heldout="synthetic").needs().sets == ()  # the synthetic side needs no file
     assert target.calls == 0
@@ -502,10 +502,12 @@ def test_dry_run_sends_nothing_and_needs_no_key(monkeypatch, capsys, tmp_path: P
     args = ["contamination", "--benchmark", "gsm8k", "--target", "openai:gpt-4o-mini", "--budget-usd", "5"]
     args += ["--dry-run", "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]
     with respx.mock(assert_all_called=False) as router:
-        assert main(args) == 0
+        assert main(args) == 0  # no --heldout: the order test
+        assert main([*args, "--heldout", "synthetic"]) == 0
     out = capsys.readouterr().out
     assert router.calls.call_count == 0 and connects == []
-    # no --heldout: the synthetic side; half of GSM8K's 1319 items fine-tune the generator locally
+    assert "order test (successor statistic): 1319 items in 263 shards" in out
+    # --heldout synthetic: half of GSM8K's 1319 items fine-tune the generator locally
     assert "659 benchmark + 659 held-out (synthetic)" in out and "cost:" in out and "$" in out
     assert "held-out side SYNTHETIC" in out
     assert "recovery rung: not probed yet" in out and "nats per position" in out  # rung and precision

@@ -334,9 +334,16 @@ def test_cli_dry_run_prices_the_order_test(tmp_path: Path, capsys, monkeypatch) 
     from blackbox_audit.cli import main
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    args = ["contamination", "--benchmark", "gsm8k", "--heldout", "order", "--items", "40"]
-    args += ["--target", "openai:gpt-4o-mini", "--budget-usd", "1", "--dry-run", "--out", str(tmp_path / "o")]
+    args = ["contamination", "--benchmark", "gsm8k", "--heldout", "order", "--items", "40", "--order-statistic"]
+    args += ["full", "--target", "openai:gpt-4o-mini", "--budget-usd", "1", "--dry-run", "--out", str(tmp_path / "o")]
     assert main([*args, "--cache-dir", str(tmp_path / "c")]) == 0
     out = capsys.readouterr().out
     assert "40 items in 4 shards" in out and "124 full-text reads" in out and "cost:" in out
     assert "of 4 shards" in out and "outside this test's reach" in out
+    # without --heldout and --order-statistic, a chat endpoint gets the successor statistic's top-n reads
+    args = ["contamination", "--benchmark", "gsm8k", "--items", "40", "--target", "openai:gpt-4o-mini"]
+    args += ["--budget-usd", "1", "--dry-run", "--out", str(tmp_path / "o2"), "--cache-dir", str(tmp_path / "c")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "order test (successor statistic): 40 items in 8 shards of 5-5 items; 160 pair reads (censored" in out
+    assert "640 position(s) read without recovery" in out and "999 shuffles per shard" in out

@@ -2,8 +2,10 @@
 
 Runs the ``contamination`` method (``blackbox_audit.methods.contamination``) on a benchmark
 (``gsm8k``, ``mmlu[:SUBJECT]`` or a file with question/answer fields, ``blackbox_audit.benchmarks``)
-against known non-members (``--heldout FILE``) or, by default, a synthetic held-out side
-(calibrated dataset inference: ``methods.contamination.heldout``). It writes the result with the one result writer:
+against known non-members (``--heldout FILE``), by default without one the order test (the same items
+in other orders: ``methods.contamination.order_run``), or a synthetic held-out side (``--heldout
+synthetic``, calibrated dataset inference: ``methods.contamination.heldout``). It writes the result
+with the one result writer:
 ``scores.jsonl`` (benchmark items: score, p_value, flagged), ``flagged.jsonl``, ``heldout.jsonl``,
 ``verdict.json`` (dataset-level test, the rate's lower confidence bound, flagged count, PAC-style rate, power, what
 the budget bought) and ``run.json`` (with the engine's spend ledger for API targets).
@@ -37,8 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Has the target seen a benchmark? Compares the benchmark's membership scores with known "
         "non-members of the same distribution: a dataset-level test, a lower confidence bound on the "
         "contamination rate, the items flagged at FDR alpha, and (for comparison only) PAC's thresholded rate. "
-        "Without --heldout FILE the held-out side is synthetic (calibrated dataset inference): the set-level "
-        "test only. "
+        "Without --heldout FILE it runs the order test (the file's order against shuffles: an exact p-value for "
+        "verbatim in-order training, nothing else). "
         "--dry-run prices it first; --budget-usd caps the spend and the run stops cleanly at the cap.",
     )
     b = p.add_argument_group("benchmark")
@@ -55,11 +57,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--heldout",
         dest="heldout_arg",
         metavar="FILE|synthetic|order",
-        help="known non-members in the benchmark's format (items the model cannot have seen); 'synthetic' "
-        "(the default without FILE) = calibrated dataset inference: a local generator fine-tuned on half the "
-        "items writes answers for the other half, and its calibrated test decides (no rate and no flagged list: "
-        "they need FILE); 'order' = Oren et al.'s order test: the file's order against seeded shuffles of its "
-        "shards (exact p-value; sees verbatim in-order training only; --items N tests the first N items)",
+        help="known non-members in the benchmark's format (items the model cannot have seen); 'order' (the "
+        "default without FILE) = Oren et al.'s order test: the file's order against seeded shuffles of its shards "
+        "(exact p-value; sees verbatim in-order training only; --items N tests the first N items); 'synthetic' = "
+        "calibrated dataset inference: a local generator fine-tuned on half the items writes answers for the "
+        "other half, and its calibrated test decides (no rate and no flagged list: they need FILE)",
     )
     b.add_argument(
         "--generator",
@@ -77,6 +79,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         help=f"synthetic held-out side: top decoder layers with LoRA; 0 = all ({_C.lora_layers})",
     )
+    o = p.add_argument_group("order test (--heldout order, the default without --heldout FILE)")
+    o.add_argument(
+        "--order-statistic",
+        choices=("auto", "full", "successor"),
+        help="full = every shard read whole in every order (Oren et al.); successor = the start of each item read "
+        "after each other item of its shard, shuffles computed from those pairs; auto (default): full on local "
+        "models and echo endpoints, successor elsewhere",
+    )
+    o.add_argument(
+        "--order-read",
+        choices=("auto", "exact", "censored", "greedy"),
+        help="successor: exact logprobs, censored top-20 reads (one request per position, no recovery), or greedy "
+        "continuations (text-only endpoints); auto by the target",
+    )
+    o.add_argument(
+        "--order-successor-tokens",
+        type=positive_int,
+        help=f"successor: tokens (greedy: words) of the next item read per pair (default {_C.order_successor_tokens})",
+    )
+    o.add_argument("--order-shard-items", type=positive_int, help="items per shard (default 10 full, 5 successor)")
+    o.add_argument(
+        "--order-permutations", type=positive_int, help="shuffles per shard (default 30 full, 999 successor)"
+    )
+    o.add_argument("--order-format", choices=("auto", "jsonl", "qa"), help="serialisation (default auto)")
+    o.add_argument("--order-strata", help="auto (MMLU: by subject), none, or a field name (default auto)")
+    o.add_argument("--order-offset", type=int, help="first item of the tested block (default 0)")
     m = p.add_argument_group("method")
     m.add_argument(
         "--part",

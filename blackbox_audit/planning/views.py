@@ -113,6 +113,14 @@ def view_of_target(target: Any, *, pricing: str | None = None) -> PlanningView:
     """A planning view of a target that is already loaded (and, if an API target, probed)."""
     if getattr(target, "engine", None) is None:  # API targets send through the request engine
         return local_view(target)
+    if getattr(getattr(target, "capabilities", None), "logprobs", True) is False:  # a text-only endpoint
+        return endpoint_view(
+            target.name,
+            target.model,
+            target.tokenize,
+            price=PricingTable.load(pricing).get(target.model),
+            logprobs=False,
+        )
     return endpoint_view(
         target.name,
         target.model,

@@ -21,9 +21,11 @@ same distribution** (the held-out side) under one membership score, chosen befor
 
 **Held-out side.** ``known``: a set of items the model cannot have seen, written in the same
 format, for example items written after the model's cutoff or a private split (``--heldout
-FILE``). The rate and the list need these. ``synthetic`` (the default): calibrated dataset
-inference (SPEC §5) writes the held-out side and decides the set-level test; it gives no rate and
-no list (``heldout``: how and why).
+FILE``). The rate and the list need these. ``order`` (the default without a held-out set): the
+same items in other orders, Oren et al.'s order test (``order``, ``order_run``): an exact p-value for
+verbatim in-order training of the file, nothing else. ``synthetic``: calibrated dataset inference
+(SPEC §5) writes the held-out side and decides the set-level test; it gives no rate and no list
+(``heldout``: how and why).
 
 **Probes** (``score = "probe:guided|answer|next-word|ts-guessing"``, CLI ``--probe``): instead of a logprob
 score, each item's score is how closely the target's *generated* text reproduces part of it
@@ -114,8 +116,8 @@ class ContaminationConfig(MethodConfig):
     flagged list. ``confidence``: the level of the rate's lower confidence bound. ``lam``: PTDI's
     region size (SPEC §4).
     ``items``: score at most this many items per side, drawn at random (seeded); None = all.
-    ``heldout``: ``known`` (a set of known non-members), ``synthetic`` (calibrated DI's generator), or
-    ``auto`` (the default: ``known`` when a held-out set is given, else ``synthetic``; resolved by
+    ``heldout``: ``known`` (a set of known non-members), ``synthetic`` (calibrated DI's generator), ``order``
+    (the order test), or ``auto`` (the default: ``known`` when a held-out set is given, else ``order``; resolved by
     ``prepare``, the same for the CLI, audit specs and the Python API); ``generator``, ``gen_epochs`` and
     ``lora_layers``: that generator and its LoRA fit.
     ``sequential``: buy items one at a time and stop once the verdict is settled
@@ -148,12 +150,17 @@ class ContaminationConfig(MethodConfig):
     pilot_share: float = 0.0  # off: at a 10% member share it cost power (docs/contamination.md, the pilot)
     pilot_min_items: int = 10
     pilot_max_items: int = 100
-    # heldout="order" (``order``): items per shard, shuffles per shard, serialisation, strata, block start
-    order_shard_items: int = 10
-    order_permutations: int = 30
+    # heldout="order" (``order``, ``order_run``): items per shard and shuffles per shard (None: by statistic,
+    # ``order_run.DEFAULT_SHARD_ITEMS``/``DEFAULT_PERMUTATIONS``), serialisation, strata, block start; the
+    # statistic (auto: by the target's access), the successor's read and its tokens per next item
+    order_shard_items: int | None = None
+    order_permutations: int | None = None
     order_format: Literal["auto", "jsonl", "qa"] = "auto"
     order_strata: str = "auto"
     order_offset: int = 0
+    order_statistic: Literal["auto", "full", "successor"] = "auto"
+    order_read: Literal["auto", "exact", "censored", "greedy"] = "auto"
+    order_successor_tokens: int = 4
 
     def validate(self) -> None:
         if not 0 <= self.pilot_share < 1:
@@ -288,8 +295,11 @@ class Contamination(Method):
 
     def needs(self) -> Needs:
         sets = ("heldout",) if self.config.heldout == "known" else ()
-        if self.config.heldout == "order":  # one full-text read per shard and order
-            return Needs(capabilities=score_needs(["loss"]))
+        if self.config.heldout == "order":  # by statistic; auto: any target (text-only: greedy continuations)
+            stat, read = self.config.order_statistic, self.config.order_read
+            if stat == "full" or read in ("exact", "censored"):
+                return Needs(capabilities=score_needs(["loss"]) if stat == "full" else ("conditional",))
+            return Needs(capabilities=("generation",))
         if self.probe is not None:
             return Needs(sets=sets, capabilities=("generation",))
         caps = {*score_needs([self.effective_plan.score]), *(("conditional",) if self.config.part == "output" else ())}
@@ -309,12 +319,17 @@ class Contamination(Method):
 
     def resolve_heldout(self, inputs: AuditInputs) -> Contamination:
         """This check with ``heldout = "auto"`` resolved from ``inputs``: ``known`` when a held-out set
-        is given, else ``synthetic`` (a new check, validated as such; ``self`` when already resolved)."""
+        is given, else ``order`` (a new check, validated as such; ``self`` when already resolved)."""
         if self.config.heldout != "auto":
             return self
-        mode = "known" if "heldout" in inputs.sets else "synthetic"
+        mode = "known" if "heldout" in inputs.sets else "order"
         resolved = Contamination(replace(self.config, heldout=mode))
-        rule = "a held-out set was given" if mode == "known" else "no held-out set was given"
+        rule = (
+            "a held-out set was given"
+            if mode == "known"
+            else "no held-out set was given: the order test needs none and its null is exact (--heldout synthetic: "
+            "calibrated dataset inference instead)"
+        )
         resolved.choices = {**self.choices, "heldout": {"chosen": mode, "rule": rule}}
         return resolved
 
@@ -325,6 +340,15 @@ class Contamination(Method):
         method = self.resolve_heldout(inputs)
         if inputs.data is not None:
             method.sides(inputs)  # a bad held-out set fails here, before any target is loaded or priced
+        if method.config.heldout == "order":
+            from blackbox_audit.methods.contamination.order_run import resolve_access
+
+            config, record = resolve_access(method.config, preparation.view)
+            if not record:
+                return method
+            chosen = Contamination(config)
+            chosen.choices = {**method.choices, "order_statistic": record}
+            return chosen
         if not method.needs_plan_choice or preparation.view is None:
             return method
         choice = method.choose_plan(inputs, preparation.view, preparation.budget_usd)
@@ -461,10 +485,11 @@ class Contamination(Method):
     def price(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None = None) -> ContaminationPlan:
         """The dry-run of a prepared check: every item of its plan priced on ``view`` in buying order
         (nothing sent), with the plans ``prepare`` compared; see ``costs`` and ``score_plans``."""
-        if self.config.heldout == "order":  # shards x orders, priced as full-text reads
+        if self.config.heldout == "order":  # the order test's reads, with what prepare chose
             from blackbox_audit.methods.contamination.order_run import budget_plan_order
 
-            return budget_plan_order(as_benchmark(inputs.data, "benchmark"), self.config, view, budget_usd)  # type: ignore[arg-type,return-value]
+            bench = as_benchmark(inputs.data, "benchmark")
+            return budget_plan_order(bench, self.config, view, budget_usd, choices=self.choices)  # type: ignore[return-value]
         choice = self.plan_choice
         if choice is None and self.config.heldout == "known" and self.config.score != AUTO:
             choice = self.choose_plan(inputs, view, budget_usd)  # the named plan shown beside the candidates

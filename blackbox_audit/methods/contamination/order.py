@@ -142,6 +142,7 @@ class OrderLayout:
     item_ids: list[list[str]]  # per shard
     canonical: list[str]
     permuted: list[list[str]]
+    units: list[list[str]]  # per shard, its items' serialised units in file order
 
     @property
     def n_requests(self) -> int:
@@ -175,8 +176,9 @@ def block_range(bench: Benchmark, design: OrderDesign) -> range:
     return range(design.offset, end)
 
 
-def layout(bench: Benchmark, design: OrderDesign) -> OrderLayout:
-    """Shards, strata and every text to read (deterministic in the design: the dry-run and the run agree)."""
+def layout(bench: Benchmark, design: OrderDesign, *, texts: bool = True) -> OrderLayout:
+    """Shards, strata and every text to read (deterministic in the design: the dry-run and the run agree).
+    ``texts=False`` skips the shuffled texts (the successor statistic reads pairs of ``units`` instead)."""
     design.validate()
     span = block_range(bench, design)
     fmt = resolve_format(bench, design.order_format)
@@ -188,9 +190,9 @@ def layout(bench: Benchmark, design: OrderDesign) -> OrderLayout:
     if not shards:
         raise UserError(f"{bench.name}'s block gives no shard of 2 or more items", "test a larger block")
     canonical, permuted = [], []
-    for s, shard in enumerate(shards):
+    for s, shard in enumerate(shards):  # the texts of the full statistic (the successor reads ``units``)
         canonical.append("".join(units[i] for i in shard))
-        perms = shard_permutations(len(shard), design.permutations, design.seed, s)
+        perms = shard_permutations(len(shard), design.permutations, design.seed, s) if texts else []
         permuted.append(["".join(units[shard[j]] for j in p) for p in perms])
     return OrderLayout(
         design=design,
@@ -200,6 +202,7 @@ def layout(bench: Benchmark, design: OrderDesign) -> OrderLayout:
         item_ids=[[ids[i] for i in shard] for shard in shards],
         canonical=canonical,
         permuted=permuted,
+        units=[[units[i] for i in shard] for shard in shards],
     )
 
 
@@ -279,20 +282,21 @@ class OrderStats:
         }
 
 
-def order_verdict(stats: OrderStats, alpha: float, name: str, n_items: int) -> Verdict:
+def order_verdict(stats: OrderStats, alpha: float, name: str, n_items: int, statistic: str = "full") -> Verdict:
     """The verdict in the issue's words; the limit is stated whichever way it goes, and never "clean"."""
     p, pt = stats.p_exact, stats.p_t
     t_text = "n/a" if np.isnan(pt) else f"{pt:.3g}"
+    statistic = f"{statistic} statistic; "
     flagged = p <= alpha
     if flagged:
         statement = (
             f"{name}: trained on this file in this order (exact p = {p:.3g}, level {alpha:g}; asymptotic t-test "
-            f"p = {t_text}; {len(stats.canonical)} shards, {n_items} items); {LIMIT}"
+            f"p = {t_text}; {statistic}{len(stats.canonical)} shards, {n_items} items); {LIMIT}"
         )
     else:
         statement = (
             f"{name}: {NOT_DETECTED} (exact p = {p:.3g}, level {alpha:g}; asymptotic t-test p = {t_text}; "
-            f"{len(stats.canonical)} shards, {n_items} items)"
+            f"{statistic}{len(stats.canonical)} shards, {n_items} items)"
         )
     return Verdict(
         decision="contaminated" if flagged else "not detected",

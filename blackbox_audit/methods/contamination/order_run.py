@@ -1,15 +1,23 @@
 """The order test wired into the contamination check (``heldout = "order"``): plan, dry-run, run.
 
-The statistic, the p-values and the verdict are ``order``'s; this module reads the texts through
-the target (one full-text read per shard and order, ``Target.token_logprobs``), prices them for
-the dry-run (tokens x permutations) and stops cleanly at a budget cap: the verdict is then read on
-the shards whose every order was bought (a shard half-read says nothing). Every read goes through
-the run's cache, so a rerun with the same design costs nothing.
+Two statistics read the same shards (``order_statistic``):
+
+- ``full`` (``order``): one full-text read per shard and order (``Target.token_logprobs``), priced
+  as tokens x permutations;
+- ``successor`` (``order_successor``): the start of each item read after each other item of its
+  shard; the shuffles are computed from that pair matrix, not bought.
+
+``auto`` takes what the target's access affords (``resolve_access``): ``full`` where a whole text is
+one request or free (a local model, an echo or prompt-logprobs endpoint), ``successor`` with censored
+top-n reads on other endpoints with logprobs (a chat endpoint pays per position), and ``successor``
+with greedy continuations on text-only endpoints. The p-values and the verdict are ``order``'s. The
+run stops cleanly at a budget cap: the verdict is then read on the shards fully bought (a shard
+half-read says nothing). Every read goes through the run's cache, so a rerun costs nothing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,18 +33,35 @@ from blackbox_audit.methods.contamination.order import (
     layout,
     order_verdict,
 )
+from blackbox_audit.methods.contamination.order_successor import (
+    READS,
+    SuccessorLayout,
+    read_successor,
+    successor_layout,
+)
 from blackbox_audit.planning import CostPlan, PlanningView, price_plan
 from blackbox_audit.results import MethodResult, Verdict
 
 #: fewest fully read shards a verdict is computed on
 MIN_SHARDS = 2
+STATISTICS = ("auto", "full", "successor")
+#: default items per shard and shuffles per shard, by statistic: the successor's shuffles cost nothing
+#: (its reads grow with the square of the shard, so its shards are smaller)
+DEFAULT_SHARD_ITEMS = {"full": 10, "successor": 5}
+DEFAULT_PERMUTATIONS = {"full": 30, "successor": 999}
+
+
+def statistic_of(config: Any) -> str:
+    """The configured statistic (``auto`` is read as ``full`` until ``resolve_access`` chooses)."""
+    return "full" if config.order_statistic == "auto" else config.order_statistic
 
 
 def design_of(config: Any) -> OrderDesign:
-    """The order test's design from a ``ContaminationConfig``."""
+    """The order test's design from a ``ContaminationConfig`` (defaults by statistic)."""
+    stat = statistic_of(config)
     return OrderDesign(
-        shard_items=config.order_shard_items,
-        permutations=config.order_permutations,
+        shard_items=config.order_shard_items or DEFAULT_SHARD_ITEMS[stat],
+        permutations=config.order_permutations or DEFAULT_PERMUTATIONS[stat],
         order_format=config.order_format,
         strata=config.order_strata,
         offset=config.order_offset,
@@ -52,24 +77,91 @@ def validate_order(config: Any) -> None:
             "the order test reads each shard's whole log-likelihood, so --score, --positions and --probe do not apply",
             "leave them out with --heldout order",
         )
+    if config.order_statistic not in STATISTICS:
+        raise UserError(f"unknown order_statistic '{config.order_statistic}'", f"use one of {', '.join(STATISTICS)}")
+    if config.order_read != "auto" and config.order_statistic == "full":
+        raise UserError(
+            f"order_read={config.order_read} chooses how the successor statistic reads, not the full one",
+            "leave order_read out, or use order_statistic successor",
+        )
+    if config.order_read not in ("auto", *READS):
+        raise UserError(f"unknown order_read '{config.order_read}'", f"use one of auto, {', '.join(READS)}")
+    if config.order_successor_tokens < 1:
+        raise UserError(f"order_successor_tokens={config.order_successor_tokens} is too small", "use e.g. 4")
     design_of(config).validate()
 
 
+def resolve_access(config: Any, view: Any) -> tuple[Any, dict[str, str]]:
+    """``config`` with ``order_statistic``/``order_read`` chosen from the target's access, and the record
+    of the choice (module doc). A view of None (nothing known of the target) chooses nothing."""
+    from dataclasses import replace
+
+    stat, read = config.order_statistic, config.order_read
+    if view is None or (stat != "auto" and (stat == "full" or read != "auto")):
+        return config, {}
+    if not view.api:
+        how = ("full", "exact", "local model: a whole text is one forward pass, nothing is billed")
+    elif not view.logprobs:
+        how = ("successor", "greedy", "text-only endpoint: no logprobs, so greedy continuations of each item")
+    elif view.shape is not None and view.shape.echo:
+        how = ("full", "exact", "echo / prompt-logprobs endpoint: a whole text is one request")
+    else:
+        how = (
+            "successor",
+            "censored",
+            "endpoint with top-n logprobs per position: the start of each next item, one top-n read per position",
+        )
+    if view.api and not view.probed and how[0] == "successor" and view.logprobs:
+        how = (*how[:2], f"{how[2]} (not probed yet: an echo endpoint reads the full statistic once probed)")
+    stat = how[0] if stat == "auto" else stat
+    read = ("exact" if not view.api else "censored" if view.logprobs else "greedy") if read == "auto" else read
+    if stat == "full":
+        read = "auto"
+    if stat == "full" and view.api and not view.logprobs:
+        raise UserError(
+            f"{view.name} returns no logprobs, so the full order statistic cannot be read",
+            "use order_statistic successor (greedy continuations) or leave it to auto",
+        )
+    chosen = replace(config, order_statistic=stat, order_read=read)
+    label = stat if stat == "full" else f"successor ({read})"
+    rule = how[2] if config.order_statistic == "auto" and config.order_read == "auto" else "as configured"
+    return chosen, {"chosen": label, "rule": rule}
+
+
+def successor_of(bench: Benchmark, config: Any) -> SuccessorLayout:
+    read = "exact" if config.order_read == "auto" else config.order_read
+    return successor_layout(layout(bench, design_of(config), texts=False), read, config.order_successor_tokens)
+
+
 def plan_order(bench: Benchmark, config: Any) -> CostPlan:
-    """Every text the run reads: each shard in its canonical order and its shuffles (plain reads)."""
+    """Every read of the run: each shard in its canonical order and its shuffles (plain reads), or
+    the successor statistic's pair reads / continuations."""
     from blackbox_audit.scores.compute import FetchCall
 
+    if statistic_of(config) == "successor":
+        return CostPlan(calls=successor_of(bench, config).fetch_calls())
     lay = layout(bench, design_of(config))
     return CostPlan(calls=[FetchCall("plain", tuple(lay.texts()))])
 
 
-def describe_line(lay: OrderLayout) -> str:
+def describe_line(lay: OrderLayout, successor: SuccessorLayout | None = None) -> str:
     d = lay.describe()
+    shards = f"{d['items']} items in {d['shards']} shards of {d['items_per_shard'][0]}-{d['items_per_shard'][1]} items"
+    tail = f"serialisation {d['format']}; strata: {d['strata']} ({d['n_strata']} stratum/strata)"
+    if successor is None:
+        return (
+            f"order test (full statistic): {shards}, {lay.design.permutations} shuffles each + the canonical order = "
+            f"{d['requests']} full-text reads; {tail}"
+        )
+    if successor.read == "greedy":
+        how = f"{successor.n_requests} greedy continuations of {successor.max_new_tokens} tokens (one per item)"
+    else:
+        values = "censored top-20" if successor.read == "censored" else "exact"
+        first = f"the next item's first {successor.tokens} tokens"
+        how = f"{successor.n_requests} pair reads ({values} logprobs of {first})"
     return (
-        f"order test: {d['items']} items in {d['shards']} shards of {d['items_per_shard'][0]}-"
-        f"{d['items_per_shard'][1]} items, {lay.design.permutations} shuffles each + the canonical order = "
-        f"{d['requests']} full-text reads; serialisation {d['format']}; strata: {d['strata']} "
-        f"({d['n_strata']} stratum/strata)"
+        f"order test (successor statistic): {shards}; {how}; {lay.design.permutations} shuffles per shard computed "
+        f"from the pairs (not bought); lead {successor.lead!r} moved into the context; {tail}"
     )
 
 
@@ -80,6 +172,8 @@ class OrderPlan:
     layout: OrderLayout
     estimate: Any
     budget_usd: float | None
+    successor: SuccessorLayout | None = None
+    choices: list[str] = field(default_factory=list)  # what prepare chose and why, one line each
 
     def affordable_shards(self) -> tuple[int, int] | None:
         """Shards the budget buys at the estimate's high and low ends (None: no cap or no price)."""
@@ -90,7 +184,7 @@ class OrderPlan:
         return tuple(int(min(n, self.budget_usd // (u / n))) if u > 0 else n for u in (usd[1], usd[0]))  # type: ignore[return-value]
 
     def format(self) -> str:
-        lines = [describe_line(self.layout), self.estimate.format()]
+        lines = [*self.choices, describe_line(self.layout, self.successor), self.estimate.format()]
         n = self.affordable_shards()
         if n is not None:
             lines.append(
@@ -101,9 +195,17 @@ class OrderPlan:
         return "\n".join(lines)
 
 
-def budget_plan_order(bench: Benchmark, config: Any, view: PlanningView, budget_usd: float | None) -> OrderPlan:
-    lay = layout(bench, design_of(config))
-    return OrderPlan(layout=lay, estimate=price_plan(plan_order(bench, config), view), budget_usd=budget_usd)
+def budget_plan_order(
+    bench: Benchmark, config: Any, view: PlanningView, budget_usd: float | None, choices: Any = None
+) -> OrderPlan:
+    successor = successor_of(bench, config) if statistic_of(config) == "successor" else None
+    lay = successor.order if successor is not None else layout(bench, design_of(config))
+    estimate = price_plan(plan_order(bench, config), view)
+    names = {"heldout": "held-out side", "order_statistic": "order statistic"}
+    chosen = [
+        f"{label}: {choices[k]['chosen']} ({choices[k]['rule']})" for k, label in names.items() if k in (choices or {})
+    ]
+    return OrderPlan(layout=lay, estimate=estimate, budget_usd=budget_usd, successor=successor, choices=chosen)
 
 
 def log_likelihoods(target: Any, texts: list[str], bounded: str) -> np.ndarray:
@@ -139,27 +241,47 @@ def read_shards(target: Any, lay: OrderLayout, bounded: str) -> tuple[OrderStats
 
 def run_order(method: Any, inputs: AuditInputs, bench: Benchmark) -> MethodResult:
     """The order test's result: one row per shard (its difference, rank and exact per-shard p)."""
+    from blackbox_audit.adapters.base import continuation_of
+
     cfg = method.config
-    lay = layout(bench, design_of(cfg))
-    stats, stopped = read_shards(inputs.target, lay, cfg.bounded)
+    if cfg.order_statistic == "auto":  # prepared without any view of the target: choose on the loaded one
+        from blackbox_audit.planning import run_view
+
+        cfg = resolve_access(cfg, run_view(inputs.target)[0])[0]
+    successor = successor_of(bench, cfg) if statistic_of(cfg) == "successor" else None
+    if successor is not None:
+        lay = successor.order
+        stats, stopped = read_successor(inputs.target, successor, progress=True)
+    else:
+        lay = layout(bench, design_of(cfg))
+        stats, stopped = read_shards(inputs.target, lay, cfg.bounded)
     n = len(stats.canonical)
     n_items = sum(len(ids) for ids in lay.item_ids[:n])
     about = lay.describe()
     provenance = {
         "contamination": {
             "benchmark": bench.describe(),
-            "heldout": {"kind": "order", **about},
+            "heldout": {"kind": "order", "statistic": statistic_of(cfg), **about},
             "shards_read": n,
             "stopped": stopped,
+            "choices": dict(method.choices),
         }
     }
-    summary = [describe_line(lay)]
+    if successor is not None:
+        provenance["contamination"]["heldout"]["successor"] = successor.describe()
+        if successor.read == "greedy":  # how each item was continued: prefill, raw completion, instruction
+            provenance["contamination"]["heldout"]["successor"]["continuation"] = continuation_of(inputs.target)
+    summary = [describe_line(lay, successor)]
     warnings = []
     if stopped:
         warnings.append(
             f"stopped at the budget cap after {n} of {len(lay.canonical)} shards ({stopped}); the verdict covers the "
             "shards fully read. Re-run with a larger cap to extend it: answers so far are cached and cost nothing"
         )
+    what, unit = "log-likelihood", "nats"
+    if successor is not None:
+        what = "successor statistic T"
+        unit = "matched words" if successor.read == "greedy" else "nats"
     if n < MIN_SHARDS:
         verdict = Verdict(
             decision="inconclusive",
@@ -168,15 +290,17 @@ def run_order(method: Any, inputs: AuditInputs, bench: Benchmark) -> MethodResul
             details={"limit": LIMIT},
         )
     else:
-        verdict = order_verdict(stats, cfg.alpha, bench.name, n_items)
+        label = "full" if successor is None else f"successor ({successor.read})"
+        verdict = order_verdict(stats, cfg.alpha, bench.name, n_items, label)
         summary += [
             f"exact permutation p = {stats.p_exact:.3g} (sum of per-shard ranks); asymptotic t-test p = "
-            f"{stats.p_t:.3g} (Oren et al.); mean canonical - permuted log-likelihood {np.mean(stats.diffs):+.3f} nats",
+            f"{stats.p_t:.3g} (Oren et al.); mean canonical - permuted {what} {np.mean(stats.diffs):+.3f} {unit}",
             f"reach: {LIMIT}",
         ]
+    key = "ll" if successor is None else "T"
     fields = {
-        "canonical_ll": stats.canonical.tolist(),
-        "mean_permuted_ll": [float(np.mean(p)) for p in stats.permuted],
+        f"canonical_{key}": stats.canonical.tolist(),
+        f"mean_permuted_{key}": [float(np.mean(p)) for p in stats.permuted],
         "rank": stats.ranks.tolist(),
         "shard_p": stats.shard_p.tolist(),
         "n_items": [len(ids) for ids in lay.item_ids[:n]],
