@@ -50,12 +50,13 @@ def rate(flags: list[bool]) -> tuple[float, float]:
     return p, math.sqrt(p * (1 - p) / n) if n else float("nan")
 
 
-def design(args: argparse.Namespace, offset: int, seed: int) -> Any:
+def design(args: argparse.Namespace, offset: int, seed: int, statistic: str = "full") -> Any:
     from blackbox_audit.methods.contamination.order import OrderDesign
+    from blackbox_audit.methods.contamination.order_run import DEFAULT_PERMUTATIONS, DEFAULT_SHARD_ITEMS
 
     return OrderDesign(
-        shard_items=args.shard_items,
-        permutations=args.permutations,
+        shard_items=args.shard_items or DEFAULT_SHARD_ITEMS[statistic],
+        permutations=args.permutations or DEFAULT_PERMUTATIONS[statistic],
         order_format=args.format,
         offset=offset,
         items=args.items,
@@ -63,22 +64,48 @@ def design(args: argparse.Namespace, offset: int, seed: int) -> Any:
     )
 
 
+def statistics(args: argparse.Namespace) -> list[str]:
+    return ["full", "successor"] if args.statistic == "both" else [args.statistic]
+
+
 def test_block(target: Any, bench: Any, args: argparse.Namespace, offset: int, seed: int) -> dict[str, Any]:
+    """One block read with each ``--statistic``; ``flag_exact``/``flag_t`` (and the p-values) are the
+    first statistic's, each statistic's own under its name, with the forward time it took."""
     from blackbox_audit.methods.contamination.order import layout
     from blackbox_audit.methods.contamination.order_run import read_shards
+    from blackbox_audit.methods.contamination.order_successor import read_successor, successor_layout
 
-    lay = layout(bench, design(args, offset, seed))
-    stats, _ = read_shards(target, lay, "error")
-    return {
-        "offset": offset,
-        "seed": seed,
-        "p_exact": stats.p_exact,
-        "p_t": stats.p_t,
-        "mean_diff": float(stats.diffs.mean()),
-        "flag_exact": stats.p_exact <= args.alpha,
-        "flag_t": bool(stats.p_t <= args.alpha),
-        "diffs": stats.diffs.tolist(),
-    }
+    row: dict[str, Any] = {"offset": offset, "seed": seed}
+    for stat in statistics(args):
+        t0 = time.process_time()
+        if stat == "full":
+            stats, _ = read_shards(target, layout(bench, design(args, offset, seed, stat)), "error")
+        else:
+            lay = layout(bench, design(args, offset, seed, stat), texts=False)
+            stats, _ = read_successor(target, successor_layout(lay, args.successor_read, args.successor_tokens))
+        row[stat] = {
+            "p_exact": stats.p_exact,
+            "p_t": stats.p_t,
+            "mean_diff": float(stats.diffs.mean()),
+            "flag_exact": bool(stats.p_exact <= args.alpha),
+            "flag_t": bool(stats.p_t <= args.alpha),
+            "diffs": stats.diffs.tolist(),
+            "cpu_s": time.process_time() - t0,
+        }
+    first = row[statistics(args)[0]]
+    row.update({k: first[k] for k in ("p_exact", "p_t", "mean_diff", "flag_exact", "flag_t", "diffs")})
+    return row
+
+
+def flag_rates(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[tuple[str, str, float, float, float]]:
+    """(statistic, test, rate, SE, mean CPU-s per block) for each statistic read and each p-value."""
+    out = []
+    for stat in statistics(args):
+        cpu = sum(r[stat]["cpu_s"] for r in rows) / max(1, len(rows))
+        for key in ("flag_exact", "flag_t"):
+            p, se = rate([r[stat][key] for r in rows])
+            out.append((stat, key, p, se, cpu))
+    return out
 
 
 def build(base: str, seed: int, dups: int, members: int, cache: str) -> Any:
@@ -121,9 +148,19 @@ def part_null_tiny(args: argparse.Namespace, bench: Any, emit: Any) -> None:
         free_offsets(len(bench), args.items, range(fo["offset"], fo["offset"] + 100), args.blocks, 0)
     ):
         rows.append(test_block(target, bench, args, off, k))
-    for key in ("flag_exact", "flag_t"):
-        p, se = rate([r[key] for r in rows])
-        emit({"part": "null-tiny", "test": key, "rate": p, "se": se, "n": len(rows), "rows": rows})
+    for stat, key, p, se, cpu in flag_rates(rows, args):
+        emit(
+            {
+                "part": "null-tiny",
+                "statistic": stat,
+                "test": key,
+                "rate": p,
+                "se": se,
+                "n": len(rows),
+                "cpu_s": cpu,
+                "rows": rows,
+            }
+        )
 
 
 def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
@@ -134,18 +171,22 @@ def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
             off = canary.card["file_order"]["offset"]
             target = load(canary.target_spec)
             rows.append(test_block(target, bench, args, off + args.block_start, seed))
-            print(f"  {args.base} dups={dups} seed={seed}: p_exact={rows[-1]['p_exact']:.3g} p_t={rows[-1]['p_t']:.3g}")
-        for key in ("flag_exact", "flag_t"):
-            p, se = rate([r[key] for r in rows])
+            ps = "; ".join(
+                f"{st}: p_exact={rows[-1][st]['p_exact']:.3g} p_t={rows[-1][st]['p_t']:.3g}" for st in statistics(args)
+            )
+            print(f"  {args.base} dups={dups} seed={seed}: {ps}", flush=True)
+        for stat, key, p, se, cpu in flag_rates(rows, args):
             emit(
                 {
                     "part": "canary",
                     "base": args.base,
                     "dups": dups,
+                    "statistic": stat,
                     "test": key,
                     "rate": p,
                     "se": se,
                     "n": len(rows),
+                    "cpu_s": cpu,
                     "rows": rows,
                 }
             )
@@ -153,6 +194,10 @@ def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
 
 def part_clean(args: argparse.Namespace, bench: Any, emit: Any) -> None:
     target = load(args.clean_target)
+    if args.benchmark == "mmlu":  # the file is sorted by subject: permuted within subjects (strata)
+        from blackbox_audit.benchmarks import load_mmlu
+
+        bench = load_mmlu()
     rows = []
     for k, off in enumerate(free_offsets(len(bench), args.items, range(0), args.blocks, 1)):
         row = test_block(target, bench, args, off, k)
@@ -170,13 +215,15 @@ def part_clean(args: argparse.Namespace, bench: Any, emit: Any) -> None:
                 path.write_text("".join(lines[i] + "\n" for i in perm), encoding="utf-8")
                 row["recheck"] = test_block(target, load_qa_file(path), args, 0, k)
         rows.append(row)
-        print(f"  {args.clean_target} block {off}: p_exact={row['p_exact']:.3g}")
-    for key in ("flag_exact", "flag_t"):
-        p, se = rate([r[key] for r in rows])
+        print(f"  {args.clean_target} {bench.name} block {off}: p_exact={row['p_exact']:.3g}", flush=True)
+    for stat, key, p, se, cpu in flag_rates(rows, args):
         emit(
             {
                 "part": "clean",
                 "target": args.clean_target,
+                "benchmark": bench.name,
+                "statistic": stat,
+                "cpu_s": cpu,
                 "test": key,
                 "rate": p,
                 "se": se,
@@ -206,6 +253,7 @@ def part_authors(args: argparse.Namespace, bench: Any, emit: Any) -> None:
     canary = build(args.base, args.seeds[0], args.dups[0], args.members, args.cache)
     off = canary.card["file_order"]["offset"]
     lay = layout(bench, design(args, off, 0))
+    args.statistic = "full"  # the authors' statistic
     ours = test_block(load(canary.target_spec), bench, args, off, 0)
     model = AutoModelForCausalLM.from_pretrained(canary.model_dir).eval()
     tok = AutoTokenizer.from_pretrained(canary.model_dir)
@@ -215,7 +263,7 @@ def part_authors(args: argparse.Namespace, bench: Any, emit: Any) -> None:
         shard = units[start : start + len(ids)]
         start += len(ids)
         canon = authors_shard_logprob(model, tok, shard)
-        perms = shard_permutations(len(shard), args.permutations, 0, s)
+        perms = shard_permutations(len(shard), lay.design.permutations, 0, s)
         mean = sum(authors_shard_logprob(model, tok, [shard[j] for j in p]) for p in perms) / len(perms)
         diffs.append(canon - mean)
     gap = max(abs(a - b) for a, b in zip(diffs, ours["diffs"], strict=True))
@@ -236,8 +284,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-start", type=int, default=0, help="canary: test from this item of the block")
     p.add_argument("--blocks", type=int, default=100, help="random blocks (null-tiny, clean)")
     p.add_argument("--null-seed", type=int, default=0, help="null-tiny: the seed of the tiny model's own block")
-    p.add_argument("--shard-items", type=int, default=10, help="items per shard (default: the check's, 10)")
-    p.add_argument("--permutations", type=int, default=30, help="shuffles per shard (default: the check's, 30)")
+    p.add_argument("--shard-items", type=int, help="items per shard (default: the check's, by statistic)")
+    p.add_argument("--permutations", type=int, help="shuffles per shard (default: the check's, by statistic)")
+    p.add_argument("--statistic", default="both", choices=("full", "successor", "both"), help="order statistic(s) read")
+    p.add_argument("--successor-read", default="exact", choices=("exact", "censored", "greedy"))
+    p.add_argument("--successor-tokens", type=int, default=4, help="successor: tokens of the next item per pair")
+    p.add_argument("--benchmark", default="gsm8k", choices=("gsm8k", "mmlu"), help="clean: the benchmark tested")
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--format", default="jsonl", choices=("jsonl", "qa"), help="serialisation tested")
     p.add_argument("--alpha", type=float, default=0.05)
     p.add_argument("--clean-target", default="smollm2")
@@ -247,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     announce(argv)
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     from blackbox_audit.benchmarks import load_gsm8k
 
     bench = load_gsm8k()
@@ -262,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
                 "items": args.items,
                 "shard_items": args.shard_items,
                 "permutations": args.permutations,
+                "statistic": args.statistic,
+                "successor_read": args.successor_read,
+                "successor_tokens": args.successor_tokens,
                 "format": args.format,
                 "alpha": args.alpha,
             },
