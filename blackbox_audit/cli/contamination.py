@@ -105,6 +105,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     o.add_argument("--order-format", choices=("auto", "jsonl", "qa"), help="serialisation (default auto)")
     o.add_argument("--order-strata", help="auto (MMLU: by subject), none, or a field name (default auto)")
     o.add_argument("--order-offset", type=int, help="first item of the tested block (default 0)")
+    o.add_argument(
+        "--also-order",
+        dest="order_also",
+        action="store_true",
+        default=None,
+        help="with --heldout FILE: also run the order test; one verdict by Holm's correction over the two tests, "
+        "naming the test that carried it",
+    )
     m = p.add_argument_group("method")
     m.add_argument(
         "--part",

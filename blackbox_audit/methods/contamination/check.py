@@ -161,6 +161,7 @@ class ContaminationConfig(MethodConfig):
     order_statistic: Literal["auto", "full", "successor"] = "auto"
     order_read: Literal["auto", "exact", "censored", "greedy"] = "auto"
     order_successor_tokens: int = 4
+    order_also: bool = False  # with known non-members: also the order test, one verdict by Holm (``multiplicity``)
 
     def validate(self) -> None:
         if not 0 <= self.pilot_share < 1:
@@ -193,6 +194,11 @@ class ContaminationConfig(MethodConfig):
             from blackbox_audit.methods.contamination.order_run import validate_order
 
             validate_order(self)
+        if self.order_also and self.heldout in ("order", "synthetic"):
+            raise UserError(
+                f"--also-order adds the order test to a check against known non-members, not to heldout={self.heldout}",
+                "pass --heldout FILE with --also-order (without FILE the order test is the default)",
+            )
         from blackbox_audit.scores import parse_specs
 
         if is_probe(self.score):
@@ -477,6 +483,8 @@ class Contamination(Method):
             from blackbox_audit.methods.contamination.probes import merge_calls
 
             calls = merge_calls(calls)
+        if self.config.order_also:
+            calls += self.order_test().plan(inputs).calls
         return CostPlan(calls=calls)
 
     #: the score plans compared by ``prepare`` (None: the plan was given, or nothing was compared)
@@ -495,6 +503,9 @@ class Contamination(Method):
             choice = self.choose_plan(inputs, view, budget_usd)  # the named plan shown beside the candidates
         plan = self._priced(inputs, view, budget_usd)
         plan.choice = choice
+        if self.config.order_also:  # the order test priced beside it, at the same view and cap
+            order = self.order_test().prepare(inputs, Preparation(view=view, budget_usd=budget_usd))
+            plan.also = order.price(inputs, view, budget_usd)
         return plan
 
     def budget_plan(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> ContaminationPlan:
@@ -660,6 +671,8 @@ class Contamination(Method):
 
             method = run_pilot(method, inputs, method.part_for(as_benchmark(inputs.data, "benchmark")))
         result = method._run(inputs)
+        if method.config.order_also and method.config.heldout == "known":
+            result = method._with_order_test(inputs, result)
         record = method.choices.get("score_plan")
         if record is not None:
             result.provenance.setdefault("contamination", {})["plan_choice"] = record
@@ -670,6 +683,21 @@ class Contamination(Method):
                 spent = "" if pilot.get("spent_usd") is None else f" for ${pilot['spent_usd']:.4f}"
                 result.summary.insert(1, f"pilot: {nb} + {nh} items read{spent}, left out of the test")
         return result
+
+    def order_test(self) -> Contamination:
+        """The order test this check runs beside its known held-out test (``order_also``)."""
+        cfg = replace(self.config, heldout="order", score=AUTO, positions=None, order_also=False)
+        return Contamination(cfg)
+
+    def _with_order_test(self, inputs: AuditInputs, result: MethodResult) -> MethodResult:
+        """The order test read after the held-out test, and one verdict by Holm (``multiplicity``)."""
+        from blackbox_audit.methods.contamination.multiplicity import combine
+        from blackbox_audit.methods.contamination.order_run import run_order
+
+        order = self.order_test().prepare(inputs, Preparation.of_target(inputs.target))
+        order_result = run_order(order, inputs, as_benchmark(inputs.data, "benchmark"))  # type: ignore[arg-type]
+        result.provenance.setdefault("contamination", {})["order_test"] = order_result.provenance.get("contamination")
+        return combine(result, {"order_test": order_result}, "held-out test", self.config.alpha)
 
     def _run(self, inputs: AuditInputs) -> MethodResult:
         from blackbox_audit.metrics import evaluation_metrics

@@ -52,6 +52,7 @@ class ContaminationPlan:
     probe_usd: tuple[float, float]
     budget_usd: float | None
     choice: Any = None  # ``score_plans.PlanChoice``: the plans compared (API targets), printed first
+    also: Any = None  # ``order_run.OrderPlan`` with ``--also-order``: the order test, priced after the held-out test
 
     def affordable(self) -> dict[str, Any] | None:
         """Items bought in scoring order if every item costs its high (low) end; None without a budget."""
@@ -182,6 +183,11 @@ class ContaminationPlan:
                 "has less, and gives no rate and no flagged list; its test needs every pair scored, so a stop at "
                 "the cap ends 'inconclusive' with the answers cached: choose --items so that the worst case fits)"
             )
+        if self.also is not None:
+            lines += [
+                "also the order test (--also-order); one verdict by Holm's correction over the two tests:",
+                *("  " + line for line in self.also.format().splitlines()),
+            ]
         return "\n".join(lines)
 
 
