@@ -274,12 +274,12 @@ def test_batch_share_above_one_is_refused(tmp_path) -> None:
         PricingTable.load(bad)
 
 
-def test_batch_on_an_anthropic_target_is_one_clear_error() -> None:
+def test_batch_on_a_gemini_target_is_one_clear_error() -> None:
     from blackbox_audit.adapters import load_target
     from blackbox_audit.engine import EngineOptions, Spending
 
-    with pytest.raises(UserError, match="--batch is not implemented for anthropic"):
-        load_target("anthropic:claude-3-5-haiku-latest", spending=Spending.start(EngineOptions(batch=True)))
+    with pytest.raises(UserError, match="--batch is not implemented for gemini"):
+        load_target("gemini:gemini-2.0-flash", spending=Spending.start(EngineOptions(batch=True)))
 
 
 def test_batch_without_a_cache_is_one_clear_error(tiny_lm_dir, tiny_target, data, tmp_path, capsys) -> None:
