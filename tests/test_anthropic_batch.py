@@ -105,6 +105,9 @@ def test_batched_answers_equal_direct_ones_and_a_rerun_buys_nothing(emu, tmp_pat
             outs[batch] = target.generate_seeds(prompts, [1, 2], max_new_tokens=8, temperature=1.0)
             assert _direct(emu) == (0 if batch else 2 * len(prompts))  # with --batch: none direct
             if batch:
+                from blackbox_audit.planning import run_view
+
+                assert run_view(target)[0].batch  # a run's own planning prices at the batch price
                 (one,) = target.usage()["batches"]  # every sample of both seeds in one batch
                 assert one["requests"] == one["answered"] == 2 * len(prompts) and one["resumed"] == "new"
                 assert one["status"] == "ended"
