@@ -12,7 +12,11 @@ cache-first engine (budget, retries, rate limits as for every API target):
 - Anthropic has no ``seed``: sample ``seed=i`` is made a distinct request with
   ``metadata.user_id = "blackbox-audit-sample-i"`` (otherwise the cache would answer all
   samples with the first one); the draws themselves are the provider's;
-- ``temperature`` is capped to Anthropic's range [0, 1]; ``top_k`` is sent as given.
+- ``temperature`` is capped to Anthropic's range [0, 1]; ``top_k`` is sent as given;
+- with ``--batch`` every request of a ``generate`` (or of every seed of a ``generate_seeds``) is
+  known up front: they are bought through Anthropic's Message Batches API at its batch price
+  (``engine/message_batches.py``) and then read from the request cache by the same direct
+  requests; those a batch left unanswered (errored, canceled, expired) go direct at the list price.
 
 The key comes from ``ANTHROPIC_API_KEY`` (or the variable named by ``api_key_env``) and is sent
 only in the ``x-api-key`` header, never cached or logged. ``base_url`` (option,
@@ -28,9 +32,12 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from blackbox_audit.engine import RequestEngine, Spending
+from blackbox_audit.engine.batch_core import BatchOptions
+from blackbox_audit.engine.message_batches import run_message_batch
 from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.redaction import read_api_key
 from blackbox_audit.types import TokenLogprobs
@@ -53,6 +60,9 @@ class AnthropicTarget(Target):
         self.model, self.engine, self.table, self.user_template = model, engine, table, user_template
         self._loop = LoopThread()
         self.requests = 0
+        # --batch (``EngineOptions.batch``): generation requests go through Message Batches first
+        self.batch: BatchOptions | None = BatchOptions() if engine.spending.options.batch else None
+        self.batches: list[dict[str, Any]] = []  # ``BatchOutcome.to_json()`` of every batch bought
         self.capabilities = Capabilities(
             full_distribution=False,
             conditional=False,
@@ -82,7 +92,8 @@ class AnthropicTarget(Target):
         return out
 
     def usage(self) -> dict[str, Any]:
-        return {**self.engine.ledger(), "generation_requests": self.requests}
+        out = {**self.engine.ledger(), "generation_requests": self.requests}
+        return out | ({"batches": list(self.batches)} if self.batch else {})
 
     def tokenize(self, text: str) -> list[int]:
         return self.table.encode(text)
@@ -143,10 +154,26 @@ class AnthropicTarget(Target):
             return "".join(b.get("text", "") for b in data.get("content") or [] if b.get("type") == "text")
 
         async def all_() -> list[str]:
+            if self.batch is not None:  # every continuation is independent: batch them all first
+                kw = {"max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed, "top_k": top_k}
+                await self._run_batch([self.body(p, **kw) for p in prompts])
             return list(await self.engine.gather(one(p) for p in prompts))
 
         with sampling_bar(self.engine, self.name, len(prompts)) as bar:
             return self._loop.run(all_())
+
+    def generate_seeds(self, prompts: Sequence[str], seeds: Sequence[int], **kwargs: Any) -> list[list[str]]:
+        """Each seed's continuations; with ``--batch`` every sample of every seed goes in one batch
+        (then ``generate`` reads them from the cache), instead of one batch per seed."""
+        if self.batch is not None:
+            kw = {k: kwargs.get(k, d) for k, d in (("max_new_tokens", 64), ("temperature", 0.0), ("top_k", None))}
+            self._loop.run(self._run_batch([self.body(p, seed=s, **kw) for s in seeds for p in prompts]))
+        return [self.generate(prompts, seed=s, **kwargs) for s in seeds]
+
+    async def _run_batch(self, bodies: list[dict[str, Any]]) -> None:
+        assert self.batch is not None
+        for outcome in await run_message_batch(self.engine, "/messages", bodies, replace(self.batch, progress=False)):
+            self.batches.append(outcome.to_json())
 
     def close(self) -> None:
         try:
@@ -171,11 +198,6 @@ def load_anthropic(rest: str, *, spending: Spending | None = None, **options: An
         raise UserError(
             f"bad anthropic target 'anthropic:{rest}'",
             "write anthropic:MODEL (e.g. anthropic:claude-3-5-haiku-latest) or anthropic:BASE_URL#MODEL",
-        )
-    if spending is not None and spending.options.batch:
-        raise UserError(
-            "--batch is not implemented for anthropic: targets (Anthropic's Message Batches API is not wired in yet)",
-            "drop --batch for this target: its requests then go direct at the list price",
         )
     key_env = options.get("api_key_env") or "ANTHROPIC_API_KEY"
     from_flag = bool(options.get("api_key_env"))

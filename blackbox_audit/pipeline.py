@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -182,13 +182,17 @@ def plan(job: Job, workspace: Workspace, *, announce: bool = False) -> PlannedJo
 
 def planning_view_of(ref: TargetRef, workspace: Workspace) -> Any:
     """``ref``'s planning view (``adapters.planning_view``: a local tokenizer and a probe report from
-    the workspace's cache; nothing is sent), priced with the run's price file."""
+    the workspace's cache; nothing is sent), priced with the run's price file, and marked ``batch``
+    when the run buys through the provider's batch API (``--batch``)."""
     from blackbox_audit.adapters import planning_view
 
     options = ref.planning_options()
     if "pricing" not in options and workspace.engine is not None and workspace.engine.pricing:
         options["pricing"] = workspace.engine.pricing  # the run's price file, as its engine reads it
-    return planning_view(ref.spec, cache=workspace.cache, **options)
+    view = planning_view(ref.spec, cache=workspace.cache, **options)
+    if view.api and workspace.engine is not None and workspace.engine.batch:
+        view = replace(view, batch=True)
+    return view
 
 
 def serving_line(ref: TargetRef, view: Any, plan_now: Any) -> str:

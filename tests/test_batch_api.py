@@ -274,12 +274,12 @@ def test_batch_share_above_one_is_refused(tmp_path) -> None:
         PricingTable.load(bad)
 
 
-def test_batch_on_an_anthropic_target_is_one_clear_error() -> None:
+def test_batch_on_a_gemini_target_is_one_clear_error() -> None:
     from blackbox_audit.adapters import load_target
     from blackbox_audit.engine import EngineOptions, Spending
 
-    with pytest.raises(UserError, match="--batch is not implemented for anthropic"):
-        load_target("anthropic:claude-3-5-haiku-latest", spending=Spending.start(EngineOptions(batch=True)))
+    with pytest.raises(UserError, match="--batch is not implemented for gemini"):
+        load_target("gemini:gemini-2.0-flash", spending=Spending.start(EngineOptions(batch=True)))
 
 
 def test_batch_without_a_cache_is_one_clear_error(tiny_lm_dir, tiny_target, data, tmp_path, capsys) -> None:
@@ -352,3 +352,46 @@ def test_top_n_reads_of_cheap_scores_all_go_in_the_batch(tiny_lm_dir, tiny_targe
                 assert _sent(emu) == probe
         assert runs[()] == runs[("--batch",)]
     capsys.readouterr()
+
+
+def _buys(line: str) -> list[int]:
+    """The item counts of a "budget ... buys" line, in order."""
+    import re
+
+    pairs = re.findall(r"(?<![$.\d])(\d+) (?:benchmark )?\+ (\d+)", line)
+    return [int(n) for pair in pairs for n in pair]
+
+
+@pytest.mark.parametrize(
+    ("target", "how"),
+    [
+        ("openai:gpt-4o-mini", ["--score", "loss", "--positions", "random4"]),  # first requests batched
+        ("anthropic:claude-3-5-haiku", ["--probe", "answer:max_new_tokens=64"]),  # every reply batched
+    ],
+)
+def test_contamination_dry_run_counts_what_the_budget_buys_at_the_batch_price(target, how, tmp_path, capsys) -> None:
+    from blackbox_audit.benchmarks import load_benchmark
+
+    rows = [json.loads(x) for x in Path(load_benchmark("gsm8k").path).read_text().splitlines()[:40]]
+    write_jsonl(tmp_path / "b.jsonl", [{"id": f"b{i}", **r} for i, r in enumerate(rows[:20])])
+    write_jsonl(tmp_path / "h.jsonl", [{"id": f"h{i}", **r} for i, r in enumerate(rows[20:])])
+    budget = "0.002" if target.startswith("openai") else "0.0008"  # binding: it buys some items, not all
+    argv = ["contamination", "--benchmark", str(tmp_path / "b.jsonl"), "--heldout", str(tmp_path / "h.jsonl")]
+    argv += ["--target", target, *how, "--budget-usd", budget, "--dry-run", "--out", str(tmp_path / "o")]
+    argv += ["--cache-dir", str(tmp_path / "c")]
+    outs = {}
+    for flag in ((), ("--batch",)):
+        assert main([*argv, *flag]) == 0
+        outs[flag] = capsys.readouterr().out.splitlines()
+    plain = next(x for x in outs[()] if x.startswith(f"budget ${budget} buys"))
+    alt = next(x for x in outs[()] if "with --batch (the batch price) the same budget buys" in x)
+    batched = next(x for x in outs[("--batch",)] if x.startswith(f"budget ${budget} buys"))
+    assert "at the batch price (--batch)" in batched and "batch price" not in plain
+    assert _buys(batched) == _buys(alt)  # what the dry-run said --batch would buy is what --batch plans
+    assert _buys(batched) != _buys(plain) and all(b >= p for b, p in zip(_buys(batched), _buys(plain), strict=True))
+    assert not any("with --batch (the batch price)" in x for x in outs[("--batch",)])
+    if target.startswith("openai"):  # the score plans count items per side at the batch price too
+        header = next(x for x in outs[("--batch",)] if x.startswith("score plans"))
+        assert "at the batch price (--batch)" in header
+        row = {f: next(x for x in outs[f] if x.strip().lstrip("* ").startswith("loss@random4 ")) for f in outs}
+        assert row[()] != row[("--batch",)]

@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         default=0.0,
         help="seconds each batch waits 'in_progress' before it is answered (OpenAI-wire profiles serve "
-        "/v1/batches; default 0)",
+        "/v1/batches, the anthropic profile /v1/messages/batches; default 0)",
     )
     p.add_argument("--adapter-cache", help="folder to cache fine-tuned LoRA adapters in (default: train every job)")
     p.set_defaults(func=run)

@@ -16,7 +16,7 @@ models pin down the shape of what the adapters read, nothing more.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from openai.types import Batch, FileObject
 from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob
@@ -192,6 +192,41 @@ class BatchList(_Wire):
     has_more: bool = False
 
 
+class MessageBatchCounts(_Wire):
+    processing: int = 0
+    succeeded: int = 0
+    errored: int = 0
+    canceled: int = 0
+    expired: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.processing + self.succeeded + self.errored + self.canceled + self.expired
+
+
+class MessageBatch(_Wire):
+    """``/messages/batches`` answers (Anthropic's Message Batches): ``processing_status``
+    ``in_progress`` -> ``canceling`` -> ``ended``; ``results_url`` once ended."""
+
+    id: str
+    type: Literal["message_batch"]
+    processing_status: Literal["in_progress", "canceling", "ended"]
+    request_counts: MessageBatchCounts
+    created_at: str | None = None
+    ended_at: str | None = None
+    expires_at: str | None = None
+    archived_at: str | None = None
+    cancel_initiated_at: str | None = None
+    results_url: str | None = None
+
+
+class MessageBatchList(_Wire):
+    """``GET /messages/batches``: a page of the account's message batches, newest first."""
+
+    data: list[MessageBatch]
+    has_more: bool = False
+
+
 class ProtocolError(ValueError):
     """A 200 answer that does not have the wire format's shape; ``field`` names the first bad one."""
 
@@ -212,6 +247,7 @@ def _first_error(exc: ValidationError) -> ProtocolError:
 
 _JOB_PATH = re.compile(r"/fine_tuning/jobs/[^/]+(/cancel)?$")
 _BATCH_PATH = re.compile(r"/batches/[^/]+(/cancel)?$")
+_MESSAGE_BATCH_PATH = re.compile(r"/messages/batches/[^/]+(/cancel)?$")
 
 
 def model_for(path: str, method: str = "POST") -> type[BaseModel] | None:
@@ -226,6 +262,10 @@ def model_for(path: str, method: str = "POST") -> type[BaseModel] | None:
         return FineTuningJobList if method == "GET" else FineTuningJob
     if _JOB_PATH.search(path):
         return FineTuningJob
+    if path.endswith("/messages/batches"):  # Anthropic's, before OpenAI's ``/batches``
+        return MessageBatchList if method == "GET" else MessageBatch
+    if _MESSAGE_BATCH_PATH.search(path):
+        return MessageBatch
     if path.endswith("/batches"):
         return BatchList if method == "GET" else BatchAnswer
     if _BATCH_PATH.search(path):
@@ -263,6 +303,8 @@ __all__ = [
     "CompletionAnswer",
     "FineTuningJobList",
     "GenerateContentAnswer",
+    "MessageBatch",
+    "MessageBatchList",
     "MessagesAnswer",
     "ModelList",
     "ProtocolError",

@@ -30,7 +30,9 @@ class PlanningView:
     says where it came from (a cached probe, or the unprobed widest range); ``price``: the
     model's ``ModelPrice`` or None; ``prompt_overhead``: template tokens added to every prompt;
     ``recovery``: what finished runs on this endpoint measured (``measured.merge_samples``'s entry),
-    read through ``measured``; ``prior``: the run will centre bisection on a proxy model's prior.
+    read through ``measured``; ``prior``: the run will centre bisection on a proxy model's prior;
+    ``batch``: the run buys its independent requests through the provider's batch API (``--batch``),
+    so a plan that counts what a budget buys prices them at the batch price (``Estimate.batch_cost_usd``).
     """
 
     name: str
@@ -46,6 +48,7 @@ class PlanningView:
     logprobs: bool = True  # False: a text-only endpoint (only sampling can be planned)
     recovery: Mapping[str, Any] | None = None
     prior: bool = False
+    batch: bool = False
 
     def measured(self, eps: float | None = None) -> MeasuredRecovery | None:
         """This endpoint's measured recovery at bisection tolerance ``eps`` (default: the shape's),
@@ -144,6 +147,8 @@ def run_view(target: Any) -> tuple[PlanningView, float | None]:
     pricing = getattr(engine, "pricing", None)
     if view.api and pricing is not None:
         view = replace(view, price=pricing.get(view.model))
+    if view.api and getattr(target, "batch", None) is not None:  # the target buys through its batch API
+        view = replace(view, batch=True)
     budget = getattr(engine, "budget", None)
     cap = getattr(budget, "max_usd", None)
     if cap is None:

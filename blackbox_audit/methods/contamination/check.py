@@ -552,10 +552,12 @@ class Contamination(Method):
         if mine is not None and mine not in plans:
             plans.append(mine)
         rows = []
+        batch = view.batch
         for plan in plans:
             priced = self.with_plan(plan)._priced(inputs, view, budget_usd)
             if any(r.usd is None for r in priced.items):  # no price known: nothing to compare
                 return None
+            batch = batch and priced.batched
             probe = priced.probe_usd[0] + (priced.probe_usd[1] - priced.probe_usd[0]) / 2
             rows.append(
                 plan_row(
@@ -570,8 +572,8 @@ class Contamination(Method):
         if aucs is not None:
             rows = [replace(r, item_auc=aucs[r.plan.key][0], auc_source=aucs[r.plan.key][1]) for r in rows]
         if mine is not None:
-            return forced(rows, mine, budget_usd=budget_usd, calibration=calibration)
-        return choose(rows, budget_usd=budget_usd, calibration=calibration)
+            return forced(rows, mine, budget_usd=budget_usd, calibration=calibration, batch=batch)
+        return choose(rows, budget_usd=budget_usd, calibration=calibration, batch=batch)
 
     def _priced(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None) -> ContaminationPlan:
         """Every item of the configured plan priced on ``view``, in buying order."""

@@ -4,7 +4,9 @@ The method (``methods.contamination``) knows its items, their order and which ca
 one; this module prices them one by one on a target's planning view (``item_cost``), groups the
 per-item cost by text length, counts the items a ``--budget-usd`` buys in scoring order if every
 item costs its low or its high end (``ContaminationPlan.affordable``), and states the rank test's
-power at those sizes (``power``).
+power at those sizes (``power``). An item costs what the run will pay: at the batch price when the
+view says the run uses ``--batch`` (``PlanningView.batch``); without it the dry-run also says what
+the same budget buys with ``--batch`` where a batch price is known.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ class ItemCost:
     positions: int  # scored positions
     requests: tuple[int, int]
     billed_prompt: tuple[int, int]
-    usd: tuple[float, float] | None
+    usd: tuple[float, float] | None  # what the run pays: at the batch price when the view batches
     completion: tuple[int, int] = (0, 0)  # generated tokens billed (probes: up to the reply cap)
+    batch_usd: tuple[float, float] | None = None  # the same with --batch (None: no batch price known)
 
 
 @dataclass
@@ -54,22 +57,29 @@ class ContaminationPlan:
     choice: Any = None  # ``score_plans.PlanChoice``: the plans compared (API targets), printed first
     also: Any = None  # ``order_run.OrderPlan`` with ``--also-order``: the order test, priced after the held-out test
 
-    def affordable(self) -> dict[str, Any] | None:
-        """Items bought in scoring order if every item costs its high (low) end; None without a budget."""
-        if self.budget_usd is None or not self.view.api or any(r.usd is None for r in self.items):
+    def affordable(self, *, batch: bool = False) -> dict[str, Any] | None:
+        """Items bought in scoring order if every item costs its high (low) end; None without a budget.
+        ``batch``: at the batch price (``ItemCost.batch_usd``; None when some item has none)."""
+        costs = [r.batch_usd if batch else r.usd for r in self.items]
+        if self.budget_usd is None or not self.view.api or any(c is None for c in costs):
             return None
 
         def count(end: int) -> tuple[int, int]:
             spent = self.probe_usd[end]
             n = [0, 0]
-            for r in self.items:
-                spent += r.usd[end]  # type: ignore[index]
+            for r, usd in zip(self.items, costs, strict=True):
+                spent += usd[end]  # type: ignore[index]
                 if spent > self.budget_usd + 1e-12:
                     break
                 n[r.side] += 1
             return n[0], n[1]
 
         return {"worst_case": count(1), "best_case": count(0)}
+
+    @property
+    def batched(self) -> bool:
+        """The items are priced at the batch price (the run uses --batch and one is known)."""
+        return self.view.batch and all(r.batch_usd is not None for r in self.items)
 
     def length_table(self, buckets: int = 4) -> list[dict[str, Any]]:
         """Benchmark items grouped by token length (quantiles): how the per-item cost grows."""
@@ -107,7 +117,9 @@ class ContaminationPlan:
             "total": self.total.to_json(),
             "by_length": self.length_table(),
             "budget_usd": self.budget_usd,
+            "batch_price": self.view.batch,
             "affordable": self.affordable(),
+            "affordable_with_batch": None if self.view.batch else self.affordable(batch=True),
         }
 
     def format(self) -> str:
@@ -163,10 +175,19 @@ class ContaminationPlan:
                 if sampled
                 else ("every token misses the top-n", "every token is a top-n hit")
             )
+            priced = " at the batch price (--batch)" if self.batched else ""
             lines.append(
-                f"budget ${self.budget_usd:g} buys {wb} benchmark + {wh} held-out items if {worst}, up to {bb} + "
-                f"{bh} if {best} (the run stops cleanly at the cap)"
+                f"budget ${self.budget_usd:g} buys {wb} benchmark + {wh} held-out items{priced} if {worst}, up to "
+                f"{bb} + {bh} if {best} (the run stops cleanly at the cap)"
             )
+            alt = None if self.view.batch else self.affordable(batch=True)
+            if alt is not None and alt != aff:
+                (xb, xh), (yb, yh) = alt["worst_case"], alt["best_case"]
+                chosen = self.choice is not None and not self.choice.forced
+                plan = " of this score plan (--batch may choose another)" if chosen else ""
+                lines.append(
+                    f"  with --batch (the batch price) the same budget buys {xb} + {xh} items{plan}, up to {yb} + {yh}"
+                )
             sizes = [(wb, wh), (bb, bh)] if (wb, wh) != (bb, bh) else [(wb, wh)]
         else:
             if self.budget_usd is None and v.api:
@@ -212,8 +233,18 @@ def item_cost(side: int, calls: Sequence[Any], view: PlanningView, *, prompt: st
         positions=cc.positions + cc.read_positions,
         requests=est.requests if view.api else (0, 0),
         billed_prompt=est.prompt_tokens if view.api else (0, 0),
-        usd=est.cost_usd if view.api else (0.0, 0.0),
+        usd=_paid(view, est.cost_usd, est.batch_cost_usd),
+        batch_usd=est.batch_cost_usd if view.api else (0.0, 0.0),
     )
+
+
+def _paid(
+    view: PlanningView, usd: tuple[float, float] | None, batch_usd: tuple[float, float] | None
+) -> tuple[float, float] | None:
+    """What the run pays for an item: the batch price when it uses --batch and one is known."""
+    if not view.api:
+        return (0.0, 0.0)
+    return batch_usd if view.batch and batch_usd is not None else usd
 
 
 def sampling_item_cost(side: int, calls: Sequence[Any], view: PlanningView) -> ItemCost:
@@ -231,9 +262,11 @@ def sampling_item_cost(side: int, calls: Sequence[Any], view: PlanningView) -> I
     def total(key: str) -> tuple[int, int]:
         return (sum(getattr(e, key)[0] for e in ests), sum(getattr(e, key)[1] for e in ests))
 
-    usd = None
-    if all(e.cost_usd is not None for e in ests):
-        usd = (sum(e.cost_usd[0] for e in ests), sum(e.cost_usd[1] for e in ests))  # type: ignore[index]
+    def usd_of(key: str) -> tuple[float, float] | None:
+        ranges = [getattr(e, key) for e in ests]
+        return None if any(r is None for r in ranges) else (sum(r[0] for r in ranges), sum(r[1] for r in ranges))
+
+    usd, batch_usd = usd_of("cost_usd"), usd_of("batch_cost_usd")
     prompt_tokens = sum(len(view.tokenize(p)) for c in calls for p in c.texts)
     return ItemCost(
         side=side,
@@ -242,19 +275,23 @@ def sampling_item_cost(side: int, calls: Sequence[Any], view: PlanningView) -> I
         positions=0,
         requests=total("requests") if view.api else (0, 0),
         billed_prompt=total("prompt_tokens") if view.api else (0, 0),
-        usd=usd if view.api else (0.0, 0.0),
+        usd=_paid(view, usd, batch_usd),
         completion=total("completion_tokens") if view.api else (0, 0),
+        batch_usd=batch_usd if view.api else (0.0, 0.0),
     )
 
 
 def probe_usd(view: PlanningView, total: PlanEstimate, items: Sequence[ItemCost]) -> tuple[float, float]:
     """What the probe adds to the items' own cost: the total's share beyond the items (0 once the
-    probe is cached, on local models, or when some price is unknown)."""
-    if view.api and not view.probed and total.estimate is not None and total.estimate.cost_usd is not None:
+    probe is cached, on local models, or when some price is unknown). The total is taken at the
+    price the items are (``_paid``): the probe itself is never batched, so its share is the same."""
+    est = total.estimate
+    cost = None if est is None else _paid(view, est.cost_usd, est.batch_cost_usd)
+    if view.api and not view.probed and cost is not None:
         items_usd = [r.usd for r in items if r.usd is not None]
         if len(items_usd) == len(items):
             return (
-                max(0.0, total.estimate.cost_usd[0] - sum(u[0] for u in items_usd)),
-                max(0.0, total.estimate.cost_usd[1] - sum(u[1] for u in items_usd)),
+                max(0.0, cost[0] - sum(u[0] for u in items_usd)),
+                max(0.0, cost[1] - sum(u[1] for u in items_usd)),
             )
     return (0.0, 0.0)

@@ -237,6 +237,7 @@ class PlanChoice:
     forced: bool = False
     calibration: Calibration | None = field(default=None, repr=False)
     notes: list[str] = field(default_factory=list)  # lines shown under the choice (a pilot's plan)
+    batch: bool = False  # the USD per item are at the batch price (the run uses --batch)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -244,6 +245,7 @@ class PlanChoice:
             "rule": self.rule,
             "forced_by_user": self.forced,
             "budget_usd": self.budget_usd,
+            "batch_price": self.batch,
             "candidates": [r.to_json() for r in self.rows],
             "calibration": None
             if self.calibration is None
@@ -256,9 +258,10 @@ class PlanChoice:
 
     def format(self) -> list[str]:
         cal = self.calibration
+        priced = ", at the batch price (--batch)" if self.batch else ""
         lines = [
-            "score plans (per item: USD, requests; per-item AUC; items per side the budget buys; smallest rate "
-            "detected with 80% power, fixed-sample / sequential test):"
+            f"score plans (per item: USD{priced}, requests; per-item AUC; items per side the budget buys; smallest "
+            "rate detected with 80% power, fixed-sample / sequential test):"
         ]
         for r in self.rows:
             mark = "*" if r is self.chosen else " "
@@ -289,8 +292,11 @@ def _shares(rows: Sequence[PlanRow]) -> str:
     return ", ".join(shares) if shares else "none here"
 
 
-def choose(rows: Sequence[PlanRow], *, budget_usd: float | None, calibration: Calibration | None) -> PlanChoice:
-    """The plan with the most power per dollar (module doc)."""
+def choose(
+    rows: Sequence[PlanRow], *, budget_usd: float | None, calibration: Calibration | None, batch: bool = False
+) -> PlanChoice:
+    """The plan with the most power per dollar (module doc); ``batch``: the rows are priced at the
+    batch price (recorded and printed)."""
     if not rows:
         raise ValueError("no candidate plans")
     if budget_usd is not None:
@@ -299,10 +305,19 @@ def choose(rows: Sequence[PlanRow], *, budget_usd: float | None, calibration: Ca
     else:
         best = max(rows, key=lambda r: (r.per_dollar, -r.usd))
         rule = "most power per dollar, (AUC - 0.5)^2 / USD per item"
-    return PlanChoice(rows=list(rows), chosen=best, rule=rule, budget_usd=budget_usd, calibration=calibration)
+    return PlanChoice(
+        rows=list(rows), chosen=best, rule=rule, budget_usd=budget_usd, calibration=calibration, batch=batch
+    )
 
 
-def forced(rows: Sequence[PlanRow], plan: ScorePlan, *, budget_usd: float | None, calibration: Calibration | None):
+def forced(
+    rows: Sequence[PlanRow],
+    plan: ScorePlan,
+    *,
+    budget_usd: float | None,
+    calibration: Calibration | None,
+    batch: bool = False,
+) -> PlanChoice:
     """The user's ``--score`` (not chosen: shown beside the candidates)."""
     chosen = next((r for r in rows if r.plan == plan), None)
     if chosen is None:
@@ -314,4 +329,5 @@ def forced(rows: Sequence[PlanRow], plan: ScorePlan, *, budget_usd: float | None
         budget_usd=budget_usd,
         forced=True,
         calibration=calibration,
+        batch=batch,
     )

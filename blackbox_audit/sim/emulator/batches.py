@@ -42,20 +42,65 @@ ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
 TERMINAL = ("completed", "failed", "expired", "cancelled")
 
 
-class Batches:
-    """Batches of one emulator (thread-safe); files live in the emulator's ``FineTuning`` store."""
+class BatchWorker:
+    """What both emulated batch APIs share (this one and ``message_batches.MessageBatches``): batches
+    by id, ``created`` (ids, oldest first), one worker thread running them one at a time, each held
+    ``delay_s`` in progress unless cancelled. A subclass answers a batch in ``_run`` and says how a
+    crash fails it in ``_crash``."""
 
-    def __init__(self, server: Any, files: Any, *, delay_s: float = 0.0) -> None:
+    def __init__(self, server: Any, *, delay_s: float = 0.0) -> None:
         self.server = server  # the emulator's _Server: ``pick(body)`` gives the responder of a model
-        self.files = files  # ``finetuning.FineTuning``: uploads and their contents
         self.delay_s = delay_s
         self.batches: dict[str, dict[str, Any]] = {}
         self.created: list[str] = []  # batch ids, oldest first
         self._cancel: set[str] = set()
         self._lock = threading.RLock()
         self._queue: queue.Queue[str] = queue.Queue()
-        self._worker = threading.Thread(target=self._work, daemon=True, name="emulator-batches")
+        self._worker = threading.Thread(target=self._work, daemon=True, name=f"emulator-{type(self).__name__}")
         self._worker.start()
+
+    def _add(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Queue a new batch; returns a copy of it."""
+        with self._lock:
+            self.batches[batch["id"]] = batch
+            self.created.append(batch["id"])
+        self._queue.put(batch["id"])
+        return json.loads(json.dumps(batch))
+
+    def _set(self, bid: str, **fields: Any) -> None:
+        with self._lock:
+            self.batches[bid].update(fields)
+
+    def _work(self) -> None:
+        while True:
+            bid = self._queue.get()
+            try:
+                self._run(bid)
+            except Exception as exc:  # a bug must fail the batch, never kill the worker
+                self._crash(bid, exc)
+
+    def _held(self, bid: str) -> bool:
+        """Wait ``delay_s`` (less when cancelled or stopping); True when the batch was cancelled."""
+        deadline = time.monotonic() + self.delay_s
+        while time.monotonic() < deadline:
+            if bid in self._cancel or self.server.stopping.is_set():
+                break
+            time.sleep(min(0.05, self.delay_s))
+        return bid in self._cancel
+
+    def _run(self, bid: str) -> None:
+        raise NotImplementedError
+
+    def _crash(self, bid: str, exc: Exception) -> None:
+        raise NotImplementedError
+
+
+class Batches(BatchWorker):
+    """Batches of one emulator (thread-safe); files live in the emulator's ``FineTuning`` store."""
+
+    def __init__(self, server: Any, files: Any, *, delay_s: float = 0.0) -> None:
+        self.files = files  # ``finetuning.FineTuning``: uploads and their contents
+        super().__init__(server, delay_s=delay_s)
 
     # ---------------------------------------------------------------- API
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -94,11 +139,7 @@ class Batches:
             "metadata": metadata,
             "request_counts": {"total": 0, "completed": 0, "failed": 0},
         }
-        with self._lock:
-            self.batches[bid] = batch
-            self.created.append(bid)
-        self._queue.put(bid)
-        return dict(batch)
+        return self._add(batch)
 
     def get(self, bid: str) -> dict[str, Any]:
         with self._lock:
@@ -126,17 +167,8 @@ class Batches:
             return self.get(bid)
 
     # ---------------------------------------------------------------- worker
-    def _set(self, bid: str, **fields: Any) -> None:
-        with self._lock:
-            self.batches[bid].update(fields)
-
-    def _work(self) -> None:
-        while True:
-            bid = self._queue.get()
-            try:
-                self._run(bid)
-            except Exception as exc:  # a bug must fail the batch, never kill the worker
-                self._fail(bid, "internal_error", f"emulator error: {exc}", None)
+    def _crash(self, bid: str, exc: Exception) -> None:
+        self._fail(bid, "internal_error", f"emulator error: {exc}", None)
 
     def _fail(self, bid: str, code: str, message: str, line: int | None) -> None:
         error = {"code": code, "message": message, "param": None, "line": line}
@@ -152,12 +184,7 @@ class Batches:
             return
         self._set(bid, status="in_progress", in_progress_at=int(time.time()))
         self._set(bid, request_counts={"total": len(lines), "completed": 0, "failed": 0})
-        deadline = time.monotonic() + self.delay_s
-        while time.monotonic() < deadline:
-            if bid in self._cancel or self.server.stopping.is_set():
-                break
-            time.sleep(min(0.05, self.delay_s))
-        if bid in self._cancel:
+        if self._held(bid):
             self._set(bid, status="cancelled", cancelled_at=int(time.time()))
             return
         outputs, errors = [], []
