@@ -1,4 +1,5 @@
-"""The contamination check's synthetic held-out side (``--heldout synthetic``, the default).
+"""The contamination check's synthetic held-out side (``--heldout synthetic``; the default without a
+held-out set is now the order test, ``order_run``).
 
 Without known non-members, calibrated dataset inference (SPEC §5, ``blackbox_audit.di``) makes
 the held-out side: its generator is LoRA-fine-tuned on a random half of the benchmark's items
