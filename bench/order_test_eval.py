@@ -10,6 +10,11 @@ Parts (``--only``, comma-separated):
 - ``clean``: the unmodified ``--clean-target`` (default ``smollm2``) on ``--blocks`` random GSM8K
   blocks; a flagged block is re-checked with its items re-ordered by a fresh seed (an order no model
   has seen: a true null by construction), as issue 40 asks.
+- ``api``: the default ``contamination`` run (no ``--heldout``: the order test, statistic chosen by
+  access) through the emulator's ``--profiles`` (``vllm``: prompt logprobs, the full statistic;
+  ``openai-chat``: the successor with top-20 reads; ``anthropic``: greedy continuations) at
+  gpt-4o-mini's list prices, on the canaries (``--dups`` first entry, ``--seeds``) and on the clean
+  base (``--blocks``): flag rate with its SE, requests and USD per item.
 - ``authors``: the per-shard statistics of Oren et al.'s ``compute_sharded_comparison_test.py``
   (reimplemented from their source in ``authors_shard_logprob``: items tokenized one by one, token
   lists concatenated, the sum of log-softmax over tokens[1:]) against ours on one canary, same shards
@@ -270,7 +275,110 @@ def part_authors(args: argparse.Namespace, bench: Any, emit: Any) -> None:
     emit({"part": "authors", "base": args.base, "max_abs_diff_nats": gap, "ours": ours["diffs"], "authors": diffs})
 
 
-PARTS = {"null-tiny": part_null_tiny, "canary": part_canary, "clean": part_clean, "authors": part_authors}
+#: emulator profile -> (target spec form, what ``auto`` reads there)
+API_PROFILES = {"vllm": "compat", "openai-chat": "compat", "anthropic": "anthropic"}
+
+
+def api_block(
+    backend: Any, tokenizer: str, profile: str, bench_path: Path, args: argparse.Namespace, tmp: Path
+) -> dict[str, Any]:
+    """One ``contamination`` run (the default: no --heldout, so the order test with ``auto`` choices)
+    through the emulator's ``profile`` at gpt-4o-mini's list prices; its p-value, requests and cost."""
+    import os
+
+    from blackbox_audit.cli import main as cli_main
+    from blackbox_audit.engine.pricing import PricingTable
+    from blackbox_audit.sim.emulator import run_emulator
+
+    price = PricingTable.load(None).get("gpt-4o-mini")
+    model = "claude-emu" if profile == "anthropic" else None
+    os.environ.setdefault("ANTHROPIC_API_KEY", "emulator")
+    os.environ.setdefault("OPENAI_API_KEY", "emulator")
+    with run_emulator(backend, profile, model=model) as emu:
+        spec = f"anthropic:{emu.base_url}#{emu.model}" if profile == "anthropic" else emu.target_spec
+        prices = tmp / "prices.json"
+        entry = {"prompt": price.prompt, "cached_prompt": price.cached_prompt, "completion": price.completion}
+        prices.write_text(json.dumps({"models": {emu.model: entry}}))
+        out = tmp / f"out-{profile}"
+        argv = ["contamination", "--benchmark", str(bench_path), "--target", spec, "--tokenizer", tokenizer]
+        argv += ["--pricing", str(prices), "--cache-dir", str(tmp / f"cache-{profile}"), "--out", str(out)]
+        argv += ["--order-successor-tokens", str(args.successor_tokens)]
+        if cli_main(argv) != 0:
+            raise RuntimeError(f"contamination through {profile} failed")
+        verdict = json.loads((out / "verdict.json").read_text())
+        run = json.loads((out / "run.json").read_text())
+    usage = run.get("usage") or {}
+    items = sum(json.loads(line)["n_items"] for line in (out / "scores.jsonl").read_text().splitlines())
+    return {
+        "profile": profile,
+        "statistic": run["contamination"]["choices"].get("order_statistic", {}).get("chosen"),
+        "p_exact": verdict["p_value"],
+        "flag_exact": verdict["decision"] == "contaminated",
+        "requests": usage.get("requests_sent"),
+        "cost_usd": usage.get("cost_usd"),
+        "items": items,
+        "usd_per_item": (usage.get("cost_usd") or 0.0) / max(1, items),
+    }
+
+
+def part_api(args: argparse.Namespace, bench: Any, emit: Any) -> None:
+    """Each ``--profiles`` entry on the file-order canaries (``--dups``, ``--seeds``) and on the clean
+    base over ``--blocks`` random blocks: flag rate, requests and USD per item at gpt-4o-mini's prices."""
+    import tempfile
+
+    lines = Path(bench.path).read_text(encoding="utf-8").splitlines()
+
+    def block_file(tmp: Path, off: int) -> Path:
+        path = tmp / "block.jsonl"
+        path.write_text("".join(line + "\n" for line in lines[off : off + args.items]), encoding="utf-8")
+        return path
+
+    cases = []
+    for seed in args.seeds:
+        canary = build(args.base, seed, args.dups[0], args.members, args.cache)
+        off = canary.card["file_order"]["offset"] + args.block_start
+        cases.append(("canary", seed, canary.target_spec, str(canary.model_dir), off))
+    for k, off in enumerate(free_offsets(len(bench), args.items, range(0), args.blocks, 1)):
+        cases.append(("clean", k, args.clean_target, args.clean_target, off))
+    for profile in args.profiles:
+        rows: dict[str, list[dict[str, Any]]] = {"canary": [], "clean": []}
+        for kind, seed, spec, tokenizer, off in cases:
+            backend = load(spec)
+            with tempfile.TemporaryDirectory() as tmp:
+                row = api_block(backend, tokenizer, profile, block_file(Path(tmp), off), args, Path(tmp))
+            row.update(kind=kind, seed=seed, offset=off)
+            rows[kind].append(row)
+            print(f"  {profile} {kind} seed={seed} block {off}: {row}", flush=True)
+            backend.close()
+        for kind, got in rows.items():
+            if not got:
+                continue
+            p, se = rate([r["flag_exact"] for r in got])
+            emit(
+                {
+                    "part": "api",
+                    "profile": profile,
+                    "kind": kind,
+                    "dups": args.dups[0] if kind == "canary" else None,
+                    "statistic": got[0]["statistic"],
+                    "test": "flag_exact",
+                    "rate": p,
+                    "se": se,
+                    "n": len(got),
+                    "usd_per_item": sum(r["usd_per_item"] for r in got) / len(got),
+                    "requests_per_item": sum((r["requests"] or 0) / max(1, r["items"]) for r in got) / len(got),
+                    "rows": got,
+                }
+            )
+
+
+PARTS = {
+    "null-tiny": part_null_tiny,
+    "canary": part_canary,
+    "clean": part_clean,
+    "authors": part_authors,
+    "api": part_api,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,6 +399,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--successor-tokens", type=int, default=4, help="successor: tokens of the next item per pair")
     p.add_argument("--benchmark", default="gsm8k", choices=("gsm8k", "mmlu"), help="clean: the benchmark tested")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument(
+        "--profiles",
+        nargs="+",
+        default=list(API_PROFILES),
+        help="api: emulator profiles (vllm, openai-chat, anthropic)",
+    )
     p.add_argument("--format", default="jsonl", choices=("jsonl", "qa"), help="serialisation tested")
     p.add_argument("--alpha", type=float, default=0.05)
     p.add_argument("--clean-target", default="smollm2")
