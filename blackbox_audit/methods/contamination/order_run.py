@@ -74,8 +74,9 @@ def validate_order(config: Any) -> None:
     """The order test reads whole-text log-likelihoods of shards: no score, positions or probe applies."""
     if config.score != "auto" or config.positions:
         raise UserError(
-            "the order test reads each shard's whole log-likelihood, so --score, --positions and --probe do not apply",
-            "leave them out with --heldout order",
+            "the order test (the default without --heldout FILE) reads its own statistic of whole shards or item "
+            "pairs, so --score, --positions and --probe do not apply to it",
+            "leave them out, or pass --heldout FILE (known non-members) to score items with them",
         )
     if config.order_statistic not in STATISTICS:
         raise UserError(f"unknown order_statistic '{config.order_statistic}'", f"use one of {', '.join(STATISTICS)}")
