@@ -252,6 +252,24 @@ def authors_shard_logprob(model: Any, tokenizer: Any, items: list[str]) -> float
     return float(logps.gather(-1, targets.unsqueeze(-1)).sum())
 
 
+def authors_function(repo: str | None) -> Any:
+    """Oren et al.'s own ``compute_logprob_of_token_sequence`` from a checkout of
+    ``tatsu-lab/test_set_contamination`` (``--authors-repo``), run on the CPU: the module imports GPUtil
+    and fire at the top for its multi-GPU driver, which this function does not use, so both are
+    stubbed. Without a checkout: the reimplementation above."""
+    if repo is None:
+        return None
+    import importlib.util
+    import types
+
+    for name in ("GPUtil", "fire"):
+        sys.modules.setdefault(name, types.ModuleType(name))
+    spec = importlib.util.spec_from_file_location("oren_sharded", Path(repo) / "compute_sharded_comparison_test.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.compute_logprob_of_token_sequence
+
+
 def part_authors(args: argparse.Namespace, bench: Any, emit: Any) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -262,6 +280,7 @@ def part_authors(args: argparse.Namespace, bench: Any, emit: Any) -> None:
     lay = layout(bench, design(args, off, 0))
     args.statistic = "full"  # the authors' statistic
     ours = test_block(load(canary.target_spec), bench, args, off, 0)
+    theirs = authors_function(args.authors_repo)
     model = AutoModelForCausalLM.from_pretrained(canary.model_dir).eval()
     tok = AutoTokenizer.from_pretrained(canary.model_dir)
     units = serialise(bench, "jsonl")
@@ -269,12 +288,29 @@ def part_authors(args: argparse.Namespace, bench: Any, emit: Any) -> None:
     for s, ids in enumerate(lay.item_ids):
         shard = units[start : start + len(ids)]
         start += len(ids)
-        canon = authors_shard_logprob(model, tok, shard)
         perms = shard_permutations(len(shard), lay.design.permutations, 0, s)
-        mean = sum(authors_shard_logprob(model, tok, [shard[j] for j in p]) for p in perms) / len(perms)
+        if theirs is None:
+            canon = authors_shard_logprob(model, tok, shard)
+            mean = sum(authors_shard_logprob(model, tok, [shard[j] for j in p]) for p in perms) / len(perms)
+        else:  # their main(): flatten([t.encode(ex) for ex in shard]), the file's lines as read by readlines()
+            encoded = [tok.encode(ex) for ex in shard]
+            canon = theirs([t for ex in encoded for t in ex], model, device="cpu")
+            mean = sum(theirs([t for j in p for t in encoded[j]], model, device="cpu") for p in perms) / len(perms)
         diffs.append(canon - mean)
     gap = max(abs(a - b) for a, b in zip(diffs, ours["diffs"], strict=True))
-    emit({"part": "authors", "base": args.base, "max_abs_diff_nats": gap, "ours": ours["diffs"], "authors": diffs})
+    how = "their compute_logprob_of_token_sequence" if theirs is not None else "reimplementation of their source"
+    emit(
+        {
+            "part": "authors",
+            "base": args.base,
+            "authors_code": how,
+            "max_abs_diff_nats": gap,
+            "p_t_ours": ours["p_t"],
+            "p_exact_ours": ours["p_exact"],
+            "ours": ours["diffs"],
+            "authors": diffs,
+        }
+    )
 
 
 #: emulator profile -> (target spec form, what ``auto`` reads there)
@@ -401,6 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--successor-tokens", type=int, default=4, help="successor: tokens of the next item per pair")
     p.add_argument("--benchmark", default="gsm8k", choices=("gsm8k", "mmlu"), help="clean: the benchmark tested")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument(
+        "--authors-repo", help="authors: a checkout of tatsu-lab/test_set_contamination (else the reimplementation)"
+    )
     p.add_argument(
         "--profiles",
         nargs="+",
