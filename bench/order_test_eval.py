@@ -410,6 +410,36 @@ def part_api(args: argparse.Namespace, bench: Any, emit: Any) -> None:
             )
 
 
+def summarise(path: str) -> None:
+    """A markdown table of the JSON rows in ``path`` (``--summarise``): one line per part, statistic and
+    test, with its flags, SE, cost and the command and revision that produced it."""
+    print("| part | case | statistic | p-value | flagged | rate ± SE | cost per block or item | command @ revision |")
+    print("|---|---|---|---|---|---|---|---|")
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        if r["part"] == "authors":
+            print(
+                f"| authors | {r['base']} canary, {r['authors_code']} | full | t-test {r['p_t_ours']:.3g} | - | "
+                f"max abs per-shard diff {r['max_abs_diff_nats']:.2g} nats | - | `{r['command']}` @ {r['revision']} |"
+            )
+            continue
+        flagged = round(r["rate"] * r["n"])
+        case = {
+            "canary": f"{r.get('base')} file-order canary, {r.get('dups')} pass(es)",
+            "clean": f"unmodified {r.get('target')}, random {r.get('benchmark', 'gsm8k')} blocks",
+            "null-tiny": "tiny model trained on another block",
+            "api": f"{r.get('profile')} profile, {r.get('kind')}" + (f", {r['dups']} passes" if r.get("dups") else ""),
+        }[r["part"]]
+        cost = f"{r['cpu_s']:.0f} CPU-s" if "cpu_s" in r else ""
+        if r["part"] == "api":
+            cost = f"${r['usd_per_item']:.5f}/item, {r['requests_per_item']:.1f} requests/item"
+        test = "exact" if r["test"] == "flag_exact" else "t-test"
+        print(
+            f"| {r['part']} | {case}, {r['settings']['items']} items | {r.get('statistic')} | {test} | "
+            f"{flagged}/{r['n']} | {r['rate']:.2f} ± {r['se']:.2f} | {cost} | `{r['command']}` @ {r['revision']} |"
+        )
+
+
 PARTS = {
     "null-tiny": part_null_tiny,
     "canary": part_canary,
@@ -451,8 +481,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clean-target", default="smollm2")
     p.add_argument("--cache", default=None, help="canary cache folder")
     p.add_argument("--out", help="append JSON rows here")
+    p.add_argument("--summarise", metavar="JSONL", help="print a markdown table of the rows in JSONL and stop")
     args = p.parse_args(argv)
     announce(argv)
+    if args.summarise:
+        summarise(args.summarise)
+        return 0
     import torch
 
     torch.set_num_threads(args.threads)
