@@ -139,7 +139,7 @@ def test_plan_prices_the_scored_pairs_only(tiny_llama_dir, small, monkeypatch) -
     assert "'inconclusive'" in rule and "14/20" in rule and "--heldout FILE" in rule
 
 
-def test_file_benchmark_without_heldout_runs_through_the_cli(
+def test_file_benchmark_with_heldout_synthetic_runs_through_the_cli(
     tiny_llama_dir, tiny_lm_dir, small, tmp_path: Path, capsys
 ) -> None:
     from blackbox_audit.cli import main
@@ -147,7 +147,8 @@ def test_file_benchmark_without_heldout_runs_through_the_cli(
     rows = [{"question": f"How many {i} cats are in {i + 3} boxes?", "answer": f"{i} cats, so {2 * i} ears."}
             for i in range(64)]  # fmt: skip
     (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    args = ["contamination", "--benchmark", str(tmp_path / "b.jsonl"), "--target", f"hf:{tiny_lm_dir}"]
+    args = ["contamination", "--benchmark", str(tmp_path / "b.jsonl"), "--heldout", "synthetic"]
+    args += ["--target", f"hf:{tiny_lm_dir}"]
     args += ["--generator", f"hf:{tiny_llama_dir}", "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")]
     assert main(args + ["--dry-run"]) == 0
     assert "held-out side SYNTHETIC" in capsys.readouterr().out
