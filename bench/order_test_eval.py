@@ -113,6 +113,14 @@ def flag_rates(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[tup
     return out
 
 
+def emit_rates(emit: Any, rows: list[dict[str, Any]], args: argparse.Namespace, **fields: Any) -> None:
+    """One JSON row per statistic and p-value (``flag_rates``), with ``fields`` naming the part and case."""
+    for stat, key, p, se, cpu in flag_rates(rows, args):
+        emit(
+            {**fields, "statistic": stat, "test": key, "rate": p, "se": se, "n": len(rows), "cpu_s": cpu, "rows": rows}
+        )
+
+
 def build(base: str, seed: int, dups: int, members: int, cache: str) -> Any:
     from blackbox_audit.sim.canary import CanaryOptions, build_canary
 
@@ -153,19 +161,7 @@ def part_null_tiny(args: argparse.Namespace, bench: Any, emit: Any) -> None:
         free_offsets(len(bench), args.items, range(fo["offset"], fo["offset"] + 100), args.blocks, 0)
     ):
         rows.append(test_block(target, bench, args, off, k))
-    for stat, key, p, se, cpu in flag_rates(rows, args):
-        emit(
-            {
-                "part": "null-tiny",
-                "statistic": stat,
-                "test": key,
-                "rate": p,
-                "se": se,
-                "n": len(rows),
-                "cpu_s": cpu,
-                "rows": rows,
-            }
-        )
+    emit_rates(emit, rows, args, part="null-tiny")
 
 
 def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
@@ -180,21 +176,7 @@ def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
                 f"{st}: p_exact={rows[-1][st]['p_exact']:.3g} p_t={rows[-1][st]['p_t']:.3g}" for st in statistics(args)
             )
             print(f"  {args.base} dups={dups} seed={seed}: {ps}", flush=True)
-        for stat, key, p, se, cpu in flag_rates(rows, args):
-            emit(
-                {
-                    "part": "canary",
-                    "base": args.base,
-                    "dups": dups,
-                    "statistic": stat,
-                    "test": key,
-                    "rate": p,
-                    "se": se,
-                    "n": len(rows),
-                    "cpu_s": cpu,
-                    "rows": rows,
-                }
-            )
+        emit_rates(emit, rows, args, part="canary", base=args.base, dups=dups)
 
 
 def part_clean(args: argparse.Namespace, bench: Any, emit: Any) -> None:
@@ -223,21 +205,7 @@ def part_clean(args: argparse.Namespace, bench: Any, emit: Any) -> None:
                 row["recheck"] = test_block(target, load_qa_file(path), args, 0, k)
         rows.append(row)
         print(f"  {args.clean_target} {bench.name} block {off}: p_exact={row['p_exact']:.3g}", flush=True)
-    for stat, key, p, se, cpu in flag_rates(rows, args):
-        emit(
-            {
-                "part": "clean",
-                "target": args.clean_target,
-                "benchmark": bench.name,
-                "statistic": stat,
-                "cpu_s": cpu,
-                "test": key,
-                "rate": p,
-                "se": se,
-                "n": len(rows),
-                "rows": rows,
-            }
-        )
+    emit_rates(emit, rows, args, part="clean", target=args.clean_target, benchmark=bench.name)
 
 
 def authors_shard_logprob(model: Any, tokenizer: Any, items: list[str]) -> float:
