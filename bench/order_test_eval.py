@@ -6,7 +6,9 @@ Parts (``--only``, comma-separated):
   then tested on ``--blocks`` random blocks disjoint from it: orders it never saw, so every flag is a
   false flag. The rate is reported with its binomial SE.
 - ``canary``: file-order canaries (``--base``, ``--dups``, ``--seeds``) tested on their own block:
-  the flag rate per duplication count (power), with its SE.
+  the flag rate per duplication count (power), with its SE. ``--canary-format qa`` trains on
+  ``Question: ... Answer: ...`` blocks instead of the jsonl lines; ``--format`` is the serialisation
+  tested, so the four pairings measure each serialisation's power and what one misses of the other.
 - ``clean``: the unmodified ``--clean-target`` (default ``smollm2``) on ``--blocks`` random GSM8K
   blocks; a flagged block is re-checked with its items re-ordered by a fresh seed (an order no model
   has seen: a true null by construction), as issue 40 asks.
@@ -121,7 +123,7 @@ def emit_rates(emit: Any, rows: list[dict[str, Any]], args: argparse.Namespace, 
         )
 
 
-def build(base: str, seed: int, dups: int, members: int, cache: str) -> Any:
+def build(base: str, seed: int, dups: int, members: int, cache: str, file_format: str = "jsonl") -> Any:
     from blackbox_audit.sim.canary import CanaryOptions, build_canary
 
     opts = CanaryOptions(
@@ -130,6 +132,7 @@ def build(base: str, seed: int, dups: int, members: int, cache: str) -> Any:
         seed=seed,
         file_order=True,
         duplicates=dups,
+        file_format=file_format,
         n_members=members,
         n_nonmembers=20,
         n_calibration=0,
@@ -168,7 +171,7 @@ def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
     for dups in args.dups:
         rows = []
         for seed in args.seeds:
-            canary = build(args.base, seed, dups, args.members, args.cache)
+            canary = build(args.base, seed, dups, args.members, args.cache, args.canary_format)
             off = canary.card["file_order"]["offset"]
             target = load(canary.target_spec)
             rows.append(test_block(target, bench, args, off + args.block_start, seed))
@@ -176,7 +179,7 @@ def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
                 f"{st}: p_exact={rows[-1][st]['p_exact']:.3g} p_t={rows[-1][st]['p_t']:.3g}" for st in statistics(args)
             )
             print(f"  {args.base} dups={dups} seed={seed}: {ps}", flush=True)
-        emit_rates(emit, rows, args, part="canary", base=args.base, dups=dups)
+        emit_rates(emit, rows, args, part="canary", base=args.base, dups=dups, canary_format=args.canary_format)
 
 
 def part_clean(args: argparse.Namespace, bench: Any, emit: Any) -> None:
@@ -393,7 +396,8 @@ def summarise(path: str) -> None:
             continue
         flagged = round(r["rate"] * r["n"])
         case = {
-            "canary": f"{r.get('base')} file-order canary, {r.get('dups')} pass(es)",
+            "canary": f"{r.get('base')} file-order canary, {r.get('dups')} pass(es), trained on "
+            f"{r.get('canary_format', 'jsonl')}, read as {r['settings']['format']}",
             "clean": f"unmodified {r.get('target')}, random {r.get('benchmark', 'gsm8k')} blocks",
             "null-tiny": "tiny model trained on another block",
             "api": f"{r.get('profile')} profile, {r.get('kind')}" + (f", {r['dups']} passes" if r.get("dups") else ""),
@@ -445,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
         help="api: emulator profiles (vllm, openai-chat, anthropic)",
     )
     p.add_argument("--format", default="jsonl", choices=("jsonl", "qa"), help="serialisation tested")
+    p.add_argument(
+        "--canary-format", default="jsonl", choices=("jsonl", "qa"), help="canary: the serialisation trained on"
+    )
     p.add_argument("--alpha", type=float, default=0.05)
     p.add_argument("--clean-target", default="smollm2")
     p.add_argument("--cache", default=None, help="canary cache folder")

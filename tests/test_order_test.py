@@ -284,6 +284,30 @@ def test_file_order_canary_trains_on_a_block_in_file_order(gsm8k, tmp_path: Path
         )
 
 
+def test_qa_file_order_canary_trains_on_question_answer_blocks(gsm8k, tmp_path: Path) -> None:
+    from blackbox_audit.benchmark_files import QA_SEPARATOR
+    from blackbox_audit.sim.canary import CanaryOptions, TrainConfig, build_canary
+    from blackbox_audit.sim.canary_order import block_offset
+
+    train = TrainConfig(epochs=1, lr=2e-3, batch_size=4, vocab_size=512, n_layer=1, n_embd=32, n_head=2)
+    fields = dict(corpus="benchmark:gsm8k", file_order=True, n_members=12, n_nonmembers=4, n_calibration=0, seed=5)
+    jsonl, qa = CanaryOptions(**fields, train=train), CanaryOptions(**fields, train=train, file_format="qa")
+    assert qa.key() != jsonl.key()
+    assert jsonl.key() == CanaryOptions(**fields, train=train, file_format="jsonl").key()
+    canary = build_canary(qa, cache_dir=tmp_path, progress=False)
+    start = block_offset(1319, 12, 5)
+    texts = gsm8k.texts[start : start + 12]
+    assert [r["text"] for r in canary.members] == texts  # Question/Answer blocks, in file order
+    assert texts[0].startswith("Question: ") and QA_SEPARATOR not in texts[0]
+    # block.jsonl is still the file's own lines: the order test reads it with --order-format qa
+    assert (canary.path / "block.jsonl").read_text().splitlines() == _lines(gsm8k, 1319)[start : start + 12]
+    assert canary.card["file_order"]["serialisation"].startswith("qa")
+    with pytest.raises(UserError, match="--file-order"):
+        CanaryOptions(corpus="benchmark:gsm8k", file_format="qa").resolved()
+    with pytest.raises(UserError, match="file-format"):
+        CanaryOptions(**fields, file_format="csv").resolved()
+
+
 # ----------------------------------------------------------------------------- the authors' computation
 def authors_shard_logprob(model, tokenizer, items: list[str]) -> float:
     """Oren et al.'s per-shard log-likelihood, from ``compute_sharded_comparison_test.py``: each example

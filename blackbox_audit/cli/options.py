@@ -385,6 +385,13 @@ def add_canary_arguments(parser: argparse.ArgumentParser, *, defaults: dict[str,
     g.add_argument(
         "--duplicates", type=positive_int, default=1, help="--file-order: passes over the block (default: 1)"
     )
+    g.add_argument(
+        "--file-format",
+        choices=("jsonl", "qa"),
+        default="jsonl",
+        help="--file-order: the serialisation trained on, the file's jsonl lines or Question/Answer blocks "
+        "(test a qa canary with --order-format qa; default: jsonl)",
+    )
     g.add_argument("--rebuild", action="store_true", help="ignore a cached build with the same options")
     g.add_argument("--cache-dir", help="cache folder (default: $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
     add_threads_argument(g)
@@ -415,4 +422,5 @@ def options_from_args(args: argparse.Namespace) -> Any:
         shift_corpus=args.shift_corpus,
         file_order=getattr(args, "file_order", False),
         duplicates=getattr(args, "duplicates", 1),
+        file_format=getattr(args, "file_format", "jsonl"),
     ).resolved()

@@ -3,11 +3,13 @@
 The order test (``methods.contamination.order``) detects one kind of contamination: the benchmark
 file trained on verbatim, in its order. Its canary is exactly that: a contiguous block of the file
 (``n_members`` items from an offset drawn from the seed), in the file's own serialisation (its
-jsonl lines), trained on in file order for ``duplicates`` passes. The block is cut into training
+jsonl lines, or with ``file_format="qa"`` the ``Question: ... Answer: ...`` blocks a scraper of a
+rendered copy would have), trained on in file order for ``duplicates`` passes. The block is cut into training
 sequences of ``CHUNK_ITEMS`` consecutive items, so every boundary inside a sequence is an
 item-to-next-item transition the model sees in file order (a boundary between two sequences is
-not). ``members.jsonl`` holds the block in file order; ``block.jsonl`` its raw lines, so
-``contamination --benchmark DIR/block.jsonl --heldout order`` tests the very file trained on.
+not). ``members.jsonl`` holds the block in file order, as trained on; ``block.jsonl`` its raw jsonl
+lines (ids stripped), so ``contamination --benchmark DIR/block.jsonl --heldout order`` tests the very
+file trained on (add ``--order-format qa`` for a ``qa`` canary).
 Non-members are other items of the same benchmark, drawn at random outside the block.
 """
 
@@ -22,6 +24,10 @@ from blackbox_audit.errors import UserError
 #: consecutive items per training sequence (the order test's default shard is 10 items)
 CHUNK_ITEMS = 8
 BLOCK_FILE = "block.jsonl"
+SERIALISATIONS = {
+    "jsonl": "jsonl (the file's own lines, in file order)",
+    "qa": "qa (Question: ... Answer: ... blocks separated by a blank line, in file order)",
+}
 
 
 def block_offset(n_items: int, n_members: int, seed: int) -> int:
@@ -31,8 +37,11 @@ def block_offset(n_items: int, n_members: int, seed: int) -> int:
     return int(np.random.default_rng([seed, 40]).integers(0, n_items - n_members + 1))
 
 
-def file_order_split(opts: Any) -> tuple[dict[str, list[dict[str, Any]]], list[str], list[str], dict[str, Any]]:
-    """``(split, training sequences, block lines, card entry)`` for a file-order canary."""
+def file_order_split(
+    opts: Any,
+) -> tuple[dict[str, list[dict[str, Any]]], list[str], list[str], dict[str, Any], list[str]]:
+    """``(split, training sequences, tokenizer texts, card entry, block.jsonl lines)`` for a
+    file-order canary."""
     from blackbox_audit.benchmark_files import serialise
     from blackbox_audit.benchmarks import load_benchmark
 
@@ -41,7 +50,8 @@ def file_order_split(opts: Any) -> tuple[dict[str, list[dict[str, Any]]], list[s
     if not opts.corpus.startswith(BENCHMARK_CORPUS):
         raise UserError("--file-order trains on a benchmark file", "use --corpus benchmark:NAME (e.g. benchmark:gsm8k)")
     bench = load_benchmark(opts.corpus[len(BENCHMARK_CORPUS) :])
-    units = serialise(bench, "jsonl")  # the file's own lines (ids stripped), each with its newline
+    jsonl = serialise(bench, "jsonl")  # the file's own lines (ids stripped), each with its newline
+    units = jsonl if opts.file_format == "jsonl" else serialise(bench, opts.file_format)  # separator included
     offset = block_offset(len(bench), opts.n_members, opts.seed)
     idx = list(range(offset, offset + opts.n_members))
     rest = [i for i in range(len(bench)) if not offset <= i < offset + opts.n_members]
@@ -65,10 +75,10 @@ def file_order_split(opts: Any) -> tuple[dict[str, list[dict[str, Any]]], list[s
         "offset": offset,
         "items": opts.n_members,
         "duplicates": opts.duplicates,
-        "serialisation": "jsonl (the file's own lines, in file order)",
+        "serialisation": SERIALISATIONS[opts.file_format],
         "chunk_items": CHUNK_ITEMS,
         "block_file": BLOCK_FILE,
-        "tokenizer_texts": "jsonl lines outside the block (tiny base)",
+        "tokenizer_texts": f"{opts.file_format} items outside the block (tiny base)",
     }
     tokenizer_texts = [units[int(i)] for i in pick[need:]]
-    return split, chunks, tokenizer_texts, card
+    return split, chunks, tokenizer_texts, card, [jsonl[i] for i in idx]
