@@ -9,10 +9,14 @@ its dataset, each with a fresh cache folder: the previous default (every applica
 step should not exceed; a reused canary reports the build that made it). ``--whole`` instead times
 the whole ``blackbox-audit demo`` (CPU-s of the child process) with ``--scores`` set to the previous
 list, then with the default list, each with a fresh cache folder (the canary is rebuilt in each).
+``--whole --baseline REV`` also times the whole demo of revision REV, checked out in a temporary git
+worktree and imported from it (its ``adapters/`` and ``fixtures/`` linked where the wheel installs
+them), in the same environment, before today's: the previous release side by side.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/demo_cost.py
     OMP_NUM_THREADS=1 .venv/bin/python bench/demo_cost.py --texts 100   # a loaded machine: a tenth
     OMP_NUM_THREADS=1 .venv/bin/python bench/demo_cost.py --whole
+    OMP_NUM_THREADS=1 .venv/bin/python bench/demo_cost.py --whole --baseline 2e8a9d5^
 """
 
 from __future__ import annotations
@@ -66,16 +70,58 @@ def score_step(canary: Any, names: list[str], texts: int | None = None) -> dict[
     return {"cpu_s": round(cpu, 1), "scores": names, "auc": aucs}
 
 
-def whole(names: list[str] | None) -> float:
-    """CPU-s of one ``blackbox-audit demo`` in a child process (fresh cache and output folders)."""
+def whole(names: list[str] | None, source: Path | None = None) -> float:
+    """CPU-s of one ``blackbox-audit demo`` in a child process (fresh cache and output folders), of
+    the installed package, or of the checkout at ``source`` when given."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
     with tempfile.TemporaryDirectory() as tmp:
         argv = [sys.executable, "-m", "blackbox_audit", "demo", "--out", f"{tmp}/out", "--cache-dir", f"{tmp}/cache"]
         if names is not None:
             argv += ["--scores", ",".join(names)]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env, cwd=source or None)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1)
+
+
+def checkout(rev: str, into: Path) -> str:
+    """Revision ``rev`` as an importable tree at ``into`` (a detached git worktree); its full hash.
+
+    The wheel installs ``adapters/`` and ``fixtures/`` as ``blackbox_audit.adapters`` and
+    ``blackbox_audit.fixtures``; links put them there, so nothing is imported from today's tree
+    (checked in a child process)."""
+    repo = Path(__file__).resolve().parents[1]
+    full = subprocess.run(["git", "rev-parse", rev], cwd=repo, check=True, capture_output=True, text=True)
+    subprocess.run(["git", "worktree", "add", "--detach", str(into), rev], cwd=repo, check=True, capture_output=True)
+    for name in ("adapters", "fixtures"):
+        if (into / name).is_dir() and not (into / "blackbox_audit" / name).exists():
+            (into / "blackbox_audit" / name).symlink_to(into / name, target_is_directory=True)
+    probe = "import blackbox_audit, blackbox_audit.adapters as a; print(blackbox_audit.__file__, a.__file__)"
+    where = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "PYTHONPATH": str(into)},
+        cwd=into,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    if not all(Path(w).resolve().is_relative_to(into.resolve()) for w in where):
+        raise SystemExit(f"the baseline imports from outside its worktree: {where}")
+    return full.stdout.strip()
+
+
+def whole_at(rev: str) -> tuple[str, float]:
+    """``(full hash, CPU-s)`` of revision ``rev``'s whole demo at its own defaults."""
+    repo = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "baseline"
+        try:
+            full = checkout(rev, tree)
+            return full, whole(None, tree)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=repo, capture_output=True)
 
 
 def main() -> None:
@@ -85,6 +131,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--whole", action="store_true", help="time the whole demo twice instead of its score step")
     ap.add_argument("--texts", type=int, help="score step on the first N texts only (the demo scores them all)")
+    ap.add_argument("--baseline", metavar="REV", help="--whole: also time the whole demo of git revision REV")
     args = ap.parse_args()
     announce()
     import torch
@@ -94,9 +141,13 @@ def main() -> None:
     lists = score_lists(load_target(canary.target_spec, device="cpu", progress=False), canary)
     out: dict[str, Any] = {"canary_build_cpu_s": canary.card["cpu_time_s"]}
     if args.whole:
+        if args.baseline:
+            out["baseline_revision"], out["baseline_demo_cpu_s"] = whole_at(args.baseline)
         out["previous_demo_cpu_s"] = whole(lists["previous"])
         out["today_demo_cpu_s"] = whole(None)
         out["ratio"] = round(out["previous_demo_cpu_s"] / out["today_demo_cpu_s"], 2)
+        if args.baseline:
+            out["today_over_baseline"] = round(out["today_demo_cpu_s"] / out["baseline_demo_cpu_s"], 2)
     else:
         for name, names in lists.items():
             out[name] = score_step(canary, names, args.texts)
