@@ -10,12 +10,20 @@ bit, and the AUCs ``auto``/forced updates/``avg`` reach from each (``--init loss
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/em_mia_speed.py --texts 60
     OMP_NUM_THREADS=1 .venv/bin/python bench/em_mia_speed.py --texts 400 --only means
+    OMP_NUM_THREADS=1 .venv/bin/python bench/em_mia_speed.py --texts 400 --floor
+
+``--floor`` runs no matrix: it counts the matrix's multiply-adds (every linear layer and the LM
+head on each text token fed after its prefix, each prefix once, and attention's two products over
+the context), times a one-thread fp32 matmul to measure this machine's peak, and prints the least
+time the matrix could take at that peak on one core and on every core: a lower bound, since layer
+norms, GELU and the softmaxes are not counted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -65,6 +73,36 @@ def run(path: str, target: Any, texts: list[str]) -> tuple[Any, float]:
     return matrix, cpu
 
 
+def matrix_flops(target: Any, texts: list[str]) -> dict[str, float]:
+    """Matmul FLOPs (2 per multiply-add) of the ``recall_matrix`` forward passes on ``texts``."""
+    from blackbox_audit.methods import em_mia as em
+
+    cfg = target.model.config
+    d, layers, vocab = cfg.n_embd, cfg.n_layer, cfg.vocab_size
+    per_token = layers * 12 * d * d + vocab * d  # qkv, proj, 4d MLP both ways; the LM head
+    lengths = np.array([len(target.tokenize(t)) for t in texts], dtype=float)
+    prefixes = lengths[em.pool_indices(len(texts))]
+    fed = lengths - 1  # a text's last token predicts nothing
+    macs = 0.0
+    for lp in prefixes:
+        macs += lp * per_token + layers * 2 * d * lp * (lp + 1) / 2  # the prefix pass
+        context = lp * fed + fed * (fed + 1) / 2  # keys each fed token attends to, summed
+        macs += fed.sum() * per_token + layers * 2 * d * context.sum()
+    return {"matmul_gflop": 2 * macs / 1e9, "pairs": float(len(prefixes) * len(texts))}
+
+
+def matmul_peak(seconds: float = 2.0) -> float:
+    """One thread's fp32 GFLOP/s on a 512 x 512 product (what ``torch.set_num_threads(1)`` gives)."""
+    import torch
+
+    a, b = torch.randn(512, 512), torch.randn(512, 512)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        torch.mm(a, b)
+        n += 1
+    return 2 * 512**3 * n / (time.perf_counter() - t0) / 1e9
+
+
 def main() -> None:
     from blackbox_audit.adapters import load_target
     from blackbox_audit.sim.canary import CanaryOptions, build_canary
@@ -73,6 +111,7 @@ def main() -> None:
     ap.add_argument("--texts", type=int, default=60, help="first N texts of the canary's dataset (N x N pairs)")
     ap.add_argument("--seed", type=int, default=11, help="tiny canary seed (default 11, the issue's case)")
     ap.add_argument("--only", choices=["records", "means"], help="time one path only")
+    ap.add_argument("--floor", action="store_true", help="the matrix's FLOPs and its least time at peak; no matrix")
     args = ap.parse_args()
     announce()
     import torch
@@ -83,8 +122,15 @@ def main() -> None:
     texts = [r["text"] for r in rows]
     y = np.array([int(r["label"]) for r in rows])
     target = load_target(canary.target_spec, device="cpu", progress=False)
+    if args.floor:
+        out = {"texts": len(texts), **matrix_flops(target, texts), "gflops_one_thread": round(matmul_peak(), 1)}
+        out["least_s_one_core"] = round(out["matmul_gflop"] / out["gflops_one_thread"], 1)
+        out["cores"] = os.cpu_count()
+        out["least_s_every_core"] = round(out["least_s_one_core"] / out["cores"], 1)
+        print(json.dumps(out))
+        return
     init = np.array([float(np.mean(r.logprobs)) for r in target.token_logprobs(texts, progress=False)])
-    out: dict[str, Any] = {"texts": len(texts), "pairs": len(texts) ** 2}
+    out = {"texts": len(texts), "pairs": len(texts) ** 2}
     matrices = {}
     for path in [args.only] if args.only else ["records", "means"]:
         matrices[path], out[f"{path}_cpu_s"] = run(path, target, texts)
