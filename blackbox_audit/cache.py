@@ -138,6 +138,24 @@ class CachedTarget(Target):
             strip_full=not full_distribution,
         )
 
+    def remember_token_logprobs(self, records: Sequence[TokenLogprobs], *, full_distribution: bool) -> None:
+        """Store default-read records computed another way (``scores.compute``'s one-pass read on a
+        white-box target) under ``token_logprobs``'s keys, so a later step is served from the cache
+        as if it had read them itself; an entry already there is kept."""
+        if self.cache is None:
+            return
+        fp = self.fingerprint()
+        for record in records:
+            key = {
+                "schema": SCHEMA_VERSION,
+                "kind": "token_logprobs",
+                "fingerprint": fp,
+                "token_ids": [int(t) for t in self.tokenize(record.text)],
+                "options": {"full_distribution": full_distribution},
+            }
+            if self._read(key) is None:
+                self._write(key, record)
+
     def conditional_logprobs(self, prefix: str, texts: Sequence[str], *, progress: bool = True) -> list[TokenLogprobs]:
         fp = self.fingerprint()
         prefix_ids = [int(t) for t in self.tokenize(prefix)]

@@ -278,3 +278,54 @@ def test_cached_reads_are_keyed_by_their_options(tmp_path) -> None:
         assert len(inner.reads) == 2 and target.stats["hits"] == 1
         assert np.array_equal(first[0].top_logprobs, again[0].top_logprobs) and again[0].meta["from_cache"]
         assert other[0].positions.tolist() == [1, 2]
+
+
+def test_white_box_reads_default_and_top_n_records_in_one_pass(tiny_target, monkeypatch, tmp_path) -> None:
+    """On a white-box target the censored and rank scores' top-n read also answers the plain and
+    full-distribution scores: one forward pass over the texts instead of two, the same bits."""
+    from blackbox_audit.scores import compute as compute_module
+    from blackbox_audit.sim.tiny_models import sample_texts
+
+    texts = sample_texts(12)
+    names = [
+        "loss",
+        "min_k_pp",
+        "m_entropy",
+        "lowercase",
+        "loss_cens",
+        "min_k_cens",
+        "log_rank",
+        "top1_gap",
+        "top_k_hits",
+    ]
+    passes: list[str] = []
+    forward = type(tiny_target)._score_sequences
+
+    def counted(self, seqs, starts, **kw):
+        passes.append(kw["desc"])
+        return forward(self, seqs, starts, **kw)
+
+    monkeypatch.setattr(type(tiny_target), "_score_sequences", counted)
+    one = compute_scores(tiny_target, texts, names)
+    assert len(passes) == 2  # the texts once, their lowercased copies once
+    monkeypatch.setattr(compute_module, "_one_pass", lambda plan, target: None)  # the two-pass path
+    passes.clear()
+    two = compute_scores(tiny_target, texts, names)
+    assert len(passes) == 3
+    for name in names:
+        assert np.array_equal(one[name], two[name]), name  # bit for bit
+    # a read of other positions is not the default read: it keeps its own pass
+    passes.clear()
+    monkeypatch.undo()
+    monkeypatch.setattr(type(tiny_target), "_score_sequences", counted)
+    compute_scores(tiny_target, texts, ["loss", "loss_cens:positions=last4"])
+    assert len(passes) == 2
+    # through the cache, the default records read this way serve a later step without a pass
+    from blackbox_audit.engine.cache import open_cache
+
+    cached = CachedTarget(tiny_target, open_cache(tmp_path))
+    compute_scores(cached, texts, ["min_k_pp", "loss_cens"])
+    passes.clear()
+    later = compute_scores(cached, texts, ["loss", "min_k_pp"])
+    assert passes == [] and np.array_equal(later["min_k_pp"], one["min_k_pp"])
+    cached.cache.close()

@@ -274,12 +274,70 @@ def _read_call(call: FetchCall, target: Target, reference: Target | None, progre
     return target.read_records(items, call.read, full_distribution=call.kind == "full", progress=progress)
 
 
+def _one_pass(plan: RequestPlan, target: Target) -> tuple[FetchCall, FetchCall] | None:
+    """``(default call, top-n call)`` when one forward pass can answer both, else None.
+
+    Why: on a white-box target without chat conditioning, a top-n read of every position is the
+    default read plus each position's top-n list, from the same forward pass
+    (``HFTarget.read_records``); reading both (the demo's censored and rank scores beside the
+    plain ones) ran every text through the model twice. Only when the top-n read has one plain or
+    full call, over the same texts in the same order as one of the default read's: the same
+    batches, so the same bits (the default read's other calls, e.g. lowercased copies, stay apart)."""
+    extra = getattr(getattr(target, "capabilities", None), "extra", None) or {}
+    if not extra.get("white_box") or getattr(target, "chat", None) is not None:
+        return None
+    records = [c for c in plan.calls if c.kind in ("plain", "full")]
+    for read in plan.reads:
+        if read == DEFAULT_READ or read.top < 1 or read.positions is not None:
+            continue
+        mine = [c for c in records if c.read == read]
+        same = [c for c in records if c.read is None and len(mine) == 1 and c.texts == mine[0].texts]
+        if same:
+            return same[0], mine[0]
+    return None
+
+
+def _read_both(
+    pair: tuple[FetchCall, FetchCall], target: Target, progress: bool
+) -> dict[tuple[ReadOptions, Request], Any] | None:
+    """The records of both calls of ``_one_pass`` from one top-n read; None (read them apart) if a
+    record is not exact at every position."""
+    from dataclasses import replace
+
+    from blackbox_audit.types import Status
+
+    default, top = pair
+    assert top.read is not None
+    full = "full" in (default.kind, top.kind)
+    records = target.read_records([(None, t) for t in top.texts], top.read, full_distribution=full, progress=progress)
+    if len(records) != len(top.texts) or any(
+        r.positions is not None or r.requests is not None or any(s != Status.EXACT for s in r.status) for r in records
+    ):
+        return None
+    got: dict[tuple[ReadOptions, Request], Any] = {}
+    derived = []
+    for text, record in zip(top.texts, records, strict=True):
+        got[(top.read, Full(text) if top.kind == "full" else Plain(text))] = record
+        plain = replace(record, top_logprobs=None, full=record.full if default.kind == "full" else None)
+        got[(DEFAULT_READ, Full(text) if default.kind == "full" else Plain(text))] = plain
+        derived.append(replace(plain, meta={k: v for k, v in plain.meta.items() if k != "from_cache"}))
+    remember = getattr(target, "remember_token_logprobs", None)  # a cached target keeps them for later steps
+    if remember is not None:
+        remember(derived, full_distribution=default.kind == "full")
+    return got
+
+
 def _fetch(
     plan: RequestPlan, target: Target, reference: Target | None, progress: bool
 ) -> dict[tuple[ReadOptions, Request], Any]:
     """Every record of the plan, keyed by (read, request)."""
     got: dict[tuple[ReadOptions, Request], Any] = {}
-    for call in plan.calls:
+    calls = list(plan.calls)
+    pair = _one_pass(plan, target)
+    if pair is not None and (both := _read_both(pair, target, progress)) is not None:
+        got.update(both)
+        calls = [c for c in calls if c not in pair]
+    for call in calls:
         read = call.read or DEFAULT_READ
         if call.kind == "samples":
             assert call.sampling is not None
