@@ -279,3 +279,38 @@ def test_records_and_answers_share_one_envelope(cache) -> None:
     CachedTarget(CountingTarget(), cache).token_logprobs(["ab"])
     env = json.loads(cache.get(_key_for("ab")))
     assert set(env) == {"v", "k", "sha256", "data"} and env["k"] == _key_for("ab")
+
+
+def test_record_json_is_the_element_by_element_conversion() -> None:
+    """``TokenLogprobs.to_json`` converts arrays whole (``tolist``); the JSON must be what converting
+    each element gave (the cache's entries and checksums depend on it): float32 values, -inf,
+    NaN top-n entries (null), empty contexts."""
+    import json
+
+    import numpy as np
+
+    from blackbox_audit.types import FullDistribution, Status, Strategy, TokenLogprobs
+
+    lps = np.array([-0.5, -np.inf, -1.25e-7], dtype=np.float32)
+    top = np.array([[-0.1, np.nan], [-0.2, -0.3], [np.nan, np.nan]])
+    full = FullDistribution(np.array([-1.0, -2.0, -3.0]), np.array([0.1, 0.2, 0.3]), np.array([-0.01, 0.0, -0.5]))
+    record = TokenLogprobs(
+        text="a b c d",
+        token_ids=np.array([5, 6, 7], dtype=np.int32),
+        tokens=["b", "c", "d"],
+        logprobs=lps,
+        status=[Status.EXACT] * 3,
+        error_bound=np.zeros(3),
+        strategy=[list(Strategy)[0]] * 3,
+        requests=np.array([1, 2, 3]),
+        full=full,
+        positions=np.array([0, 1, 2]),
+        top_logprobs=top,
+    )
+    got = record.to_json()
+    assert got["logprobs"] == [float(x) for x in lps] and got["token_ids"] == [5, 6, 7]
+    assert got["context_ids"] == [] and got["requests"] == [1, 2, 3] and got["positions"] == [0, 1, 2]
+    assert got["top_logprobs"] == [[-0.1, None], [-0.2, -0.3], [None, None]]
+    assert got["full"]["sum_p_log1mp"] == [-0.01, 0.0, -0.5]
+    assert all(type(x) is float for x in got["logprobs"]) and all(type(x) is int for x in got["token_ids"])
+    assert json.dumps(got) == json.dumps(TokenLogprobs.from_json(json.loads(json.dumps(got))).to_json())
