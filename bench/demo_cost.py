@@ -9,14 +9,15 @@ its dataset, each with a fresh cache folder: the previous default (every applica
 step should not exceed; a reused canary reports the build that made it). ``--whole`` instead times
 the whole ``blackbox-audit demo`` (CPU-s of the child process) with ``--scores`` set to the previous
 list, then with the default list, each with a fresh cache folder (the canary is rebuilt in each).
-``--whole --baseline REV`` also times the whole demo of revision REV, checked out in a temporary git
+``--whole --baseline REV`` instead times the whole demo of revision REV, checked out in a temporary git
 worktree and imported from it (its ``adapters/`` and ``fixtures/`` linked where the wheel installs
-them), in the same environment, before today's: the previous release side by side.
+them), in the same environment, and today's, ``--pairs`` times each in ABBA order (a load that
+drifts weighs on both alike): the previous release side by side, the ratio of means with its SE.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/demo_cost.py
     OMP_NUM_THREADS=1 .venv/bin/python bench/demo_cost.py --texts 100   # a loaded machine: a tenth
     OMP_NUM_THREADS=1 .venv/bin/python bench/demo_cost.py --whole
-    OMP_NUM_THREADS=1 .venv/bin/python bench/demo_cost.py --whole --baseline 2e8a9d5^
+    OMP_NUM_THREADS=1 .venv/bin/python bench/demo_cost.py --whole --baseline 2e8a9d5^ --pairs 2
 """
 
 from __future__ import annotations
@@ -112,16 +113,38 @@ def checkout(rev: str, into: Path) -> str:
     return full.stdout.strip()
 
 
-def whole_at(rev: str) -> tuple[str, float]:
-    """``(full hash, CPU-s)`` of revision ``rev``'s whole demo at its own defaults."""
+def side_by_side(rev: str, pairs: int) -> dict[str, Any]:
+    """Revision ``rev``'s whole demo and today's, ``pairs`` times each, in ABBA order (baseline,
+    today, today, baseline, ...) so that a load that drifts during the run weighs on both alike;
+    each run's CPU-s, the mean of each side and the ratio of the means with its delta-method SE."""
+    import numpy as np
+
     repo = Path(__file__).resolve().parents[1]
+    runs: dict[str, list[float]] = {"baseline": [], "today": []}
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "baseline"
         try:
             full = checkout(rev, tree)
-            return full, whole(None, tree)
+            for i in range(pairs):
+                for side in ("baseline", "today") if i % 2 == 0 else ("today", "baseline"):
+                    runs[side].append(whole(None, tree if side == "baseline" else None))
+                    print(f"  {side}: {runs[side][-1]} CPU-s", file=sys.stderr, flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=repo, capture_output=True)
+    a, b = np.array(runs["baseline"]), np.array(runs["today"])
+    ratio = b.mean() / a.mean()
+    se = float("nan")
+    if pairs > 1:  # delta method on the ratio of two independent means
+        se = ratio * float(np.sqrt(b.var(ddof=1) / pairs / b.mean() ** 2 + a.var(ddof=1) / pairs / a.mean() ** 2))
+    return {
+        "baseline_revision": full,
+        "baseline_demo_cpu_s": runs["baseline"],
+        "today_demo_cpu_s": runs["today"],
+        "baseline_mean": round(float(a.mean()), 1),
+        "today_mean": round(float(b.mean()), 1),
+        "today_over_baseline": round(float(ratio), 3),
+        "se": round(se, 3),
+    }
 
 
 def main() -> None:
@@ -131,10 +154,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--whole", action="store_true", help="time the whole demo twice instead of its score step")
     ap.add_argument("--texts", type=int, help="score step on the first N texts only (the demo scores them all)")
-    ap.add_argument("--baseline", metavar="REV", help="--whole: also time the whole demo of git revision REV")
     ap.add_argument(
-        "--no-previous", action="store_true", help="--whole: skip the demo with the previous score list (~350 CPU-s)"
+        "--baseline", metavar="REV", help="--whole: the whole demo of git revision REV against today's, side by side"
     )
+    ap.add_argument("--pairs", type=int, default=2, help="--baseline: runs of each side, in ABBA order (default 2)")
     args = ap.parse_args()
     announce()
     import torch
@@ -143,16 +166,12 @@ def main() -> None:
     canary = build_canary(CanaryOptions(), progress=False)
     lists = score_lists(load_target(canary.target_spec, device="cpu", progress=False), canary)
     out: dict[str, Any] = {"canary_build_cpu_s": canary.card["cpu_time_s"]}
-    if args.whole:
-        if args.baseline:
-            out["baseline_revision"], out["baseline_demo_cpu_s"] = whole_at(args.baseline)
-        if not args.no_previous:
-            out["previous_demo_cpu_s"] = whole(lists["previous"])
+    if args.whole and args.baseline:
+        out.update(side_by_side(args.baseline, args.pairs))
+    elif args.whole:
+        out["previous_demo_cpu_s"] = whole(lists["previous"])
         out["today_demo_cpu_s"] = whole(None)
-        if not args.no_previous:
-            out["ratio"] = round(out["previous_demo_cpu_s"] / out["today_demo_cpu_s"], 2)
-        if args.baseline:
-            out["today_over_baseline"] = round(out["today_demo_cpu_s"] / out["baseline_demo_cpu_s"], 2)
+        out["ratio"] = round(out["previous_demo_cpu_s"] / out["today_demo_cpu_s"], 2)
     else:
         for name, names in lists.items():
             out[name] = score_step(canary, names, args.texts)
