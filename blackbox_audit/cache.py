@@ -115,21 +115,12 @@ class CachedTarget(Target):
     ) -> list[TokenLogprobs]:
         if full_distribution:
             self.capabilities.require("full_distribution", self.name, "full_distribution=True")
-        fp = self.fingerprint()
-
-        def inputs(ids: list[int], full: bool) -> dict[str, Any]:
-            return {
-                "schema": SCHEMA_VERSION,
-                "kind": "token_logprobs",
-                "fingerprint": fp,
-                "token_ids": ids,
-                "options": {"full_distribution": full},
-            }
 
         def candidates(text: str) -> list[dict[str, Any]]:
-            ids = [int(t) for t in self.tokenize(text)]
             # a full-distribution record answers a plain request too; look for the cheaper one first
-            return [inputs(ids, True)] if full_distribution else [inputs(ids, False), inputs(ids, True)]
+            ids = [int(t) for t in self.tokenize(text)]
+            fulls = [True] if full_distribution else [False, True]
+            return [self._token_key(ids, full) for full in fulls]
 
         return self._cached(
             texts,
@@ -144,17 +135,20 @@ class CachedTarget(Target):
         as if it had read them itself; an entry already there is kept."""
         if self.cache is None:
             return
-        fp = self.fingerprint()
         for record in records:
-            key = {
-                "schema": SCHEMA_VERSION,
-                "kind": "token_logprobs",
-                "fingerprint": fp,
-                "token_ids": [int(t) for t in self.tokenize(record.text)],
-                "options": {"full_distribution": full_distribution},
-            }
+            key = self._token_key([int(t) for t in self.tokenize(record.text)], full_distribution)
             if self._read(key) is None:
                 self._write(key, record)
+
+    def _token_key(self, token_ids: list[int], full_distribution: bool) -> dict[str, Any]:
+        """The cache key inputs of a ``token_logprobs`` record (one recipe for reading and remembering)."""
+        return {
+            "schema": SCHEMA_VERSION,
+            "kind": "token_logprobs",
+            "fingerprint": self.fingerprint(),
+            "token_ids": token_ids,
+            "options": {"full_distribution": full_distribution},
+        }
 
     def conditional_logprobs(self, prefix: str, texts: Sequence[str], *, progress: bool = True) -> list[TokenLogprobs]:
         fp = self.fingerprint()

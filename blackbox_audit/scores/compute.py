@@ -291,7 +291,9 @@ def _one_pass(plan: RequestPlan, target: Target) -> tuple[FetchCall, FetchCall] 
         if read == DEFAULT_READ or read.top < 1 or read.positions is not None:
             continue
         mine = [c for c in records if c.read == read]
-        same = [c for c in records if c.read is None and len(mine) == 1 and c.texts == mine[0].texts]
+        if len(mine) != 1:
+            continue
+        same = [c for c in records if c.read is None and c.texts == mine[0].texts]
         if same:
             return same[0], mine[0]
     return None
