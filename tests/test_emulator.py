@@ -487,28 +487,56 @@ def test_concurrent_requests_match_sequential(target):
 
 
 def test_reads_in_flight_together_are_bitwise_the_reads_served_alone(target):
-    """Issue 41: concurrent reads share a forward pass of one fixed shape per context length, so a
-    row's bytes are those the same read gets alone, whatever else is in the batch or its order."""
-    from blackbox_audit.sim.emulator.backend import READ_ROWS, ModelView
+    """Issue 41: concurrent reads share a forward pass (one padded width per context length, every
+    matrix product at least 16 rows tall, one thread), so a row's bytes are those the same read
+    gets alone, whatever else is in the batch, its size or its order. The default path is this one."""
+    from blackbox_audit.sim.emulator.backend import ModelView
     from blackbox_audit.sim.emulator.batching import width_for
-
-    def view() -> ModelView:
-        return ModelView(target, read_rows=READ_ROWS)
 
     ids = target.tokenize(f"{PROMPT} {PROMPT} {PROMPT}")
     contexts = [ids[:n] for n in (3, 5, 8, 12, 16, 2, 9, 14, 20, 40, 7)]
     assert {width_for(len(c)) for c in contexts} == {16, 24, 48}
-    alone = view()
+    alone = ModelView(target)
     rows_alone = [alone.next_logprobs([c])[0] for c in contexts]
     assert alone.counters()["read_batches"] == len(contexts)
-    together = view()
+    together = ModelView(target)
     rows_together = together.next_logprobs(contexts)  # 9 of width 16 (8 in a pass, then 1), 24, 48
     assert together.counters()["read_batches"] == 4
-    reversed_rows = view().next_logprobs(contexts[::-1])[::-1]
+    reversed_rows = ModelView(target).next_logprobs(contexts[::-1])[::-1]
     for a, b, r in zip(rows_alone, rows_together, reversed_rows, strict=True):
         assert a.dtype == np.float32 and a.tobytes() == b.tobytes() == r.tobytes()
-    # the same distributions as the unbatched model, to fp32 rounding
+    for k in range(2, 8):  # every batch size, each starting elsewhere in the list
+        view = ModelView(target)
+        got = view.next_logprobs(contexts[k - 2 : 2 * k - 2])
+        assert view.counters()["read_batches"] == len({width_for(len(c)) for c in contexts[k - 2 : 2 * k - 2]})
+        assert all(g.tobytes() == a.tobytes() for g, a in zip(got, rows_alone[k - 2 :], strict=False))
+    # the same distributions as the model read at each context's own length, to fp32 rounding
     np.testing.assert_allclose(rows_together, target.next_token_logprobs(contexts), atol=1e-4)
+    before = ModelView(target, read_rows=0)  # the path before: one next_token_logprobs call per read
+    assert before.next_logprobs(contexts[:3]).tobytes() == target.next_token_logprobs(contexts[:3]).tobytes()
+    assert before.counters()["read_batches"] == 0
+
+
+def test_smollm2_reads_are_bitwise_the_same_alone_or_batched_on_two_threads(smollm2_target):
+    """SmolLM2's 1536-wide down projection is summed differently by a two-thread BLAS as the batch
+    grows; a read pass runs on one thread (``batching._one_thread``), so its rows still match, and
+    the caller's thread setting is left as it was."""
+    import torch
+
+    from blackbox_audit.sim.emulator.backend import ModelView
+
+    ids = smollm2_target.tokenize(f"{PROMPT} {PROMPT}")
+    contexts = [ids[:n] for n in (17, 20, 22, 24)]  # one width, 24
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        alone = [ModelView(smollm2_target).next_logprobs([c])[0] for c in contexts]
+        view = ModelView(smollm2_target)
+        together = view.next_logprobs(contexts)
+        assert view.counters()["read_batches"] == 1 and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(alone, together, strict=True))
 
 
 def test_partial_utf8_token_strings(target):

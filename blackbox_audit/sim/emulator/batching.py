@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -109,19 +110,19 @@ class ReadBatcher:
 
     Why: every answer that reports logprobs reads one context, and a recovering client sends many
     at once (``--concurrency``). Batching them naively made a row's fp32 rounding depend on what
-    else was in flight (the batch's shape sets BLAS blocking), so the attempt was reverted. Here
-    every forward pass has one fixed shape per context length: ``rows`` rows (padding rows filled
-    when fewer requests wait) of ``width_for(len(context))`` positions, contexts left-aligned
-    (right-padded: a causal model's real positions never see the padding) with their own
-    attention mask. A row's bytes therefore depend on its own context only, never on its batch or
-    its place in it (``tests/test_emulator.py`` compares bytes alone and in a full batch;
-    ``bench/emulator_reads.py`` measures the throughput). The first waiting request leads, as in
-    ``DecodeBatcher``.
+    else was in flight, so the attempt was reverted. Here a pass holds up to ``rows`` waiting reads
+    of one padded width (``width_for(len(context))``), contexts right-aligned with their own
+    attention mask, and every matrix product sees at least ``MIN_GEMM_ROWS`` rows
+    (``fixed_shape_logprobs``). The BLAS picks a different kernel only below that, so a row's
+    bytes depend on its own context only: never on its batch, its place in it, or whether it ran
+    alone (``tests/test_emulator.py``; ``bench/emulator_reads.py`` measures the throughput). A lone
+    read is the same pass with one row, so the unbatched path and the batched one are one path.
+    The first waiting request leads, as in ``DecodeBatcher``.
     """
 
     def __init__(
         self,
-        forward: Callable[[list, int, int], np.ndarray],
+        forward: Callable[[list, int], np.ndarray],
         *,
         rows: int = 8,
         window_s: float = 0.002,
@@ -165,7 +166,7 @@ class ReadBatcher:
                     for t in batch:
                         self._pending.remove(t)
                 try:
-                    rows = self._forward([t.context for t in batch], self.rows, width)
+                    rows = self._forward([t.context for t in batch], width)
                     for t, row in zip(batch, rows, strict=True):
                         t.row = row
                 except BaseException as exc:  # every read of a failed batch answers the error
@@ -191,33 +192,57 @@ class _Read:
         self.error: BaseException | None = None
 
 
-def fixed_shape_logprobs(
-    model: Any, contexts: Sequence[Sequence[int]], rows: int, width: int, *, device: Any = "cpu"
-) -> np.ndarray:
-    """``log p(. | context)`` of each context from one forward pass of shape ``[rows, width]``.
+#: The fewest rows any matrix product of a read pass sees. Measured with torch 2.13's CPU BLAS on one
+#: thread (the tiny canary's and SmolLM2's shapes, LM heads of 2k-50k tokens): a product of fewer
+#: than 16 rows may take another kernel and round differently; from 16 rows on, a row's bytes are
+#: those it gets in any taller product (``tests/test_emulator.py`` checks it per model). On two
+#: threads the BLAS also splits some sums by height (SmolLM2's 1536-wide down projection), so a
+#: read pass runs on one thread (``_one_thread``; the setting is per calling thread).
+MIN_GEMM_ROWS = 16
 
-    Contexts sit at rows ``0..len-1``, right-aligned (left-padded, with their own attention mask
-    and position ids ``0..n-1``), so every last position is column ``width - 1`` and only it goes
-    through the LM head (``logits_to_keep=1``). Padding rows repeat the first context, so no row
-    is wholly masked. The fp32 log-softmax runs over the fixed ``[rows, V]`` logits."""
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """Torch's intra-op threads set to 1 for the calling thread only (OpenMP's setting is per
+    thread), restored after: other threads keep theirs."""
     import torch
 
-    if not 0 < len(contexts) <= rows or any(not 0 < len(c) <= width for c in contexts):
-        raise ValueError(f"{len(contexts)} contexts do not fit a [{rows}, {width}] batch")
-    filled = [list(c) for c in contexts] + [list(contexts[0])] * (rows - len(contexts))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def fixed_shape_logprobs(
+    model: Any, contexts: Sequence[Sequence[int]], width: int, *, device: Any = "cpu"
+) -> np.ndarray:
+    """``log p(. | context)`` of each context from one forward pass of shape ``[len(contexts), width]``.
+
+    Contexts are right-aligned (left-padded, with their own attention mask and position ids
+    ``0..n-1``), so every last position is column ``width - 1``. The body's products have
+    ``rows x width`` >= 16 rows; the LM head keeps the last ``ceil(16 / rows)`` positions of every
+    row so it too sees >= ``MIN_GEMM_ROWS`` (``ReadBatcher``), and the fp32 log-softmax runs per row.
+    The pass runs on one thread (``MIN_GEMM_ROWS``)."""
+    import torch
+
+    rows = len(contexts)
+    if rows == 0 or any(not 0 < len(c) <= width for c in contexts) or width < MIN_GEMM_ROWS:
+        raise ValueError(f"{rows} contexts do not fit a [{rows}, {width}] pass")
     ids = torch.zeros((rows, width), dtype=torch.long)
     mask = torch.zeros((rows, width), dtype=torch.long)
-    for b, c in enumerate(filled):
+    for b, c in enumerate(contexts):
         ids[b, width - len(c) :] = torch.tensor([int(t) for t in c], dtype=torch.long)
         mask[b, width - len(c) :] = 1
     pos = (mask.cumsum(-1) - 1).clamp_min(0)
-    with torch.inference_mode():
+    with torch.inference_mode(), _one_thread():
         logits = model(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
             position_ids=pos.to(device),
             use_cache=False,
-            logits_to_keep=1,
+            logits_to_keep=-(-MIN_GEMM_ROWS // rows),
         ).logits
         logp = torch.log_softmax(logits[:, -1].float(), dim=-1)
-    return logp[: len(contexts)].cpu().numpy().astype(np.float32, copy=False)
+    return logp.cpu().numpy().astype(np.float32, copy=False)
