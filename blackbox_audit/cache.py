@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 #: part of every key's inputs: bump to make every cached record a miss
 SCHEMA_VERSION = 1
 
+#: Texts whose ids ``CachedTarget.tokenize`` remembers before it starts afresh (bounds its memory).
+_TOKENIZED_TEXTS = 100_000
+
 
 def entry_key(key_inputs: dict[str, Any]) -> str:
     """The cache key: a content hash of everything that determines the answer."""
@@ -61,6 +64,7 @@ class CachedTarget(Target):
         self.tokens_scored = 0
         self._fingerprint: str | None = None
         self._writes_off = False
+        self._token_ids: dict[str, tuple[int, ...]] = {}
 
     # --- delegation -------------------------------------------------------------------
     def __getattr__(self, attr: str) -> Any:
@@ -81,7 +85,15 @@ class CachedTarget(Target):
         return chosen
 
     def tokenize(self, text: str) -> list[int]:
-        return self.inner.tokenize(text)
+        """The wrapped target's ids, remembered per text: every cache lookup tokenizes its text for
+        the key, and a score list asks for the same texts many times (the demo's score step: 5,003
+        lookups of 1,000 texts, 2.5 CPU-s under cProfile)."""
+        ids = self._token_ids.get(text)
+        if ids is None:
+            if len(self._token_ids) >= _TOKENIZED_TEXTS:
+                self._token_ids.clear()
+            ids = self._token_ids[text] = tuple(self.inner.tokenize(text))
+        return list(ids)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.inner.decode(ids)

@@ -314,3 +314,18 @@ def test_record_json_is_the_element_by_element_conversion() -> None:
     assert got["full"]["sum_p_log1mp"] == [-0.01, 0.0, -0.5]
     assert all(type(x) is float for x in got["logprobs"]) and all(type(x) is int for x in got["token_ids"])
     assert json.dumps(got) == json.dumps(TokenLogprobs.from_json(json.loads(json.dumps(got))).to_json())
+
+
+def test_a_text_is_tokenized_once_per_wrapper_and_its_ids_cannot_be_changed_by_a_caller(cache) -> None:
+    """Every lookup tokenizes its text for the key; the wrapper remembers the ids per text."""
+    inner = CountingTarget()
+    seen: list[str] = []
+    tokenize = inner.tokenize
+    inner.tokenize = lambda text: seen.append(text) or tokenize(text)  # type: ignore[method-assign]
+    wrapped = CachedTarget(inner, cache)
+    for _ in range(3):
+        wrapped.token_logprobs(["hello world", "third"])
+    assert seen.count("hello world") == 1 + 1  # the wrapper's key, once; the inner target's own read, once
+    ids = wrapped.tokenize("third")
+    ids.append(0)
+    assert wrapped.tokenize("third") == [ord(c) for c in "third"]

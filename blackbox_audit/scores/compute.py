@@ -105,7 +105,8 @@ def _calls_of(unique: Sequence[Request], read: ReadOptions) -> list[FetchCall]:
     """The batched calls answering ``unique`` (all of one read)."""
     tag = None if read == DEFAULT_READ else read
     full = [r.text for r in unique if isinstance(r, Full)]
-    plain = [r.text for r in unique if isinstance(r, Plain) and Full(r.text) not in unique]
+    covered = set(full)  # a set: a membership test per request in a list was quadratic in the texts
+    plain = [r.text for r in unique if isinstance(r, Plain) and r.text not in covered]
     by_prefix: dict[str, list[str]] = {}
     for r in unique:
         if isinstance(r, Conditional):
