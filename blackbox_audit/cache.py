@@ -358,7 +358,7 @@ class CachedTarget(Target):
             return  # uncacheable: part of it has no value yet (a blocked answer), so a re-run asks again
         key = entry_key(key_inputs)
         try:
-            self.cache.set(key, encode_value(key, record.to_json()))
+            self.cache.set(key, encode_value(key, record.to_json(packed=True)))
         except Exception as exc:
             kind = classify_error(exc)
             if kind == "damaged":

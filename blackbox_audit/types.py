@@ -17,6 +17,7 @@ records written before they existed, and read back as None.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
@@ -121,52 +122,58 @@ class TokenLogprobs:
     def all_exact_or_recovered(self) -> bool:
         return not self.bounded_mask.any()
 
-    # --- serialisation (logprobs.jsonl and the disk cache use the same form) ---
-    def to_json(self) -> dict[str, Any]:
+    # --- serialisation (logprobs.jsonl: lists; the disk cache: the same fields, arrays packed) ---
+    def to_json(self, *, packed: bool = False) -> dict[str, Any]:
+        """The record as JSON-ready data (``logprobs.jsonl``). ``packed``: numeric arrays as
+        little-endian base64 bytes (``_pack``) instead of lists; the disk cache stores this form,
+        since writing each float's decimal text dominated its cost (``from_json`` reads both)."""
         # ``tolist`` gives the same Python floats and ints as converting element by element, at a
         # fraction of the cost: the cache serialises a record per text and read (``bench/demo_cost.py``)
+        floats, ints = (_pack_floats, _pack_ints) if packed else (_floats, _ints)
         out: dict[str, Any] = {
             "text": self.text,
-            "token_ids": _ints(self.token_ids),
+            "token_ids": ints(self.token_ids),
             "tokens": list(self.tokens),
-            "logprobs": _floats(self.logprobs),
+            "logprobs": floats(self.logprobs),
             "status": [s.value for s in self.status],
-            "error_bound": _floats(self.error_bound),
+            "error_bound": floats(self.error_bound),
             "strategy": [s.value for s in self.strategy],
             "context_ids": _ints(self.context_ids),
         }
         if self.requests is not None:
-            out["requests"] = _ints(self.requests)
+            out["requests"] = ints(self.requests)
         if self.full is not None:
-            out["full"] = {f.name: _floats(getattr(self.full, f.name)) for f in fields(self.full)}
+            out["full"] = {f.name: floats(getattr(self.full, f.name)) for f in fields(self.full)}
         if self.meta:
             out["meta"] = self.meta
         if self.positions is not None:
-            out["positions"] = _ints(self.positions)
-        if self.top_logprobs is not None:
+            out["positions"] = ints(self.positions)
+        if self.top_logprobs is not None and packed:
+            out["top_logprobs"] = _pack(self.top_logprobs, "<f8")
+        elif self.top_logprobs is not None:
             rows = np.asarray(self.top_logprobs, dtype=np.float64).tolist()
             out["top_logprobs"] = [[None if x != x else x for x in row] for row in rows]  # NaN -> null
         return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TokenLogprobs:
+        """A record from ``to_json``'s data, in either form (lists, or ``packed`` arrays)."""
         full = d.get("full")
+        tokens = list(d["tokens"])
         return cls(
             text=d["text"],
-            token_ids=np.asarray(d["token_ids"], dtype=np.int64),
-            tokens=list(d["tokens"]),
-            logprobs=np.asarray(d["logprobs"], dtype=np.float64),
+            token_ids=_unpack(d["token_ids"], np.int64),
+            tokens=tokens,
+            logprobs=_unpack(d["logprobs"], np.float64),
             status=[Status(s) for s in d["status"]],
-            error_bound=np.asarray(d["error_bound"], dtype=np.float64),
+            error_bound=_unpack(d["error_bound"], np.float64),
             strategy=[Strategy(s) for s in d["strategy"]],
             context_ids=tuple(d.get("context_ids", ())),
-            requests=None if d.get("requests") is None else np.asarray(d["requests"], dtype=np.int64),
-            full=None
-            if full is None
-            else FullDistribution(**{k: np.asarray(v, dtype=np.float64) for k, v in full.items()}),
+            requests=None if d.get("requests") is None else _unpack(d["requests"], np.int64),
+            full=None if full is None else FullDistribution(**{k: _unpack(v, np.float64) for k, v in full.items()}),
             meta=d.get("meta", {}),
-            positions=None if d.get("positions") is None else np.asarray(d["positions"], dtype=np.int64),
-            top_logprobs=None if d.get("top_logprobs") is None else _top_array(d["top_logprobs"], len(d["token_ids"])),
+            positions=None if d.get("positions") is None else _unpack(d["positions"], np.int64),
+            top_logprobs=None if d.get("top_logprobs") is None else _top_array(d["top_logprobs"], len(tokens)),
         )
 
     def with_meta(self, **meta: Any) -> TokenLogprobs:
@@ -205,8 +212,32 @@ def _ints(values: Any) -> list[int]:
     return np.asarray(values, dtype=np.int64).reshape(-1).tolist()
 
 
-def _top_array(rows: list[list[float | None]], n: int) -> np.ndarray:
-    """``top_logprobs`` from JSON (null = NaN); an empty record keeps its (0, 0) shape."""
+def _pack(values: Any, dtype: str) -> dict[str, Any]:
+    """An array as ``{"dtype", "shape", "b64"}``: its little-endian bytes, exact (NaN and inf kept)."""
+    a = np.ascontiguousarray(values, dtype=dtype)
+    return {"dtype": dtype, "shape": list(a.shape), "b64": base64.b64encode(a.tobytes()).decode("ascii")}
+
+
+def _pack_floats(values: Any) -> dict[str, Any]:
+    return _pack(np.asarray(values).reshape(-1), "<f8")
+
+
+def _pack_ints(values: Any) -> dict[str, Any]:
+    return _pack(np.asarray(values).reshape(-1), "<i8")
+
+
+def _unpack(value: Any, dtype: Any) -> np.ndarray:
+    """A list, or a ``_pack``-ed array, as a native ``dtype`` array."""
+    if isinstance(value, dict):
+        raw = np.frombuffer(base64.b64decode(value["b64"]), dtype=value["dtype"])
+        return raw.astype(dtype).reshape(value["shape"])
+    return np.asarray(value, dtype=dtype)
+
+
+def _top_array(rows: Any, n: int) -> np.ndarray:
+    """``top_logprobs`` from JSON (null = NaN) or packed; an empty record keeps its (0, 0) shape."""
+    if isinstance(rows, dict):
+        return _unpack(rows, np.float64)
     if not rows:
         return np.zeros((n, 0), dtype=np.float64)
     return np.asarray([[np.nan if x is None else x for x in row] for row in rows], dtype=np.float64)

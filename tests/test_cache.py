@@ -281,12 +281,8 @@ def test_records_and_answers_share_one_envelope(cache) -> None:
     assert set(env) == {"v", "k", "sha256", "data"} and env["k"] == _key_for("ab")
 
 
-def test_record_json_is_the_element_by_element_conversion() -> None:
-    """``TokenLogprobs.to_json`` converts arrays whole (``tolist``); the JSON must be what converting
-    each element gave (the cache's entries and checksums depend on it): float32 values, -inf,
-    NaN top-n entries (null), empty contexts."""
-    import json
-
+def _awkward_record():
+    """A record with float32 values, -inf, NaN top-n entries, every optional array and no context."""
     import numpy as np
 
     from blackbox_audit.types import FullDistribution, Status, Strategy, TokenLogprobs
@@ -294,7 +290,7 @@ def test_record_json_is_the_element_by_element_conversion() -> None:
     lps = np.array([-0.5, -np.inf, -1.25e-7], dtype=np.float32)
     top = np.array([[-0.1, np.nan], [-0.2, -0.3], [np.nan, np.nan]])
     full = FullDistribution(np.array([-1.0, -2.0, -3.0]), np.array([0.1, 0.2, 0.3]), np.array([-0.01, 0.0, -0.5]))
-    record = TokenLogprobs(
+    return TokenLogprobs(
         text="a b c d",
         token_ids=np.array([5, 6, 7], dtype=np.int32),
         tokens=["b", "c", "d"],
@@ -307,6 +303,18 @@ def test_record_json_is_the_element_by_element_conversion() -> None:
         positions=np.array([0, 1, 2]),
         top_logprobs=top,
     )
+
+
+def test_record_json_is_the_element_by_element_conversion() -> None:
+    """``TokenLogprobs.to_json`` converts arrays whole (``tolist``); the JSON must be what converting
+    each element gave (logprobs.jsonl, and cache entries of that form, depend on it): float32 values, -inf,
+    NaN top-n entries (null), empty contexts."""
+    import json
+
+    from blackbox_audit.types import TokenLogprobs
+
+    record = _awkward_record()
+    lps = record.logprobs
     got = record.to_json()
     assert got["logprobs"] == [float(x) for x in lps] and got["token_ids"] == [5, 6, 7]
     assert got["context_ids"] == [] and got["requests"] == [1, 2, 3] and got["positions"] == [0, 1, 2]
@@ -329,3 +337,30 @@ def test_a_text_is_tokenized_once_per_wrapper_and_its_ids_cannot_be_changed_by_a
     ids = wrapped.tokenize("third")
     ids.append(0)
     assert wrapped.tokenize("third") == [ord(c) for c in "third"]
+
+
+def test_the_cache_stores_arrays_packed_exactly_and_still_reads_list_entries(cache) -> None:
+    """The cache writes ``to_json(packed=True)`` (arrays as base64 bytes: writing each float's
+    decimal text dominated its cost); it reads back the very values, NaN and -inf included, and an
+    entry of the list form written before still reads as the same record."""
+    import numpy as np
+
+    from blackbox_audit.engine.envelope import encode_value
+    from blackbox_audit.types import TokenLogprobs
+
+    record = _awkward_record()
+    packed = record.to_json(packed=True)
+    assert packed["logprobs"]["dtype"] == "<f8" and packed["top_logprobs"]["shape"] == [3, 2]
+    back = TokenLogprobs.from_json(json.loads(json.dumps(packed)))
+    assert back.to_json() == TokenLogprobs.from_json(record.to_json()).to_json()
+    assert back.token_ids.dtype == np.int64 and back.top_logprobs.dtype == np.float64
+    assert np.isneginf(back.logprobs[1]) and np.isnan(back.top_logprobs[2]).all()
+    back.logprobs[0] = 0.0  # a writable copy, not a view of the decoded bytes
+
+    inner = CountingTarget()
+    first = CachedTarget(inner, cache).token_logprobs(["hello"])[0]
+    env = json.loads(cache.get(_key_for("hello")))
+    assert isinstance(env["data"]["logprobs"], dict)  # stored packed
+    cache.set(_key_for("hello"), encode_value(_key_for("hello"), first.to_json()))  # the list form
+    again = CachedTarget(CountingTarget(), cache)
+    assert same(again.token_logprobs(["hello"])[0], first) and again.stats["hits"] == 1
