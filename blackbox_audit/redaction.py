@@ -102,8 +102,8 @@ def redact_then_cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _scrub_string(value: str) -> str:
-    for secret in registered_secrets():
+def _scrub_string(value: str, secrets: tuple[str, ...] | None = None) -> str:
+    for secret in registered_secrets() if secrets is None else secrets:
         if secret in value:
             value = value.replace(secret, MASK)
     return value
@@ -113,19 +113,24 @@ def scrub_answer(obj: Any) -> Any:
     """A provider answer fit to cache: echoed header fields dropped, registered secrets masked.
 
     Only exact secrets are masked (not key-*shaped* text), so a model's own output is kept as
-    it was unless it literally contains the key.
+    it was unless it literally contains the key. The registry is read once per answer (an answer
+    with top-20 lists holds thousands of strings, and a recovery sends thousands of requests).
     """
+    return _scrub(obj, registered_secrets())
+
+
+def _scrub(obj: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(obj, dict):
         out = {}
         for k, v in obj.items():
             if isinstance(k, str) and k.strip().lower() in ECHOED_HEADER_NAMES:
                 continue
-            out[_scrub_string(k) if isinstance(k, str) else k] = scrub_answer(v)
+            out[_scrub_string(k, secrets) if isinstance(k, str) else k] = _scrub(v, secrets)
         return out
     if isinstance(obj, list):
-        return [scrub_answer(v) for v in obj]
+        return [_scrub(v, secrets) for v in obj]
     if isinstance(obj, str):
-        return _scrub_string(obj)
+        return _scrub_string(obj, secrets)
     return obj
 
 
