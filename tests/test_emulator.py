@@ -445,6 +445,8 @@ def test_cli_rejects_non_local_backend(capsys):
 
     assert main(["emulate", "--backend", "openai:gpt-4o"]) == 2
     assert "not a local model" in capsys.readouterr().err
+    assert main(["emulate", "--backend", "smollm2", "--read-rows", "-1"]) == 2  # before loading any model
+    assert "--read-rows -1 is negative" in capsys.readouterr().err
 
 
 @pytest.mark.slow

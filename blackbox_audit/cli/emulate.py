@@ -16,6 +16,7 @@ from blackbox_audit.errors import UserError
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from blackbox_audit.cli.options import add_threads_argument
+    from blackbox_audit.sim.emulator.backend import READ_ROWS
     from blackbox_audit.sim.emulator.faults import FAULT_KINDS
     from blackbox_audit.sim.emulator.profiles import PROFILES
 
@@ -50,6 +51,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "/v1/batches, the anthropic profile /v1/messages/batches; default 0)",
     )
     p.add_argument("--adapter-cache", help="folder to cache fine-tuned LoRA adapters in (default: train every job)")
+    p.add_argument(
+        "--read-rows",
+        type=int,
+        default=READ_ROWS,
+        help=f"most concurrent logprob reads in one forward pass, each row's bytes the same alone or batched "
+        f"(default {READ_ROWS}); 0: one read per pass at the context's own length, on every torch thread (faster "
+        "for one serial client on a multi-core CPU, docs/api.md)",
+    )
     p.set_defaults(func=run)
 
 
@@ -59,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.backend.split(":", 1)[0] not in ("hf", "gguf", "smollm2"):
         raise UserError(f"--backend '{args.backend}' is not a local model", "use hf:PATH, gguf:PATH or smollm2")
+    if args.read_rows < 0:
+        raise UserError(f"--read-rows {args.read_rows} is negative", "pass 0 (one read per pass) or a positive count")
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port {args.port} is not a port number", "pass 0 (any free port) or 1..65535")
     backend = load_target(args.backend, **({"device": args.device} if args.device else {}))
@@ -78,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
             fine_tune_delay_s=args.fine_tune_delay,
             adapter_cache=args.adapter_cache,
             batch_delay_s=args.batch_delay,
+            read_rows=args.read_rows,
         )
     except OSError as exc:
         raise UserError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}", "pick another --port or 0") from exc
