@@ -488,6 +488,40 @@ def test_concurrent_requests_match_sequential(target):
         assert emu.stats()["by_outcome"] == {"ok": 32}
 
 
+def test_a_serial_reader_never_waits_for_company_and_overlapping_readers_do(monkeypatch):
+    """A lone read waited ``window_s`` (2 ms) for company it never got; the leader now waits only
+    once reads have overlapped lately. Waits are counted, not timed."""
+    import threading
+
+    from blackbox_audit.sim.emulator import batching
+
+    waits: list[float] = []
+    monkeypatch.setattr(batching.time, "sleep", waits.append)
+    second_arrived = threading.Event()
+
+    def forward(contexts: list, width: int) -> np.ndarray:
+        if contexts[0] == [9]:
+            second_arrived.wait(timeout=30)  # hold the first pass until the second read is queued
+        return np.full((len(contexts), 3), float(len(contexts)), dtype=np.float32)
+
+    reads = batching.ReadBatcher(forward, rows=8, window_s=0.002)
+    for _ in range(3):
+        reads.run([[1, 2]])
+    assert waits == [] and reads.batches == 3 and not reads._in_company()
+
+    first = threading.Thread(target=reads.run, args=([[9]],))
+    first.start()
+    while not reads._leading:  # the first read leads and is held inside its pass
+        threading.Event().wait(0.001)
+    second = threading.Thread(target=reads.run, args=([[5, 6]],))
+    second.start()
+    while not reads._pending:
+        threading.Event().wait(0.001)
+    second_arrived.set()
+    first.join(), second.join()
+    assert reads._in_company() and waits == [0.002]  # the second read, leading next, waited once
+
+
 def test_reads_in_flight_together_are_bitwise_the_reads_served_alone(target):
     """Issue 41: concurrent reads share a forward pass (one padded width per context length, every
     matrix product at least 16 rows tall, one thread), so a row's bytes are those the same read

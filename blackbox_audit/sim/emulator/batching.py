@@ -14,6 +14,7 @@ so a seeded request draws the same tokens whatever shares its batch, up to fp32 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -105,6 +106,10 @@ def width_for(n: int, max_context: int | None = None) -> int:
     return min(w, max_context) if max_context else w
 
 
+#: How long after two reads last overlapped a leading read still waits ``window_s`` for company.
+COMPANY_S = 0.25
+
+
 class ReadBatcher:
     """Concurrent reads (``log p(. | context)``) computed together, each row bitwise the same as alone.
 
@@ -117,7 +122,8 @@ class ReadBatcher:
     bytes depend on its own context only: never on its batch, its place in it, or whether it ran
     alone (``tests/test_emulator.py``; ``bench/emulator_reads.py`` measures the throughput). A lone
     read is the same pass with one row, so the unbatched path and the batched one are one path.
-    The first waiting request leads, as in ``DecodeBatcher``.
+    The first waiting request leads, as in ``DecodeBatcher``; it waits ``window_s`` for others only
+    when reads have overlapped lately (``COMPANY_S``), so a serial client never waits.
     """
 
     def __init__(
@@ -135,6 +141,7 @@ class ReadBatcher:
         self._cond = threading.Condition()
         self._pending: list[_Read] = []
         self._leading = False
+        self._overlap_at = -math.inf  # when a read last arrived while another was in flight
         self.batches = 0
         self.reads = 0
 
@@ -142,6 +149,8 @@ class ReadBatcher:
         """``[len(contexts), V]`` float32 rows, batched with concurrent reads; blocks."""
         tickets = [_Read(list(c), width_for(len(c), self.max_context)) for c in contexts]
         with self._cond:
+            if self._leading or self._pending:
+                self._overlap_at = time.monotonic()
             self._pending.extend(tickets)
             while not all(t.done for t in tickets) and self._leading:
                 self._cond.wait()
@@ -158,7 +167,7 @@ class ReadBatcher:
     def _lead(self, own: list[_Read]) -> None:
         try:
             while not all(t.done for t in own):
-                if self.window_s > 0 and len(self._pending) < self.rows:
+                if self.window_s > 0 and len(self._pending) < self.rows and self._in_company():
                     time.sleep(self.window_s)  # let requests sent together join this batch
                 with self._cond:
                     width = self._pending[0].width  # the oldest read's width goes first
@@ -182,6 +191,11 @@ class ReadBatcher:
             with self._cond:
                 self._leading = False
                 self._cond.notify_all()
+
+    def _in_company(self) -> bool:
+        """Whether reads overlapped lately (``COMPANY_S``): only then is waiting for company worth
+        it; a serial client's lone reads run at once. Timing never changes a row's bytes."""
+        return time.monotonic() - self._overlap_at < COMPANY_S
 
 
 class _Read:
