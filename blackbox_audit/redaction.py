@@ -87,9 +87,7 @@ def redact_text(text: str) -> str:
     """``text`` with every registered secret, header value, Bearer token and URL password masked."""
     if not text:
         return text
-    for secret in registered_secrets():
-        if secret in text:
-            text = text.replace(secret, MASK)
+    text = _scrub_string(text, registered_secrets())
     text = _HEADER_VALUE.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
     text = _BEARER.sub(lambda m: m.group(1) + " " + MASK, text)
     text = _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
@@ -102,8 +100,9 @@ def redact_then_cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _scrub_string(value: str, secrets: tuple[str, ...] | None = None) -> str:
-    for secret in registered_secrets() if secrets is None else secrets:
+def _scrub_string(value: str, secrets: tuple[str, ...]) -> str:
+    """``value`` with each of ``secrets`` (longest first, as registered) masked."""
+    for secret in secrets:
         if secret in value:
             value = value.replace(secret, MASK)
     return value
