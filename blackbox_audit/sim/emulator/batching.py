@@ -256,7 +256,7 @@ def fixed_shape_logprobs(
             attention_mask=mask.to(device),
             position_ids=pos.to(device),
             use_cache=False,
-            logits_to_keep=-(-MIN_GEMM_ROWS // rows),
+            logits_to_keep=math.ceil(MIN_GEMM_ROWS / rows),
         ).logits
         logp = torch.log_softmax(logits[:, -1].float(), dim=-1)
     return logp.cpu().numpy().astype(np.float32, copy=False)
