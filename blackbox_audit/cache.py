@@ -86,8 +86,8 @@ class CachedTarget(Target):
 
     def tokenize(self, text: str) -> list[int]:
         """The wrapped target's ids, remembered per text: every cache lookup tokenizes its text for
-        the key, and a score list asks for the same texts many times (the demo's score step: 5,003
-        lookups of 1,000 texts, 2.5 CPU-s under cProfile)."""
+        the key, and a score list asks for the same texts many times (the demo's score step looks
+        each text up about five times)."""
         ids = self._token_ids.get(text)
         if ids is None:
             if len(self._token_ids) >= _TOKENIZED_TEXTS:
