@@ -87,9 +87,7 @@ def choose_plan(setup_: dict, n_left: tuple[int, int], budget: float, aucs: dict
         items = [SimpleNamespace(side=s, usd=(c, c), requests=(1, 1)) for s, _ in order]
         row = plan_row(plan, items, alpha=alpha, budget_usd=budget, probe_usd=0.0, calibration=setup_["cal"])
         if aucs is not None:
-            from dataclasses import replace
-
-            row = replace(row, item_auc=aucs[plan.key])
+            row = row.with_auc(aucs[plan.key], "pilot")
         rows.append(row)
     return choose(rows, budget_usd=budget, calibration=setup_["cal"]).chosen.plan.key
 

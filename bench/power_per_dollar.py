@@ -69,7 +69,7 @@ import math
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -501,6 +501,48 @@ def clean_flags(pool_ids: list[str], rows, n_side: int, redraws: int, design, se
     return rate, se, float(np.median(bought))
 
 
+def dry_run_choices(
+    spec: str, tokenizer: str, bench: list[Item], held: list[Item], budgets: np.ndarray, work: Path
+) -> dict[str, list[str]]:
+    """The plan ``--score auto`` chooses at each budget, read from the product's own dry-run (the Python
+    API's ``plan()``, nothing sent) on these sides: ``worst_case`` is the shipped rule (the plan nearest
+    the best on every calibration canary), ``lowest_auc`` the rule before it (each plan's lowest AUC over
+    the canaries, the first canary's costs), both chosen among the same priced rows."""
+    import blackbox_audit as ba
+    from blackbox_audit.benchmarks import GSM8K_FILE, _read_jsonl, package_data
+    from blackbox_audit.methods.contamination.score_plans import choose
+
+    raw = _read_jsonl(package_data(GSM8K_FILE))
+    files = []
+    for name, items in (("bench", bench), ("held", held)):
+        path = work / f"dry-run-{name}.jsonl"
+        path.write_text("".join(json.dumps(raw[int(it.id.rsplit("-", 1)[1])]) + "\n" for it in items))
+        files.append(str(path))
+    out: dict[str, list[str]] = {"worst_case": [], "lowest_auc": []}
+    with emulator(spec, "openai-chat", model=PRICE_MODEL) as emu:
+        for budget in budgets:
+            opts = {"cache_dir": work / "dry-run-cache", "pricing": str(work / "pricing.json")}
+            with ba.Session(progress=False, budget_usd=float(budget), **opts) as session:
+                target = ba.target(emu.target_spec, tokenizer=tokenizer)
+                planned = session.audit("contamination", target=target, benchmark=files[0], heldout=files[1]).plan()
+            choice = next(iter(planned.priced.values())).choice
+            out["worst_case"].append(choice.chosen.plan.key)
+            rows = [replace(r, by_canary=(), worst_ratio=None) for r in choice.rows]
+            out["lowest_auc"].append(
+                choose(rows, budget_usd=float(budget), calibration=choice.calibration).chosen.plan.key
+            )
+    return out
+
+
+def default_budget80(choices: list[str], budgets: np.ndarray, cross: dict[str, np.ndarray]) -> tuple[float, str]:
+    """Smallest budget on the grid at which the plan chosen there flags >= 80% of orders (sequential
+    test: a run flags at budget B when its wealth crossed before B was spent), and that plan."""
+    for budget, key in zip(budgets, choices, strict=True):
+        if key in cross and float(np.mean(cross[key] <= budget + 1e-12)) >= 0.8:
+            return float(budget), key
+    return math.inf, ""
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--canary", choices=("tiny", "smollm2"), default="tiny")
@@ -546,6 +588,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--chat-lr", type=float, default=3e-4, help="learning rate of --chat-trained-epochs (3e-4)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--default-budgets",
+        type=int,
+        default=40,
+        help="budgets on which the dry-run's own --score auto choice is read, for the default's B80 (0: skip)",
+    )
     p.add_argument(
         "--emulator",
         action="append",
@@ -672,6 +720,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{design.futility_auc:.2f} (beta {design.futility_beta:g})"
     )
     table = []
+    crossings: dict[str, np.ndarray] = {}
     for pl in plans:
         r = rows[pl.key]
         ids = [it.id for it in audited]
@@ -684,6 +733,7 @@ def main(argv: list[str] | None = None) -> int:
         grid = np.geomspace(max(usd / 4, 1e-7), total, 80)
         b_fixed, _ = fixed_budget(orders, r, a.alpha, grid)
         cross, stop = sequential_spend(orders, r, design)
+        crossings[pl.key] = cross
         b_seq = float(np.quantile(cross, 0.8)) if np.isfinite(cross).mean() >= 0.8 else math.inf
         table.append(
             {
@@ -717,6 +767,39 @@ def main(argv: list[str] | None = None) -> int:
         "bought; seq: the sequential test with stopping and futility on); ratio: loss fixed-sample B80 / plan "
         "sequential B80; every USD figure excludes the one-off probe"
     )
+    defaults = {}
+    if a.default_budgets:
+        usd_all = [t["spend_all_items"] for t in table]
+        budgets = np.geomspace(min(t["usd_per_item"] for t in table) * 4, max(usd_all), a.default_budgets)
+        first = orders[0]
+        bench_ids = [i for s_, i in first if s_ == 0]
+        held_ids = [i for s_, i in first if s_ == 1]
+        by_id = {it.id: it for it in audited + extra}
+        chosen = dry_run_choices(
+            spec, tokenizer, [by_id[i] for i in bench_ids], [by_id[i] for i in held_ids], budgets, work
+        )
+        best = min(t["budget80_sequential"] for t in table)
+        for rule, keys in chosen.items():
+            b80, key = default_budget80(keys, budgets, crossings)
+            ratio = base / b80 if math.isfinite(b80) else 0.0
+            defaults[rule] = {
+                "budget80_sequential": b80,
+                "plan_at_budget80": key,
+                "ratio_vs_default_fixed": ratio,
+                "best_plan_budget80_over_this": best / b80 if math.isfinite(b80) else 0.0,
+                "plans_chosen": sorted(set(keys)),
+            }
+            print(
+                f"default --score auto, rule {rule}: B80 seq {_usd(b80)} (plan chosen there: {key or '-'}); "
+                f"loss fixed-sample B80 / this {ratio:.1f}x; best plan's B80 / this "
+                f"{defaults[rule]['best_plan_budget80_over_this']:.2f}; "
+                f"plans chosen on the grid: {', '.join(sorted(set(keys)))}"
+            )
+        print(
+            f"  (the dry-run's choice at each of {a.default_budgets} budgets from {_usd(budgets[0])} to "
+            f"{_usd(budgets[-1])}, on the first order's sides; its budget includes the one-off probe, the B80s above "
+            "do not)"
+        )
     clean = []
     for pl in clean_plans:
         src = rows[pl.key] if clean_rows is None else clean_rows[pl.key]
@@ -732,7 +815,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         clean.append({"plan": pl.key, "flag_rate": rate, "se": se, "median_items": med, "redraws": a.redraws})
     out = work / f"summary-{a.canary}.json"
-    out.write_text(json.dumps(stamped({"plans": table, "clean": clean, "loss_check": loss_check}, argv), indent=2))
+    out.write_text(
+        json.dumps(
+            stamped({"plans": table, "default": defaults, "clean": clean, "loss_check": loss_check}, argv), indent=2
+        )
+    )
     print(f"summary: {out}")
     if a.write_calibration:
         write_calibration(table, a, canary, command, key.partition("-chat-")[2])

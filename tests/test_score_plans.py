@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,88 @@ def test_the_shipped_calibration_does_not_choose_a_plan_that_fails_on_one_of_its
     assert cal is not None and cal.more, "the shipped calibration should cover more than one canary"
     last4 = ScorePlan("loss", "last4")
     assert cal.auc(last4) == min(c.plans["loss@last4"]["item_auc"] for c in (cal, *cal.more))
+
+
+def _two_canaries(tmp_path: Path, first: dict, second: dict) -> Calibration:
+    path = tmp_path / "two.json"
+    path.write_text(
+        json.dumps(
+            {"source": {"canary": "first"}, "plans": first, "more": [{"source": {"canary": "second"}, "plans": second}]}
+        )
+    )
+    return load_calibration(path)
+
+
+def test_with_two_canaries_the_plan_never_far_from_the_best_wins(tmp_path: Path) -> None:
+    """Plan A is the best on the first canary and useless on the second; B is a little worse on the first
+    and the best on the second. The lowest AUC with the first canary's costs would pick C, which is mediocre
+    on both; the worst-case rule picks B, and records each plan's worst budget ratio and its fits."""
+    a, b, c = ScorePlan("loss", "last4"), ScorePlan("loss", "random4"), ScorePlan("loss", "last8")
+    cal = _two_canaries(
+        tmp_path,
+        {a.key: {"item_auc": 0.70, "miss_share": 0.5}, b.key: {"item_auc": 0.65, "miss_share": 0.5},
+         c.key: {"item_auc": 0.66, "miss_share": 0.5}},
+        {a.key: {"item_auc": 0.55, "miss_share": 0.5}, b.key: {"item_auc": 0.85, "miss_share": 0.5},
+         c.key: {"item_auc": 0.70, "miss_share": 0.5}},
+    )  # fmt: skip
+    one = items(400, (0.001, 0.001))
+    kw = {"alpha": 0.05, "probe_usd": 0.0, "calibration": cal}
+    for budget in (None, 0.2):
+        rows = [plan_row(p, one, budget_usd=budget, **kw) for p in (a, b, c)]
+        assert all(len(r.by_canary) == 2 for r in rows)
+        assert [f.item_auc for f in rows[0].by_canary] == [0.70, 0.55]
+        got = choose(rows, budget_usd=budget, calibration=cal)
+        assert got.chosen.plan == b and "worst-case" in got.rule and "2 calibration canaries" in got.rule
+        ratios = {r.plan.key: r.worst_ratio for r in rows}
+        # same cost everywhere: on each canary the ratio is the squared AUC-margin ratio
+        assert ratios[b.key] == pytest.approx((0.2 / 0.15) ** 2, rel=0.02 if budget else 1e-9)
+        assert ratios[a.key] == pytest.approx((0.35 / 0.05) ** 2, rel=0.02 if budget else 1e-9)
+        assert min(ratios.values()) == ratios[b.key]
+        # the rule before: each plan's lowest AUC (a 0.55, b 0.65, c 0.66): c
+        old = [replace(r, by_canary=(), worst_ratio=None) for r in rows]
+        assert choose(old, budget_usd=budget, calibration=cal).chosen.plan == c
+        text = "\n".join(got.format())
+        assert "worst calibration canary" in text and f"x{ratios[b.key]:.1f}" in text
+        record = got.to_json()["candidates"]
+        assert record[1]["worst_budget_ratio"] == pytest.approx(ratios[b.key])
+        assert [f["canary"] for f in record[1]["by_canary"]] == ["first", "second"]
+
+
+def test_each_canary_prices_recovery_at_its_own_miss_share(tmp_path: Path) -> None:
+    """Full recovery is cheap on a canary whose answer tokens sit in the top-n and dear on one where they
+    do not: the per-canary fits price it at each canary's share, the row's point at the first's."""
+    cal = _two_canaries(
+        tmp_path, {"loss": {"item_auc": 0.7, "miss_share": 0.9}}, {"loss": {"item_auc": 0.99, "miss_share": 0.1}}
+    )
+    row = plan_row(DEFAULT_PLAN, items(50, (0.001, 0.011)), alpha=0.05, budget_usd=None, probe_usd=0.0, calibration=cal)
+    assert row.usd == pytest.approx(0.01) and row.item_auc == 0.7
+    assert [f.usd for f in row.by_canary] == pytest.approx([0.01, 0.002])
+    assert [f.item_auc for f in row.by_canary] == [0.7, 0.99]
+
+
+def test_a_pilots_auc_replaces_the_canaries(tmp_path: Path) -> None:
+    """AUCs measured on the target itself (a pilot's) are one estimate: the choice is plain power per dollar."""
+    a, b = ScorePlan("loss", "last4"), ScorePlan("loss", "random4")
+    cal = _two_canaries(
+        tmp_path,
+        {a.key: {"item_auc": 0.70}, b.key: {"item_auc": 0.65}},
+        {a.key: {"item_auc": 0.55}, b.key: {"item_auc": 0.85}},
+    )
+    one = items(100, (0.001, 0.001))
+    rows = [plan_row(p, one, alpha=0.05, budget_usd=None, probe_usd=0.0, calibration=cal) for p in (a, b)]
+    rows = [rows[0].with_auc(0.9, "pilot"), rows[1].with_auc(0.6, "pilot")]
+    got = choose(rows, budget_usd=None, calibration=cal)
+    assert got.chosen.plan == a and got.rule.startswith("most power per dollar")
+    assert all(r.by_canary == () and r.worst_ratio is None for r in rows)
+
+
+def test_the_shipped_calibration_chooses_no_plan_that_fails_on_one_canary() -> None:
+    """On equal-cost items the shipped canaries rank ``loss@last4`` first on one and far behind on the
+    other; the choice must not be it, and must be the plan of smallest worst-case ratio."""
+    cal = load_calibration()
+    assert cal is not None and cal.more
+    one = items(200, (0.0002, 0.004))
+    rows = [plan_row(p, one, alpha=0.05, budget_usd=None, probe_usd=0.0, calibration=cal) for p in candidate_plans(cal)]
+    got = choose(rows, budget_usd=None, calibration=cal)
+    assert got.chosen.plan != ScorePlan("loss", "last4")
+    assert got.chosen.worst_ratio == min(r.worst_ratio for r in rows)

@@ -570,7 +570,7 @@ class Contamination(Method):
                 )
             )
         if aucs is not None:
-            rows = [replace(r, item_auc=aucs[r.plan.key][0], auc_source=aucs[r.plan.key][1]) for r in rows]
+            rows = [r.with_auc(*aucs[r.plan.key]) for r in rows]
         if mine is not None:
             return forced(rows, mine, budget_usd=budget_usd, calibration=calibration, batch=batch)
         return choose(rows, budget_usd=budget_usd, calibration=calibration, batch=batch)

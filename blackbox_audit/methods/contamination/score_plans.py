@@ -24,6 +24,15 @@ Where the numbers come from, each stated in the dry-run:
   memorised less has a lower ``A`` for every plan; the ranking is what transfers, and the
   detectable rates are stated "at the calibrated AUC". A plan with no calibration is not a
   candidate, except the default ``loss`` (assumed ``ASSUMED_LOSS_AUC``).
+
+**Several canaries: the plan that is never far from the best.** A calibration over several canaries
+is not averaged. Each canary is a possible target: its AUCs and its share of positions outside the
+top-n (which sets what recovery costs) price every plan on this target's items. On each canary a plan
+needs ``(rate / best rate)^2`` times the budget of that canary's best plan for the same detectable
+rate (the rate scales as ``1 / sqrt(budget)`` where the budget binds). ``choose`` takes the plan whose
+worst such ratio over the canaries is smallest (minimax regret). Taking each plan's lowest AUC
+across canaries, with one canary's costs, instead chose ``loss@last8``: 2.0x the best budget on one
+canary and 2.8x on the other. The worst-case rule chooses ``loss@random4``: 2.0x and 1.0x.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -94,6 +103,18 @@ class Calibration:
         row = self.plans.get(plan.key)
         return None if row is None or row.get("miss_share") is None else float(row["miss_share"])
 
+    def own_auc(self, plan: ScorePlan) -> float | None:
+        """``plan``'s AUC on this canary alone (``auc`` takes the lowest over ``more`` too)."""
+        row = self.plans.get(plan.key)
+        return None if row is None or row.get("item_auc") is None else float(row["item_auc"])
+
+    def canaries(self) -> tuple[Calibration, ...]:
+        """Each canary on its own (this one first), for the choice that compares plans canary by canary."""
+        return (replace(self, more=()), *self.more)
+
+    def name(self) -> str:
+        return str(self.source.get("canary", "?"))
+
     def describe(self) -> str:
         s = self.source
         own = f"{s.get('canary', '?')} behind the emulator's {s.get('profile', '?')} profile ({s.get('date', '?')})"
@@ -128,10 +149,39 @@ def candidate_plans(calibration: Calibration | None) -> list[ScorePlan]:
     return plans
 
 
+@dataclass(frozen=True)
+class CanaryFit:
+    """A plan priced on this target as one calibration canary measured it: its AUC there, the USD per
+    item at that canary's share of positions outside the top-n, the items the budget buys and the
+    rate they detect (fixed-sample test)."""
+
+    canary: str
+    item_auc: float
+    usd: float
+    items: tuple[int, int]
+    detectable: float
+
+    @property
+    def per_dollar(self) -> float:
+        gain = max(0.0, self.item_auc - 0.5) ** 2
+        return math.inf if self.usd <= 0 else gain / self.usd
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "canary": self.canary,
+            "item_auc": self.item_auc,
+            "usd_per_item": self.usd,
+            "items_per_side": list(self.items),
+            "detectable_rate": _finite(self.detectable),
+        }
+
+
 @dataclass
 class PlanRow:
     """One candidate priced on the target: per-item USD (range and point), AUC, items at the budget,
-    the detectable rate there (fixed-sample and sequential test) and power per dollar."""
+    the detectable rate there (fixed-sample and sequential test) and power per dollar. ``by_canary``:
+    the same per calibration canary (empty with one canary or none); ``worst_ratio``: set by
+    ``choose``, the most budget this plan needs relative to the best plan on any of them."""
 
     plan: ScorePlan
     usd_range: tuple[float, float]
@@ -145,6 +195,8 @@ class PlanRow:
     alpha: float
     detectable: float = math.inf
     detectable_sequential: float = math.inf
+    by_canary: tuple[CanaryFit, ...] = ()
+    worst_ratio: float | None = None
 
     def __post_init__(self) -> None:
         self.detectable = detectable_rate(*self.items, self.alpha, self.item_auc)
@@ -155,6 +207,11 @@ class PlanRow:
         """``(A - 0.5)^2 / c`` (inf when an item costs nothing)."""
         gain = max(0.0, self.item_auc - 0.5) ** 2
         return math.inf if self.usd <= 0 else gain / self.usd
+
+    def with_auc(self, auc: float, source: str) -> PlanRow:
+        """This row with an AUC measured on the target itself (a pilot's): one estimate, so the
+        canary-by-canary comparison no longer applies."""
+        return replace(self, item_auc=auc, auc_source=source, by_canary=(), worst_ratio=None)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -171,6 +228,8 @@ class PlanRow:
             "detectable_rate": _finite(self.detectable),
             "detectable_rate_sequential": _finite(self.detectable_sequential),
             "power_per_dollar": _finite(self.per_dollar),
+            "worst_budget_ratio": None if self.worst_ratio is None else _finite(self.worst_ratio),
+            "by_canary": [f.to_json() for f in self.by_canary],
         }
 
 
@@ -190,31 +249,46 @@ def plan_row(
     """Price ``plan`` from its dry-run ``items`` (``costs.ItemCost`` in buying order)."""
     lo = [float(r.usd[0]) for r in items]
     hi = [float(r.usd[1]) for r in items]
+    ranged = any(h > l_ + 1e-15 for l_, h in zip(lo, hi, strict=True))
     share = None
-    if any(h > l_ + 1e-15 for l_, h in zip(lo, hi, strict=True)):
+    if ranged:
         measured = None if calibration is None else calibration.miss_share(plan)
         share = ASSUMED_MISS_SHARE if measured is None else measured
-    point = [l_ + (share or 0.0) * (h - l_) for l_, h in zip(lo, hi, strict=True)]
     n = len(items)
+    mean = (lambda xs: float(sum(xs)) / n) if n else (lambda xs: 0.0)
     planned = (sum(1 for r in items if r.side == 0), sum(1 for r in items if r.side == 1))
-    bought = planned
-    if budget_usd is not None:
+
+    def priced(miss: float | None) -> tuple[float, tuple[int, int]]:
+        """Mean USD per item and the items the budget buys with ``miss`` of the positions outside the top-n."""
+        point = [l_ + (miss or 0.0) * (h - l_) for l_, h in zip(lo, hi, strict=True)]
+        if budget_usd is None:
+            return mean(point), planned
         spent, counts = probe_usd, [0, 0]
         for r, usd in zip(items, point, strict=True):
             spent += usd
             if spent > budget_usd + 1e-12:
                 break
             counts[r.side] += 1
-        bought = (counts[0], counts[1])
+        return mean(point), (counts[0], counts[1])
+
+    usd, bought = priced(share)
     auc = None if calibration is None else calibration.auc(plan)
     source = f"measured on {calibration.describe()}" if auc is not None and calibration is not None else ""
     if auc is None:
         auc, source = ASSUMED_LOSS_AUC, f"assumed {ASSUMED_LOSS_AUC:g} (no calibration shipped)"
-    mean = (lambda xs: float(sum(xs)) / n) if n else (lambda xs: 0.0)
+    fits: list[CanaryFit] = []
+    if calibration is not None and calibration.more:
+        for canary in calibration.canaries():
+            own = canary.own_auc(plan)
+            measured = canary.miss_share(plan) if ranged else None
+            miss = share if measured is None else measured
+            c_usd, c_items = priced(miss)
+            c_auc = auc if own is None else own
+            fits.append(CanaryFit(canary.name(), c_auc, c_usd, c_items, detectable_rate(*c_items, alpha, c_auc)))
     return PlanRow(
         plan=plan,
         usd_range=(mean(lo), mean(hi)),
-        usd=mean(point),
+        usd=usd,
         requests=(mean([r.requests[0] for r in items]), mean([r.requests[1] for r in items])),
         miss_share=share,
         item_auc=auc,
@@ -222,6 +296,7 @@ def plan_row(
         items=bought,
         planned=planned,
         alpha=alpha,
+        by_canary=tuple(fits),
     )
 
 
@@ -259,9 +334,12 @@ class PlanChoice:
     def format(self) -> list[str]:
         cal = self.calibration
         priced = ", at the batch price (--batch)" if self.batch else ""
+        ratios = any(r.worst_ratio is not None for r in self.rows)
         lines = [
             f"score plans (per item: USD{priced}, requests; per-item AUC; items per side the budget buys; smallest "
-            "rate detected with 80% power, fixed-sample / sequential test):"
+            "rate detected with 80% power, fixed-sample / sequential test"
+            + ("; budget relative to the best plan on its worst calibration canary" if ratios else "")
+            + "):"
         ]
         for r in self.rows:
             mark = "*" if r is self.chosen else " "
@@ -272,6 +350,7 @@ class PlanChoice:
             lines.append(
                 f" {mark} {r.plan.key:<22} {usd:<30} {req:>11} req  AUC {r.item_auc:.3f}  {r.items[0]:>5} + "
                 f"{r.items[1]:<5}  {_rate(r.detectable)} / {_rate(r.detectable_sequential)}"
+                + ("" if r.worst_ratio is None else f"  {_ratio(r.worst_ratio)}")
             )
         lines.append(f"chosen plan: {self.chosen.plan.key} ({self.rule})")
         lines.append(
@@ -281,6 +360,10 @@ class PlanChoice:
             + "; a model that memorised less has a lower AUC under every plan"
         )
         return lines + self.notes
+
+
+def _ratio(x: float) -> str:
+    return f"x{x:.1f}" if math.isfinite(x) else "never"
 
 
 def _rate(x: float) -> str:
@@ -299,7 +382,24 @@ def choose(
     batch price (recorded and printed)."""
     if not rows:
         raise ValueError("no candidate plans")
-    if budget_usd is not None:
+    worst = worst_ratios(rows, budget_usd)
+    for row, ratio in zip(rows, worst or [None] * len(rows), strict=True):
+        row.worst_ratio = ratio
+    if worst is not None:
+        canaries = len(rows[0].by_canary)
+        if budget_usd is not None:
+            best = min(rows, key=lambda r: (r.worst_ratio, r.detectable, r.usd))
+            rule = (
+                f"smallest worst-case budget ratio to the best plan over the {canaries} calibration canaries, "
+                f"at the ${budget_usd:g} budget"
+            )
+        else:
+            best = min(rows, key=lambda r: (r.worst_ratio, -r.per_dollar, r.usd))
+            rule = (
+                f"smallest worst-case ratio to the best plan's power per dollar over the {canaries} "
+                "calibration canaries"
+            )
+    elif budget_usd is not None:
         best = min(rows, key=lambda r: (r.detectable, r.usd))
         rule = f"smallest contamination rate detectable at the ${budget_usd:g} budget"
     else:
@@ -308,6 +408,35 @@ def choose(
     return PlanChoice(
         rows=list(rows), chosen=best, rule=rule, budget_usd=budget_usd, calibration=calibration, batch=batch
     )
+
+
+def worst_ratios(rows: Sequence[PlanRow], budget_usd: float | None) -> list[float] | None:
+    """Per row, the most budget it needs relative to each calibration canary's best plan (module doc);
+    None when the rows carry fewer than two canaries. With a budget the ratio is ``(rate / best rate)^2``
+    (the detectable rate scales as ``1 / sqrt(budget)``), without one the power-per-dollar ratio; a canary
+    on which no plan detects anything at the budget says nothing and is left out."""
+    n = len(rows[0].by_canary) if rows else 0
+    if n < 2 or any(len(r.by_canary) != n for r in rows):
+        return None
+    worst = [1.0] * len(rows)
+    used = 0
+    for k in range(n):
+        fits = [r.by_canary[k] for r in rows]
+        if budget_usd is not None:
+            need = [f.detectable**2 for f in fits]
+            best = min(need)
+            if not math.isfinite(best):
+                continue
+            ratio = [x / best if best > 0 else (1.0 if x == best else math.inf) for x in need]
+        else:
+            ppd = [f.per_dollar for f in fits]
+            best = max(ppd)
+            if best <= 0:
+                continue
+            ratio = [1.0 if x == best else (best / x if x > 0 else math.inf) for x in ppd]
+        used += 1
+        worst = [max(w, x) for w, x in zip(worst, ratio, strict=True)]
+    return worst if used else None
 
 
 def forced(
