@@ -461,21 +461,36 @@ def fixed_budget(orders, rows, alpha: float, grid: np.ndarray, target: float = 0
     return float(grid[hi]), seen
 
 
-def sequential_spend(orders, rows, design) -> tuple[np.ndarray, np.ndarray]:
-    """Per order: the spend when the e-process crossed (inf if it never did) and when it stopped."""
+def sequential_spend(orders, rows, design, chunk: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Per order: the spend when the e-process crossed (inf if it never did) and when it stopped.
+    ``chunk``: items bought per call (``--batch`` buys ``purchase.BATCH_CHUNK``), so a run that settles
+    inside a chunk has paid for all of it."""
     from blackbox_audit.methods.contamination.sequential import SequentialRankTest
 
     cross, stop = [], []
     for order in orders:
         test = SequentialRankTest(design)
-        spent = 0.0
+        cost = np.cumsum([rows[i]["usd"] for _, i in order])
+        n = len(order)
         for s, i in order:
-            spent += rows[i]["usd"]
             if test.add(s, rows[i]["score"]) != "continue":
                 break
+        bought = len(test.values)
+        spent = float(cost[min(n, -(-bought // chunk) * chunk) - 1]) if bought else 0.0
         cross.append(spent if test.state == "contaminated" else math.inf)
         stop.append(spent)
     return np.asarray(cross), np.asarray(stop)
+
+
+def at_batch_price(rows: dict[str, dict[str, Any]], share: float) -> dict[str, dict[str, Any]]:
+    """Per-item rows re-priced for ``--batch``: each position's first request goes in the provider batch
+    at ``share`` of the price, the bisection rounds after it are sent directly (``engine``'s batch path).
+    Every request of one position resends the same context, so each is taken to cost the same."""
+    out = {}
+    for i, v in rows.items():
+        first = v["positions"] / v["requests"] if v["requests"] else 0.0
+        out[i] = {**v, "usd": v["usd"] * (1.0 - (1.0 - share) * first)}
+    return out
 
 
 def clean_flags(pool_ids: list[str], rows, n_side: int, redraws: int, design, seed: int) -> tuple[float, float, float]:
@@ -502,7 +517,7 @@ def clean_flags(pool_ids: list[str], rows, n_side: int, redraws: int, design, se
 
 
 def dry_run_choices(
-    spec: str, tokenizer: str, bench: list[Item], held: list[Item], budgets: np.ndarray, work: Path
+    spec: str, tokenizer: str, bench: list[Item], held: list[Item], budgets: np.ndarray, work: Path, batch: bool
 ) -> dict[str, list[str]]:
     """The plan ``--score auto`` chooses at each budget, read from the product's own dry-run (the Python
     API's ``plan()``, nothing sent) on these sides: ``worst_case`` is the shipped rule (the plan nearest
@@ -521,7 +536,7 @@ def dry_run_choices(
     out: dict[str, list[str]] = {"worst_case": [], "lowest_auc": []}
     with emulator(spec, "openai-chat", model=PRICE_MODEL) as emu:
         for budget in budgets:
-            opts = {"cache_dir": work / "dry-run-cache", "pricing": str(work / "pricing.json")}
+            opts = {"cache_dir": work / "dry-run-cache", "pricing": str(work / "pricing.json"), "batch": batch}
             with ba.Session(progress=False, budget_usd=float(budget), **opts) as session:
                 target = ba.target(emu.target_spec, tokenizer=tokenizer)
                 planned = session.audit("contamination", target=target, benchmark=files[0], heldout=files[1]).plan()
@@ -535,11 +550,18 @@ def dry_run_choices(
 
 
 def default_budget80(choices: list[str], budgets: np.ndarray, cross: dict[str, np.ndarray]) -> tuple[float, str]:
-    """Smallest budget on the grid at which the plan chosen there flags >= 80% of orders (sequential
-    test: a run flags at budget B when its wealth crossed before B was spent), and that plan."""
-    for budget, key in zip(budgets, choices, strict=True):
-        if key in cross and float(np.mean(cross[key] <= budget + 1e-12)) >= 0.8:
-            return float(budget), key
+    """The smallest budget at which the plan the dry-run chooses there flags >= 80% of orders (sequential
+    test: a run flags at budget B when its wealth crossed before B was spent), and that plan. Between two
+    grid budgets with the same choice the choice is taken to hold, so the answer is that plan's own B80
+    where it falls inside such a stretch."""
+    for k, (budget, key) in enumerate(zip(budgets, choices, strict=True)):
+        c = cross.get(key)
+        if c is None or np.isfinite(c).mean() < 0.8:
+            continue
+        own = float(np.quantile(c, 0.8))
+        start = float(budgets[k - 1]) if k and choices[k - 1] == key else float(budget)
+        if max(start, own) <= budget + 1e-12:
+            return max(start, own), key
     return math.inf, ""
 
 
@@ -591,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--default-budgets",
         type=int,
-        default=40,
+        default=16,
         help="budgets on which the dry-run's own --score auto choice is read, for the default's B80 (0: skip)",
     )
     p.add_argument(
@@ -613,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(a.threads)
     from blackbox_audit.engine import PricingTable
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
+    from blackbox_audit.methods.contamination.purchase import BATCH_CHUNK
     from blackbox_audit.methods.contamination.score_plans import ScorePlan
 
     command = announce(argv)
@@ -633,6 +656,7 @@ def main(argv: list[str] | None = None) -> int:
                         "prompt": price.prompt,
                         "cached_prompt": price.cached_prompt,
                         "completion": price.completion,
+                        **({} if price.batch is None else {"batch": price.batch}),
                     }
                 }
             }
@@ -721,6 +745,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     table = []
     crossings: dict[str, np.ndarray] = {}
+    batch_crossings: dict[str, np.ndarray] = {}
     for pl in plans:
         r = rows[pl.key]
         ids = [it.id for it in audited]
@@ -735,6 +760,12 @@ def main(argv: list[str] | None = None) -> int:
         cross, stop = sequential_spend(orders, r, design)
         crossings[pl.key] = cross
         b_seq = float(np.quantile(cross, 0.8)) if np.isfinite(cross).mean() >= 0.8 else math.inf
+        if price.batch is not None:
+            cross_b, _ = sequential_spend(orders, at_batch_price(r, price.batch), design, chunk=BATCH_CHUNK)
+            batch_crossings[pl.key] = cross_b
+            b_seq_batch = float(np.quantile(cross_b, 0.8)) if np.isfinite(cross_b).mean() >= 0.8 else math.inf
+        else:
+            b_seq_batch = math.inf
         table.append(
             {
                 "plan": pl.key,
@@ -744,6 +775,7 @@ def main(argv: list[str] | None = None) -> int:
                 "item_auc": item_auc,
                 "budget80_fixed": b_fixed,
                 "budget80_sequential": b_seq,
+                "budget80_sequential_batch": b_seq_batch,
                 "flagged_sequential": float(np.isfinite(cross).mean()),
                 "median_spend_sequential": float(np.median(stop)),
                 "spend_all_items": total,
@@ -752,7 +784,7 @@ def main(argv: list[str] | None = None) -> int:
     base = table[0]["budget80_fixed"]
     print(
         f"{'plan':<24} {'req/item':>9} {'USD/item':>10} {'bisected':>8} {'AUC':>6} {'B80 fixed':>10} "
-        f"{'B80 seq':>10} {'seq flags':>9} {'median stop $':>13} {'ratio':>7}"
+        f"{'B80 seq':>10} {'B80 batch':>10} {'seq flags':>9} {'median stop $':>13} {'ratio':>7}"
     )
     for t in table:
         ratio = base / t["budget80_sequential"] if math.isfinite(t["budget80_sequential"]) else 0.0
@@ -760,12 +792,14 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{t['plan']:<24} {t['requests_per_item']:>9.1f} {t['usd_per_item']:>10.5f} {t['miss_share']:>8.1%} "
             f"{t['item_auc']:>6.3f} {_usd(t['budget80_fixed']):>10} {_usd(t['budget80_sequential']):>10} "
+            f"{_usd(t['budget80_sequential_batch']):>10} "
             f"{t['flagged_sequential']:>9.0%} {_usd(t['median_spend_sequential']):>13} {ratio:>7.1f}x"
         )
     print(
         "B80: the budget at which the benchmark is flagged in >= 80% of orders (fixed: one rank test on the items "
-        "bought; seq: the sequential test with stopping and futility on); ratio: loss fixed-sample B80 / plan "
-        "sequential B80; every USD figure excludes the one-off probe"
+        "bought; seq: the sequential test with stopping and futility on; batch: the same with --batch, each "
+        f"position's first request at {price.batch} of the price, bisection direct, {BATCH_CHUNK} items per call); "
+        "ratio: loss fixed-sample B80 / plan sequential B80; every USD figure excludes the one-off probe"
     )
     defaults = {}
     if a.default_budgets:
@@ -775,12 +809,17 @@ def main(argv: list[str] | None = None) -> int:
         bench_ids = [i for s_, i in first if s_ == 0]
         held_ids = [i for s_, i in first if s_ == 1]
         by_id = {it.id: it for it in audited + extra}
-        chosen = dry_run_choices(
-            spec, tokenizer, [by_id[i] for i in bench_ids], [by_id[i] for i in held_ids], budgets, work
-        )
-        best = min(t["budget80_sequential"] for t in table)
+        sides = ([by_id[i] for i in bench_ids], [by_id[i] for i in held_ids])
+        chosen = {
+            f"{rule}{' --batch' if batch else ''}": keys
+            for batch in ((False, True) if price.batch is not None else (False,))
+            for rule, keys in dry_run_choices(spec, tokenizer, *sides, budgets, work, batch).items()
+        }
         for rule, keys in chosen.items():
-            b80, key = default_budget80(keys, budgets, crossings)
+            batch = rule.endswith("--batch")
+            field = "budget80_sequential_batch" if batch else "budget80_sequential"
+            best = min(t[field] for t in table)
+            b80, key = default_budget80(keys, budgets, batch_crossings if batch else crossings)
             ratio = base / b80 if math.isfinite(b80) else 0.0
             defaults[rule] = {
                 "budget80_sequential": b80,
