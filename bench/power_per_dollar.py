@@ -901,9 +901,9 @@ def write_calibration(
         },
     }
     old = json.loads(CALIBRATION_FILE.read_text(encoding="utf-8")) if CALIBRATION_FILE.is_file() else {}
-    if a.canary == "tiny":  # the first canary (its costs place the dry-run's ranges); the others are kept
-        data["more"] = old.get("more", [])
-    else:  # another canary: its AUCs join the first one's (each plan's lowest counts), replacing its own entry
+    if a.canary == "tiny" and a.epochs in (None, TINY_EPOCHS):  # the first canary (its costs place the
+        data["more"] = old.get("more", [])  # dry-run's ranges); the others are kept
+    else:  # another canary (SmolLM2, a tiny one of other epochs) joins the first, replacing its own entry
         more = [m for m in old.get("more", []) if m.get("source", {}).get("canary") != data["source"]["canary"]]
         entry = {"source": data["source"], "plans": data["plans"]}
         data = {**old, "more": [*more, entry]}
