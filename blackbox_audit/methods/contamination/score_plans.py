@@ -30,9 +30,9 @@ is not averaged. Each canary is a possible target: its AUCs and its share of pos
 top-n (which sets what recovery costs) price every plan on this target's items. On each canary a plan
 needs ``(rate / best rate)^2`` times the budget of that canary's best plan for the same detectable
 rate (the rate scales as ``1 / sqrt(budget)`` where the budget binds). ``choose`` takes the plan whose
-worst such ratio over the canaries is smallest (minimax regret). Taking each plan's lowest AUC
-across canaries, with one canary's costs, instead chose ``loss@last8``: 2.0x the best budget on one
-canary and 2.8x on the other. The worst-case rule chooses ``loss@random4``: 2.0x and 1.0x.
+worst such ratio over the canaries is smallest (minimax regret). The rule before it took each plan's
+lowest AUC over the canaries at the first canary's costs, a mix of two models; docs/contamination.md
+compares the two, measured by ``bench/power_per_dollar.py``.
 """
 
 from __future__ import annotations
@@ -82,10 +82,11 @@ class Calibration:
     """Per-plan measurements on a canary (``plans``: key -> ``item_auc``, ``miss_share``, ...) and
     where they come from (``source``: canary, profile, command, git revision, date).
 
-    ``more``: the same measured on other canaries. A plan's AUC is then the lowest of them: a plan
-    that works on one model and fails on another (``loss@last4``: AUC 0.66 on the tiny canary,
-    0.58 on the chat-trained SmolLM2 one, which it never flags) must not win the choice on the one
-    it suits. Costs (``miss_share``) come from the first canary."""
+    ``more``: the same measured on other canaries. ``auc`` (the AUC shown, and the detectable rates
+    stated at it) is the lowest of them, and the row's cost point uses the first canary's
+    ``miss_share``; the choice itself compares the plans canary by canary (``canaries``,
+    ``PlanRow.by_canary``), so a plan that works on one model and fails on another (``loss@last4``)
+    does not win on the one it suits."""
 
     plans: dict[str, dict[str, Any]]
     source: dict[str, Any]
