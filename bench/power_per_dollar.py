@@ -34,7 +34,14 @@ budget the items bought in that order until the budget is spent. Per plan the sc
   before B is spent (its path does not depend on B), so the budget flagging >= 80% of orders is
   the 80th percentile of the spend at the crossing; also the median spend when it stops;
 - the ratio of the current default plan's fixed-sample budget (``loss``, every position
-  recovered) to each plan's sequential budget, side by side in this one run.
+  recovered) to each plan's sequential budget, side by side in this one run;
+- the sequential budget with ``--batch`` (``at_batch_price``: each position's first request at the
+  batch share of the price, the bisection rounds direct; ``BATCH_CHUNK`` items per call);
+- **the default itself**: the plan ``--score auto`` chooses, read from the product's own dry-run at
+  ``--default-budgets`` budgets (``dry_run_choices``), under the shipped rule (worst case over the
+  calibration canaries) and the rule before it (each plan's lowest AUC), with and without
+  ``--batch``; its budget for 80% of orders, its ratio to full recovery and its share of the best
+  plan's power per dollar.
 
 **Clean model.** The plans are also scored on items nobody trained on (tiny: 400 of the
 canary's never-trained items, a canary trained on other items; smollm2: unmodified SmolLM2
