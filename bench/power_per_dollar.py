@@ -556,16 +556,20 @@ def dry_run_choices(
     return out
 
 
+def budget80(cross: np.ndarray) -> float:
+    """The budget at which >= 80% of orders have flagged (their wealth crossed), inf if fewer ever do."""
+    return float(np.quantile(cross, 0.8)) if np.isfinite(cross).mean() >= 0.8 else math.inf
+
+
 def default_budget80(choices: list[str], budgets: np.ndarray, cross: dict[str, np.ndarray]) -> tuple[float, str]:
     """The smallest budget at which the plan the dry-run chooses there flags >= 80% of orders (sequential
     test: a run flags at budget B when its wealth crossed before B was spent), and that plan. Between two
     grid budgets with the same choice the choice is taken to hold, so the answer is that plan's own B80
     where it falls inside such a stretch."""
     for k, (budget, key) in enumerate(zip(budgets, choices, strict=True)):
-        c = cross.get(key)
-        if c is None or np.isfinite(c).mean() < 0.8:
+        own = budget80(cross[key]) if key in cross else math.inf
+        if not math.isfinite(own):
             continue
-        own = float(np.quantile(c, 0.8))
         start = float(budgets[k - 1]) if k and choices[k - 1] == key else float(budget)
         if max(start, own) <= budget + 1e-12:
             return max(start, own), key
@@ -766,11 +770,11 @@ def main(argv: list[str] | None = None) -> int:
         b_fixed, _ = fixed_budget(orders, r, a.alpha, grid)
         cross, stop = sequential_spend(orders, r, design)
         crossings[pl.key] = cross
-        b_seq = float(np.quantile(cross, 0.8)) if np.isfinite(cross).mean() >= 0.8 else math.inf
+        b_seq = budget80(cross)
         if price.batch is not None:
             cross_b, _ = sequential_spend(orders, at_batch_price(r, price.batch), design, chunk=BATCH_CHUNK)
             batch_crossings[pl.key] = cross_b
-            b_seq_batch = float(np.quantile(cross_b, 0.8)) if np.isfinite(cross_b).mean() >= 0.8 else math.inf
+            b_seq_batch = budget80(cross_b)
         else:
             b_seq_batch = math.inf
         table.append(

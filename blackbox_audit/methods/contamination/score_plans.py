@@ -94,8 +94,7 @@ class Calibration:
     more: tuple[Calibration, ...] = ()
 
     def auc(self, plan: ScorePlan) -> float | None:
-        row = self.plans.get(plan.key)
-        own = None if row is None or row.get("item_auc") is None else float(row["item_auc"])
+        own = self.own_auc(plan)
         others = [a for a in (m.auc(plan) for m in self.more) if a is not None]
         values = ([] if own is None else [own]) + others
         return min(values) if values else None
@@ -150,6 +149,12 @@ def candidate_plans(calibration: Calibration | None) -> list[ScorePlan]:
     return plans
 
 
+def power_per_dollar(auc: float, usd: float) -> float:
+    """Power per dollar, ``(A - 0.5)^2 / c`` (inf when an item costs nothing)."""
+    gain = max(0.0, auc - 0.5) ** 2
+    return math.inf if usd <= 0 else gain / usd
+
+
 @dataclass(frozen=True)
 class CanaryFit:
     """A plan priced on this target as one calibration canary measured it: its AUC there, the USD per
@@ -164,8 +169,7 @@ class CanaryFit:
 
     @property
     def per_dollar(self) -> float:
-        gain = max(0.0, self.item_auc - 0.5) ** 2
-        return math.inf if self.usd <= 0 else gain / self.usd
+        return power_per_dollar(self.item_auc, self.usd)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -205,9 +209,7 @@ class PlanRow:
 
     @property
     def per_dollar(self) -> float:
-        """``(A - 0.5)^2 / c`` (inf when an item costs nothing)."""
-        gain = max(0.0, self.item_auc - 0.5) ** 2
-        return math.inf if self.usd <= 0 else gain / self.usd
+        return power_per_dollar(self.item_auc, self.usd)
 
     def with_auc(self, auc: float, source: str) -> PlanRow:
         """This row with an AUC measured on the target itself (a pilot's): one estimate, so the
