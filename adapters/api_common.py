@@ -41,6 +41,7 @@ import numpy as np
 
 from blackbox_audit.engine import RequestEngine, Spending
 from blackbox_audit.engine.batch import BatchOptions, run_batch
+from blackbox_audit.engine.batch_rounds import BatchRounds
 from blackbox_audit.errors import CapabilityError, UserError
 from blackbox_audit.planning.ladder import eps_for_tolerance
 from blackbox_audit.reads import DEFAULT_READ, ReadOptions
@@ -177,6 +178,7 @@ class ApiTarget(Target):
         self.batch: BatchOptions | None = BatchOptions() if engine.spending.options.batch else None
         self.batches: list[dict[str, Any]] = []  # ``BatchOutcome.to_json()`` of every batch bought
         self.batch_notes: list[str] = []
+        self.round_log: list[dict[str, int]] = []  # ``BatchRounds.to_json()`` per scoring call with rounds
         # per recovered text (positions asked, requests beyond 1 per position, top-n misses), stored
         # under ``_stats_keys`` after each batch so that the next dry-run prices from them
         self._measured: list[tuple[int, int, int]] = []
@@ -241,7 +243,15 @@ class ApiTarget(Target):
             "echo_requests": self._echo_requests,
             "positions_by_strategy": dict(self._positions),
             "requests_by_strategy": dict(self._strategy_requests),
-            **({"batches": list(self.batches), "batch_notes": list(self.batch_notes)} if self.batch else {}),
+            **(
+                {
+                    "batches": list(self.batches),
+                    "batch_notes": list(self.batch_notes),
+                    "batch_rounds": list(self.round_log),
+                }
+                if self.batch
+                else {}
+            ),
         }
 
     # ---- scoring
@@ -490,14 +500,38 @@ class ApiTarget(Target):
                 # with --batch this text goes direct and the rest's first requests start from it
                 out.append(await one(*todo[0]))
                 todo = todo[1:]
-            await self._buy_first_requests(todo, sem, progress, reads=bool(width))
-            return out + list(await self.engine.gather(one(*it) for it in todo))
+            rounds = self._batch_rounds(todo, sem, progress, reads=bool(width))
+            if rounds is None:
+                await self._buy_first_requests(todo, sem, progress, reads=bool(width))
+                return out + list(await self.engine.gather(one(*it) for it in todo))
+            self.oracle.rounds = rounds
+            try:
+                return out + list(await self.engine.gather(one(*it) for it in todo))
+            finally:
+                self.oracle.rounds = None
+                self.round_log.append(rounds.to_json())
         finally:
             self.engine.listeners.remove(live)
             bar.close()
             self._store_measured()
             if self.ladder.fixed_first:  # back to learning openings from every answer
                 self.ladder = dataclasses.replace(self.ladder, fixed_first=False, frozen=None)
+
+    def _batch_rounds(
+        self, items: list[tuple[Any, ...]], sem: Semantics, progress: bool, *, reads: bool = False
+    ) -> BatchRounds | None:
+        """``--batch`` with rounds (``EngineOptions.batch_rounds``): the barrier that buys every ladder
+        request of these texts, one provider batch per round of their searches (``engine.batch_rounds``).
+        None when requests go direct, or only the first ones are batched (``_buy_first_requests``):
+        ``--batch-rounds first``, or an echo/prompt-logprobs endpoint, whose one request per text
+        depends on the run's echo statistics."""
+        if self.batch is None or not items or not self.engine.spending.options.batch_rounds:
+            return None
+        if not reads and (sem.prompt_logprobs or (sem.echo and self.cond.api == "completions")):
+            return None
+        return BatchRounds(
+            lambda bodies: self._run_batch(list(bodies), progress), self.oracle.is_cached, self.oracle.send
+        )
 
     async def _buy_first_requests(
         self, items: list[tuple[Any, ...]], sem: Semantics, progress: bool, *, reads: bool = False

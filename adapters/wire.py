@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from blackbox_audit.engine import RequestEngine
+from blackbox_audit.engine.batch_rounds import BatchRounds
 
 from .recovery import OTHER_TOKEN, SENTINEL_CUTOFF, Answer, _clean
 from .tokenizers import TokenTable, reported_bytes
@@ -63,6 +64,9 @@ class ApiOracle:
         # billed prompt tokens beyond the context's own tokens, over ladder requests whose answer
         # reported its usage: the endpoint's template overhead per request (``planning.measured``)
         self.prompt_excess = [0, 0]  # [sum of billed - context tokens, requests]
+        # --batch with rounds: every ladder request waits at this barrier and is bought in its
+        # round's batch (``engine.batch_rounds``); None: requests go straight to the engine
+        self.rounds: BatchRounds | None = None
 
     # ---- request bodies
     def body(self, context: Sequence[int], bias: Mapping[int, float], *, top_n: int | None = None, **extra: Any):
@@ -94,7 +98,16 @@ class ApiOracle:
 
     async def post(self, body: dict[str, Any]) -> dict[str, Any]:
         self.requests += 1
+        if self.rounds is not None:
+            return await self.rounds.post(body)
         return await self.engine.post_json(self.path, body)
+
+    async def send(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` through the engine, cache first (the barrier's way out; not counted again)."""
+        return await self.engine.post_json(self.path, body)
+
+    def is_cached(self, body: dict[str, Any]) -> bool:
+        return self.engine.cached(self.path, body) is not None
 
     async def query(self, context: Sequence[int], bias: Mapping[int, float]) -> Answer:
         data = await self.post(self.body(context, bias))

@@ -5,15 +5,18 @@ canary, e.g. a SmolLM2 one) is served by the provider emulator under ``--profile
 ``openai-chat``: top-20 logprobs from the unbiased distribution, integer biases) and the model
 name ``gpt-4o-mini``, so the bundled ``pricing.json`` prices it (list price, and half of it
 through the Batch API). A seeded subset of its texts, cut to ``--max-tokens`` tokens, is scored
-(``loss``) twice through real HTTP, each time by a fresh ``compat:`` target on a fresh cache:
-**direct** (every request sent at once, list price) and **batch** (``EngineOptions.batch``: each
-position's first request bought in one batch, then the dependent bisection rounds direct).
+(``loss``) three times through real HTTP, each time by a fresh ``compat:`` target on a fresh cache:
+**direct** (every request sent at once, list price), **batch** (``EngineOptions.batch`` with its
+default ``batch_rounds``: every ladder request bought in batches, one per round of the searches,
+``engine.batch_rounds``) and **batch-1st** (``--batch-rounds first``: each position's first request
+bought in one batch, then the dependent bisection rounds direct).
 
 Printed for each run: scored positions, ladder requests (per position), requests sent directly,
-requests bought in the batch, USD (the engine's ledger: batch lines at the batch price, the rest
-at the list price), USD per position, and then the batch/direct cost ratio and the largest
-|loss| difference between the two runs (both are within the recovery's error bounds of the
-truth; the batch run fixes each position's opening flip test in advance, so its searches differ).
+requests bought in batches, batches, USD (the engine's ledger: batch lines at the batch price, the
+rest at the list price), USD per position, and then each batch run's cost over the direct run's and
+the largest |loss| difference from the direct run (all are within the recovery's error bounds of
+the truth; the batch runs' searches differ: batch-1st fixes each opening flip test in advance, the
+rounds learn their statistics in lockstep).
 The probe's requests are not counted (the probe report is read from a shared warm-up cache).
 
 With ``--batch`` the first text is scored directly when the run has learned nothing yet (on
@@ -44,7 +47,7 @@ def sent_to(emu) -> int:
     return sum(by_path.get(p, {}).get("ok", 0) for p in ("/v1/chat/completions", "/v1/completions"))
 
 
-def run_once(emu, tok_dir: str, texts: list[str], batch: bool, probe_cache: str) -> dict:
+def run_once(emu, tok_dir: str, texts: list[str], batch: bool, probe_cache: str, rounds: bool = True) -> dict:
     """Score ``texts`` on a fresh cache holding only the probe report; the run's usage and losses."""
     import shutil
 
@@ -56,7 +59,7 @@ def run_once(emu, tok_dir: str, texts: list[str], batch: bool, probe_cache: str)
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copytree(probe_cache, tmp, dirs_exist_ok=True)
         cache = open_cache(tmp)
-        spending = Spending.start(EngineOptions(concurrency=16, batch=batch))
+        spending = Spending.start(EngineOptions(concurrency=16, batch=batch, batch_rounds=rounds))
         target = load_target(emu.target_spec, tokenizer=tok_dir, spending=spending, cache=cache)
         try:
             before = sent_to(emu)
@@ -74,6 +77,7 @@ def run_once(emu, tok_dir: str, texts: list[str], batch: bool, probe_cache: str)
         "ladder": sum(usage["requests_by_strategy"].values()),
         "sent": sent,
         "batched": batched,
+        "batches": len(usage.get("batches", [])),
         "usd": usage["cost_usd"],
         "loss": np.asarray(table["loss"], dtype=np.float64),
         "wall": wall,
@@ -109,17 +113,24 @@ def main(argv=None) -> int:
         warm = open_cache(probe)  # the probe once, its report shared by both runs
         load_target(emu.target_spec, tokenizer=tok_dir, cache=warm).close()
         warm.close()
-        direct = run_once(emu, tok_dir, texts, False, probe)
-        batch = run_once(emu, tok_dir, texts, True, probe)
-    print(f"{'run':8} {'positions':>9} {'ladder req':>10} {'per pos':>7} {'direct':>7} {'batched':>7} "
+        runs = {
+            "direct": run_once(emu, tok_dir, texts, False, probe),
+            "batch": run_once(emu, tok_dir, texts, True, probe),
+            "batch-1st": run_once(emu, tok_dir, texts, True, probe, rounds=False),
+        }
+    print(f"{'run':9} {'positions':>9} {'ladder req':>10} {'per pos':>7} {'direct':>7} {'batched':>7} {'batches':>7} "
           f"{'USD':>10} {'USD/pos':>10} {'wall s':>7}")  # fmt: skip
-    for name, r in (("direct", direct), ("batch", batch)):
+    for name, r in runs.items():
         print(
-            f"{name:8} {r['positions']:>9} {r['ladder']:>10} {r['ladder'] / r['positions']:>7.2f} {r['sent']:>7} "
-            f"{r['batched']:>7} {r['usd']:>10.6f} {r['usd'] / r['positions']:>10.2e} {r['wall']:>7.1f}"
+            f"{name:9} {r['positions']:>9} {r['ladder']:>10} {r['ladder'] / r['positions']:>7.2f} {r['sent']:>7} "
+            f"{r['batched']:>7} {r['batches']:>7} {r['usd']:>10.6f} {r['usd'] / r['positions']:>10.2e} "
+            f"{r['wall']:>7.1f}"
         )
-    print(f"cost batch/direct: {batch['usd'] / direct['usd']:.3f}")
-    print(f"largest |loss batch - loss direct|: {float(np.max(np.abs(batch['loss'] - direct['loss']))):.4f} nats")
+    direct = runs["direct"]
+    for name in ("batch", "batch-1st"):
+        r = runs[name]
+        diff = float(np.max(np.abs(r["loss"] - direct["loss"])))
+        print(f"{name}: cost / direct {r['usd'] / direct['usd']:.3f}; largest |loss - loss direct| {diff:.4f} nats")
     return 0
 
 

@@ -35,8 +35,12 @@ budget the items bought in that order until the budget is spent. Per plan the sc
   the 80th percentile of the spend at the crossing; also the median spend when it stops;
 - the ratio of the current default plan's fixed-sample budget (``loss``, every position
   recovered) to each plan's sequential budget, side by side in this one run;
-- the sequential budget with ``--batch`` (``at_batch_price``: each position's first request at the
-  batch share of the price, the bisection rounds direct; ``BATCH_CHUNK`` items per call);
+- the sequential budget with ``--batch`` (``at_batch_price``; ``BATCH_CHUNK`` items per call, so a
+  run that settles inside a chunk pays for all of it): with the rounds batched (the default, every
+  request at the batch share of the price, one batch per round) and with ``--batch-rounds first``
+  (each position's first request at the batch share, the bisection rounds direct);
+- ``--check-batch`` items scored through the emulator in one ``--batch`` call under the default's
+  plan: billed USD against the modelled batch price, requests, batches bought (one per round);
 - **the default itself**: the plan ``--score auto`` chooses, read from the product's own dry-run at
   ``--default-budgets`` budgets (``dry_run_choices``), under the shipped rule (worst case over the
   calibration canaries) and the rule before it (each plan's lowest AUC), with and without
@@ -489,15 +493,60 @@ def sequential_spend(orders, rows, design, chunk: int = 1) -> tuple[np.ndarray, 
     return np.asarray(cross), np.asarray(stop)
 
 
-def at_batch_price(rows: dict[str, dict[str, Any]], share: float) -> dict[str, dict[str, Any]]:
-    """Per-item rows re-priced for ``--batch``: each position's first request goes in the provider batch
-    at ``share`` of the price, the bisection rounds after it are sent directly (``engine``'s batch path).
-    Every request of one position resends the same context, so each is taken to cost the same."""
+def at_batch_price(rows: dict[str, dict[str, Any]], share: float, *, rounds: bool = True) -> dict[str, dict[str, Any]]:
+    """Per-item rows re-priced for ``--batch``. ``rounds`` (the default, ``--batch-rounds all``): every
+    request in a provider batch at ``share`` of the price, one batch per round of the searches
+    (``engine.batch_rounds``; the one text a run recovers direct first is left out: one item per run).
+    Without: each position's first request in the batch, the bisection rounds after it direct at the list
+    price; every request of one position resends the same context, so each is taken to cost the same."""
     out = {}
     for i, v in rows.items():
-        first = v["positions"] / v["requests"] if v["requests"] else 0.0
-        out[i] = {**v, "usd": v["usd"] * (1.0 - (1.0 - share) * first)}
+        batched = 1.0 if rounds else (v["positions"] / v["requests"] if v["requests"] else 0.0)
+        out[i] = {**v, "usd": v["usd"] * (1.0 - (1.0 - share) * batched)}
     return out
+
+
+def batch_check(spec: str, tokenizer: str, items: list[Item], plan: Any, work: Path, rows, share: float) -> dict:
+    """``items`` scored under ``plan`` through the emulator in one call with ``--batch`` (rounds batched), as
+    the check buys one chunk: billed USD against the modelled rows at the batch price, requests against the
+    modelled ones, batches bought (one per round), and the largest score difference."""
+    from blackbox_audit.scores.output import compute_output_scores
+
+    kw = {} if plan.positions in (None, "all") else {"positions": plan.positions}
+    with tempfile.TemporaryDirectory() as tmp, emulator(spec, "openai-chat", model=PRICE_MODEL) as emu:
+        ws = open_workspace(tmp, pricing=str(work / "pricing.json"), concurrency=CONCURRENCY, batch=True)
+        try:
+            target = ws.load_target(emu.target_spec, tokenizer=tokenizer)
+            usd0 = target.engine.stats.cost_usd  # after the probe: its requests are not an item's
+            sent0 = _model_requests(emu)
+            table = compute_output_scores(
+                target, [it.prompt for it in items], [it.output for it in items], [plan.score], progress=False, **kw
+            )
+            usage = target.usage()
+            billed = target.engine.stats.cost_usd - usd0
+            direct = _model_requests(emu) - sent0
+        finally:
+            ws.close()
+    batched = sum(b["requests"] for b in usage["batches"])
+    modelled = at_batch_price({it.id: rows[it.id] for it in items}, share)
+    return {
+        "plan": plan.key,
+        "items": len(items),
+        "usd_modelled_over_billed": sum(modelled[it.id]["usd"] for it in items) / billed if billed else math.nan,
+        "requests_modelled_over_sent": sum(rows[it.id]["requests"] for it in items) / (batched + direct),
+        "batches": len(usage["batches"]),
+        "batched_requests": batched,
+        "direct_requests": direct,
+        "max_abs_score_diff": float(
+            max(abs(float(s) - rows[it.id]["score"]) for s, it in zip(table[plan.score], items, strict=True))
+        ),
+    }
+
+
+def _model_requests(emu: Any) -> int:
+    """Model requests the emulator answered directly (not in a batch)."""
+    by_path = emu.stats()["by_path"]
+    return sum(by_path.get(p, {}).get("ok", 0) for p in ("/v1/chat/completions", "/v1/completions"))
 
 
 def clean_flags(pool_ids: list[str], rows, n_side: int, redraws: int, design, seed: int) -> tuple[float, float, float]:
@@ -611,6 +660,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=4,
         help="items scored for real through the emulator under each top-n plan, to check its modelled rows",
+    )
+    p.add_argument(
+        "--check-batch",
+        type=int,
+        default=16,
+        help="items scored through the emulator in one --batch call (rounds batched) under the plan the default "
+        "chooses with --batch, to check the modelled batch price (0: skip)",
     )
     p.add_argument(
         "--chat-trained-epochs",
@@ -775,8 +831,12 @@ def main(argv: list[str] | None = None) -> int:
             cross_b, _ = sequential_spend(orders, at_batch_price(r, price.batch), design, chunk=BATCH_CHUNK)
             batch_crossings[pl.key] = cross_b
             b_seq_batch = budget80(cross_b)
+            first_b, _ = sequential_spend(
+                orders, at_batch_price(r, price.batch, rounds=False), design, chunk=BATCH_CHUNK
+            )
+            b_seq_first = budget80(first_b)
         else:
-            b_seq_batch = math.inf
+            b_seq_batch = b_seq_first = math.inf
         table.append(
             {
                 "plan": pl.key,
@@ -787,6 +847,7 @@ def main(argv: list[str] | None = None) -> int:
                 "budget80_fixed": b_fixed,
                 "budget80_sequential": b_seq,
                 "budget80_sequential_batch": b_seq_batch,
+                "budget80_sequential_batch_first": b_seq_first,
                 "flagged_sequential": float(np.isfinite(cross).mean()),
                 "median_spend_sequential": float(np.median(stop)),
                 "spend_all_items": total,
@@ -795,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
     base = table[0]["budget80_fixed"]
     print(
         f"{'plan':<24} {'req/item':>9} {'USD/item':>10} {'bisected':>8} {'AUC':>6} {'B80 fixed':>10} "
-        f"{'B80 seq':>10} {'B80 batch':>10} {'seq flags':>9} {'median stop $':>13} {'ratio':>7}"
+        f"{'B80 seq':>10} {'B80 batch':>10} {'B80 b.1st':>10} {'seq flags':>9} {'median stop $':>13} {'ratio':>7}"
     )
     for t in table:
         ratio = base / t["budget80_sequential"] if math.isfinite(t["budget80_sequential"]) else 0.0
@@ -803,13 +864,14 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{t['plan']:<24} {t['requests_per_item']:>9.1f} {t['usd_per_item']:>10.5f} {t['miss_share']:>8.1%} "
             f"{t['item_auc']:>6.3f} {_usd(t['budget80_fixed']):>10} {_usd(t['budget80_sequential']):>10} "
-            f"{_usd(t['budget80_sequential_batch']):>10} "
+            f"{_usd(t['budget80_sequential_batch']):>10} {_usd(t['budget80_sequential_batch_first']):>10} "
             f"{t['flagged_sequential']:>9.0%} {_usd(t['median_spend_sequential']):>13} {ratio:>7.1f}x"
         )
     print(
         "B80: the budget at which the benchmark is flagged in >= 80% of orders (fixed: one rank test on the items "
-        "bought; seq: the sequential test with stopping and futility on; batch: the same with --batch, each "
-        f"position's first request at {price.batch} of the price, bisection direct, {BATCH_CHUNK} items per call); "
+        "bought; seq: the sequential test with stopping and futility on; batch: the same with --batch, every "
+        f"request at {price.batch} of the price, one batch per round; b.1st: --batch-rounds first, each position's "
+        f"first request at {price.batch} of the price, bisection direct; both {BATCH_CHUNK} items per call); "
         "ratio: loss fixed-sample B80 / plan sequential B80; every USD figure excludes the one-off probe"
     )
     defaults = {}
@@ -850,6 +912,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{_usd(budgets[-1])}, on the first order's sides; its budget includes the one-off probe, the B80s above "
             "do not)"
         )
+    batch_checked = None
+    plan_key = (defaults.get("worst_case --batch") or {}).get("plan_at_budget80")
+    if a.check_batch > 0 and price.batch is not None and plan_key:
+        pl = next(p_ for p_ in plans if p_.key == plan_key)
+        batch_checked = batch_check(spec, tokenizer, pick[: a.check_batch], pl, work, rows[pl.key], price.batch)
+        c = batch_checked
+        print(
+            f"modelled vs through the emulator with --batch (rounds batched), {c['plan']}: {c['items']} items in one "
+            f"call; USD modelled/billed {c['usd_modelled_over_billed']:.3f}, requests modelled/sent "
+            f"{c['requests_modelled_over_sent']:.3f}; {c['batches']} batches (one per round) holding "
+            f"{c['batched_requests']} requests, {c['direct_requests']} sent direct (the first text, which teaches "
+            f"the search); max |score difference| {c['max_abs_score_diff']:.4f}"
+        )
     clean = []
     for pl in clean_plans:
         src = rows[pl.key] if clean_rows is None else clean_rows[pl.key]
@@ -867,7 +942,17 @@ def main(argv: list[str] | None = None) -> int:
     out = work / f"summary-{a.canary}.json"
     out.write_text(
         json.dumps(
-            stamped({"plans": table, "default": defaults, "clean": clean, "loss_check": loss_check}, argv), indent=2
+            stamped(
+                {
+                    "plans": table,
+                    "default": defaults,
+                    "clean": clean,
+                    "loss_check": loss_check,
+                    "batch_check": batch_checked,
+                },
+                argv,
+            ),
+            indent=2,
         )
     )
     print(f"summary: {out}")

@@ -43,7 +43,17 @@ from blackbox_audit.results import MethodResult
 from blackbox_audit.workspace import Workspace
 
 #: ``Session`` keywords that are engine options (the CLI's engine flags), by ``EngineOptions`` field
-ENGINE_KEYWORDS = ("budget_usd", "max_requests", "rpm", "tpm", "concurrency", "max_retries", "pricing", "batch")
+ENGINE_KEYWORDS = (
+    "budget_usd",
+    "max_requests",
+    "rpm",
+    "tpm",
+    "concurrency",
+    "max_retries",
+    "pricing",
+    "batch",
+    "batch_rounds",
+)
 #: ``heldout=`` values that name a mode of the contamination check rather than a file
 HELDOUT_MODES = ("auto", "known", "synthetic", "order")
 

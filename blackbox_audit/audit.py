@@ -51,6 +51,7 @@ ENGINE_KEYS = (
     "rate_limit_wait_s",
     "pricing",
     "batch",
+    "batch_rounds",
 )
 
 

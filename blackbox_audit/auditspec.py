@@ -62,6 +62,7 @@ AUDIT_KEYS = {
     "rate_limit_wait_s": (int, float),
     "pricing": str,
     "batch": bool,
+    "batch_rounds": bool,
     "report": bool,
 }
 DATA_KEYS = {

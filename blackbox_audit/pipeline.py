@@ -190,8 +190,8 @@ def planning_view_of(ref: TargetRef, workspace: Workspace) -> Any:
     if "pricing" not in options and workspace.engine is not None and workspace.engine.pricing:
         options["pricing"] = workspace.engine.pricing  # the run's price file, as its engine reads it
     view = planning_view(ref.spec, cache=workspace.cache, **options)
-    if view.api and workspace.engine is not None and workspace.engine.batch:
-        view = replace(view, batch=True)
+    if view.api and workspace.engine is not None:
+        view = replace(view, batch=workspace.engine.batch, batch_rounds=workspace.engine.batch_rounds)
     return view
 
 

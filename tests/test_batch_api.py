@@ -4,9 +4,11 @@ Checked here:
 - the emulator's Batch API (files with purpose ``batch``, ``/v1/batches``, the output file) answers
   each line exactly as a direct request, in the ``openai`` package's ``Batch`` shape; a bad input
   file fails the batch;
-- ``score --batch`` on the ``openai-chat`` profile buys every position's first request in one
+- ``score --batch --batch-rounds first`` on the ``openai-chat`` profile buys every position's first request in one
   batch, sends only bisection rounds directly, and gives the scores of a direct run within the
   recovery's error bounds; a re-run buys nothing;
+- ``--batch`` with rounds (the default) buys every ladder request after the first text in batches,
+  one per round of the searches; a run killed while a round is out buys each round once in all;
 - a run killed after submitting its batch resumes that batch without submitting another (its
   id from the request cache; with the cache lost, found by its metadata);
 - the budget is reserved before the batch is created; the dry-run prices both ways.
@@ -150,7 +152,8 @@ def test_score_batch_matches_direct_and_sends_only_dependent_rounds(
         direct_usage = json.loads((tmp_path / "direct" / "run.json").read_text())["target"]["usage"]
         probe = direct_sent - sum(direct_usage["requests_by_strategy"].values())  # the probe's own requests
         emu.reset()
-        assert main(_argv(emu, tiny_lm_dir, data, tmp_path / "c-batch", tmp_path / "batch", "--batch")) == 0
+        first = ("--batch", "--batch-rounds", "first")
+        assert main(_argv(emu, tiny_lm_dir, data, tmp_path / "c-batch", tmp_path / "batch", *first)) == 0
         assert emu.stats()["batches"]["created"] == 1
         usage = json.loads((tmp_path / "batch" / "run.json").read_text())["target"]["usage"]
         (batch,) = usage["batches"]
@@ -175,8 +178,53 @@ def test_score_batch_matches_direct_and_sends_only_dependent_rounds(
 
         # a re-run reads everything from the cache: no batch, no request
         emu.reset()
-        assert main(_argv(emu, tiny_lm_dir, data, tmp_path / "c-batch", tmp_path / "again", "--batch")) == 0
+        assert main(_argv(emu, tiny_lm_dir, data, tmp_path / "c-batch", tmp_path / "again", *first)) == 0
         assert emu.stats()["batches"]["created"] == 1 and emu.stats()["requests"] == 0
+    capsys.readouterr()
+
+
+def test_score_batch_buys_every_round_and_a_killed_run_buys_nothing_twice(
+    tiny_lm_dir, tiny_target, data, tmp_path, capsys
+):
+    """``--batch`` (rounds ``all``, the default) on a bisecting profile: besides the probe, only the
+    first text goes direct (it teaches the search); every later ladder request is bought in a batch,
+    one batch per round. A run killed while a later round's batch is out resumes it and buys the
+    remaining rounds only: across both runs each round is bought once."""
+    with run_emulator(tiny_target, "argmax-only") as emu:
+        assert main(_argv(emu, tiny_lm_dir, data, tmp_path / "c-direct", tmp_path / "direct")) == 0
+        direct_usage = json.loads((tmp_path / "direct" / "run.json").read_text())["target"]["usage"]
+        probe = _sent(emu) - sum(direct_usage["requests_by_strategy"].values())
+        emu.reset()
+        assert main(_argv(emu, tiny_lm_dir, data, tmp_path / "c-whole", tmp_path / "whole", "--batch")) == 0
+        usage = json.loads((tmp_path / "whole" / "run.json").read_text())["target"]["usage"]
+        batches, (rounds,) = usage["batches"], usage["batch_rounds"]
+        assert len(batches) == rounds["batched_rounds"] == rounds["rounds"] >= 3  # one batch per round
+        bought = sum(b["requests"] for b in batches)
+        assert bought == rounds["batched_requests"]
+        assert [b["requests"] for b in batches] == sorted((b["requests"] for b in batches), reverse=True)
+        first_text = len(_tokens(tiny_lm_dir, TEXTS[0])) - 1  # positions of the text that teaches the search
+        direct_ladder = _sent(emu) - probe
+        assert direct_ladder + bought == sum(usage["requests_by_strategy"].values())
+        assert direct_ladder <= first_text * 12  # the first text only (at most 12 requests a position)
+        assert _rows(tmp_path / "whole").keys() == _rows(tmp_path / "direct").keys()
+        for k, v in _rows(tmp_path / "direct").items():
+            assert abs(v - _rows(tmp_path / "whole")[k]) <= 0.02  # within the recovery's bounds
+        whole = [b["requests"] for b in batches]
+
+    with run_emulator(tiny_target, "argmax-only", batch_delay_s=4.0) as emu:
+        argv = _argv(emu, tiny_lm_dir, data, tmp_path / "c-killed", tmp_path / "k", "--batch")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.Popen([sys.executable, "-m", "blackbox_audit", *argv], env=env, stderr=subprocess.PIPE)
+        try:
+            _wait(emu, lambda: len(emu.batches.created) >= 2 or proc.poll() is not None, timeout=240)
+            assert len(emu.batches.created) >= 2, proc.stderr.read().decode() if proc.poll() is not None else ""
+            proc.send_signal(signal.SIGKILL)  # killed while its second round's batch is out
+        finally:
+            proc.wait(timeout=30)
+        assert main(argv) == 0, capsys.readouterr().err
+        created = [emu.batches.get(b) for b in emu.batches.created]
+        assert [b["request_counts"]["total"] for b in created] == whole  # each round bought once, in order
+        assert _rows(tmp_path / "k") == _rows(tmp_path / "whole")
     capsys.readouterr()
 
 
@@ -244,27 +292,45 @@ def test_dry_run_prices_both_ways(tiny_lm_dir, data, tmp_path, capsys) -> None:
         "--data", str(data), "--scores", "loss", "--dry-run", "--pricing", str(prices),
         "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out"),
     ]  # fmt: skip
-    assert main(argv) == 0
-    out = capsys.readouterr().out
-    line = next(x for x in out.splitlines() if "cost with --batch" in x)
-    full = next(x for x in out.splitlines() if x.strip().startswith("cost:"))
-    lo_b, hi_b = (float(v.strip(" $").replace(",", "")) for v in line.split(":", 1)[1].split("–"))
-    lo, hi = (float(v.strip(" $").replace(",", "")) for v in full.split(":", 1)[1].split("–"))
-    assert lo_b < lo and hi_b < hi  # the first requests at half price
-    assert lo_b >= lo / 2 and hi - hi_b == pytest.approx(lo - lo_b, rel=1e-3)  # only the first requests differ
+
+    def costs(*flags: str) -> tuple[float, float, float, float]:
+        assert main([*argv, *flags]) == 0
+        out = capsys.readouterr().out
+        line = next(x for x in out.splitlines() if "cost with --batch" in x)
+        full = next(x for x in out.splitlines() if x.strip().startswith("cost:"))
+        lo_b, hi_b = (float(v.strip(" $").replace(",", "")) for v in line.split(":", 1)[1].split("–"))
+        lo, hi = (float(v.strip(" $").replace(",", "")) for v in full.split(":", 1)[1].split("–"))
+        return lo, hi, lo_b, hi_b
+
+    # rounds batched (the default): every ladder request at half price, only the probe at the list price
+    lo, hi, lo_b, hi_b = costs()
+    assert lo / 2 < lo_b < lo and hi / 2 < hi_b < hi
+    assert 0 < lo_b - lo / 2 <= hi_b - hi / 2 < 0.05 * hi  # half the probe's cost, a small part
+    # --batch-rounds first: only the first requests at half price, the bisection rounds at the list price
+    lo1, hi1, lo_b1, hi_b1 = costs("--batch-rounds", "first")
+    assert (lo1, hi1) == (lo, hi) and lo_b1 < lo and hi_b < hi_b1 < hi
+    assert lo_b1 >= lo / 2 and hi - hi_b1 == pytest.approx(lo - lo_b1, rel=1e-3)  # only the first requests differ
 
 
-def test_estimate_bills_first_requests_at_the_batch_share() -> None:
+def test_estimate_bills_the_batched_requests_at_the_batch_share() -> None:
     price = PricingTable.load().get("gpt-4o-mini")
     assert price is not None and price.batch == 0.5 and price.batched().prompt == price.prompt / 2
-    est = estimate_records(
-        scorings=2, positions=10, context_tokens=100, echo_prompt_tokens=12, shape=UNKNOWN, price=price,
-        probe_requests=0,
-    )  # fmt: skip
-    # low end: only the first request of each position, all of it batched
-    assert est.batch_cost_usd[0] == pytest.approx(est.cost_usd[0] / 2)
-    # high end: the bisection rounds stay at the list price
-    assert est.batch_cost_usd[1] == pytest.approx(est.cost_usd[1] - est.cost_usd[0] / 2)
+    counts = {"scorings": 2, "positions": 10, "context_tokens": 100, "echo_prompt_tokens": 12, "shape": UNKNOWN}
+    for probe in (0, 3):
+        est = estimate_records(**counts, price=price, probe_requests=probe)
+        first = estimate_records(**counts, price=price, probe_requests=probe, batch_rounds=False)
+        assert est.cost_usd == first.cost_usd
+        probe_usd = (
+            estimate_records(**counts, price=price, probe_requests=probe).cost_usd[0]
+            - estimate_records(**counts, price=price, probe_requests=0).cost_usd[0]
+        )
+        # rounds batched: every ladder request at half price, the probe at the list price
+        for end in (0, 1):
+            assert est.batch_cost_usd[end] == pytest.approx((est.cost_usd[end] - probe_usd) / 2 + probe_usd)
+        # first requests only: the low end (no miss) is the same; at the high end the rounds stay at the list price
+        assert first.batch_cost_usd[0] == pytest.approx(est.batch_cost_usd[0])
+        base = estimate_records(**counts, price=price, probe_requests=0).cost_usd[0]  # one request per position
+        assert first.batch_cost_usd[1] == pytest.approx(first.cost_usd[1] - base / 2)
 
 
 def test_batch_share_above_one_is_refused(tmp_path) -> None:

@@ -273,9 +273,17 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = Tru
     g.add_argument(
         "--batch",
         action="store_true",
-        help="buy the requests known before any answer (each position's first request, sampled continuations) "
-        "through the provider's Batch API at its batch price (OpenAI: half); bisection rounds then go direct. "
-        "Waits for the batch (up to the provider's 24 h); a killed run resumes it without buying it again",
+        help="buy requests through the provider's Batch API at its batch price (OpenAI: half): each position's "
+        "first request, sampled continuations, and (see --batch-rounds) every bisection round, one batch per "
+        "round. Waits for each batch (up to the provider's 24 h); a killed run resumes without buying again",
+    )
+    g.add_argument(
+        "--batch-rounds",
+        choices=("all", "first"),
+        default="all",
+        help="with --batch: 'all' (default) buys every round of the recovery searches in a batch, one batch per "
+        "round (about 8-12 rounds per scoring call: cheapest, slowest); 'first' batches only the first request "
+        "of each position and sends the rounds after it direct at the list price (one batch per call)",
     )
 
 
@@ -291,6 +299,7 @@ def engine_options_from_args(args: argparse.Namespace) -> EngineOptions:
         rate_limit_wait_s=args.rate_limit_wait,
         pricing=args.pricing,
         batch=args.batch,
+        batch_rounds=getattr(args, "batch_rounds", "all") == "all",
     )
 
 

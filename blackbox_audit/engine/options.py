@@ -24,7 +24,8 @@ class EngineOptions:
     (``engine/retry.py``), and prices: ``pricing`` is a price file over the bundled table,
     ``prices`` (model, price) pairs over both (an audit spec's ``[prices]``, recorded in the
     table's sources as ``prices_source``), and ``batch``: buy the requests whose bodies are known
-    before any answer through the provider's Batch API at its batch price. Immutable and hashable."""
+    before any answer through the provider's Batch API at its batch price, and with ``batch_rounds``
+    every dependent round of a search as well, one batch per round. Immutable and hashable."""
 
     budget_usd: float | None = None
     max_requests: int | None = None
@@ -38,6 +39,9 @@ class EngineOptions:
     prices_source: str | None = None
     # --batch: requests known before any answer go through the provider's Batch API (``batch.py``)
     batch: bool = False
+    # with --batch, the dependent rounds too (bisection): one batch per round (``batch_rounds.py``);
+    # False (``--batch-rounds first``): only the first requests are batched, the rounds go direct
+    batch_rounds: bool = True
 
     def price_table(self) -> PricingTable:
         """The bundled table, then ``pricing``, then ``prices`` (a bad file is a ``UserError``)."""

@@ -51,10 +51,12 @@ class CallCost:
         prompt_overhead: int = 0,
         probe: bool = True,
         measured: MeasuredRecovery | None = None,
+        batch_rounds: bool = True,
     ) -> Estimate:
         """The ``Estimate`` (requests/tokens/USD as a range) for an endpoint ``shape``
         (``estimate_records``: the same rule as every other estimate); ``measured``: the endpoint's
-        measured recovery, if any (``PlanningView.measured``)."""
+        measured recovery, if any (``PlanningView.measured``); ``batch_rounds``: ``--batch`` buys the
+        bisection rounds in batches too (``EngineOptions.batch_rounds``)."""
         return estimate_records(
             scorings=self.scorings,
             positions=self.positions,
@@ -68,6 +70,7 @@ class CallCost:
             read_scorings=self.read_scorings,
             measured=measured,
             positions_sq=self.positions_sq,
+            batch_rounds=batch_rounds,
             **({} if probe else {"probe_requests": 0}),
         )
 

@@ -22,10 +22,14 @@ like the measured ones. Every estimate states the assumption behind each end (``
 Chat endpoints add the chat template's tokens to every prompt (``prompt_overhead``). Answers
 already in the cache cost nothing, so a resumed run costs less than estimated.
 
-Every estimate is also priced with ``--batch`` (``batch_cost_usd``): the requests known before any
-answer -- each position's first request, every sampled continuation -- at the model's batch price
-(``ModelPrice.batched``), the rest (bisection rounds, the probe) at the list price. Echo endpoints
-are not batched (their one request per text goes direct), so there both prices are the same.
+Every estimate is also priced with ``--batch`` (``batch_cost_usd``) at the model's batch price
+(``ModelPrice.batched``): with ``batch_rounds`` (the default, ``engine.batch_rounds``) every ladder
+request, one batch per round of the searches; without it (``--batch-rounds first``) only the
+requests known before any answer -- each position's first request, every sampled continuation --
+and the rest (bisection rounds) at the list price. The probe is always at the list price, and so is
+the one text a run recovers direct first to learn its search statistics (not counted here: one text
+of the run). Echo endpoints are not batched (their one request per text goes direct), so there both
+prices are the same.
 """
 
 from __future__ import annotations
@@ -128,6 +132,7 @@ def estimate_records(
     read_scorings: int = 0,
     measured: MeasuredRecovery | None = None,
     positions_sq: int | None = None,
+    batch_rounds: bool = True,
 ) -> Estimate:
     """The one estimate rule (module doc), for ``scorings`` records holding ``positions`` scored
     positions whose contexts sum to ``context_tokens`` (prefix + text so far, before the chat
@@ -185,7 +190,13 @@ def estimate_records(
             else:
                 first_req, first_prompt = base_req, base_prompt
             first = batched.cost(first_prompt, first_req * max_tokens)
-            rest = [price.cost(prompt[i] - first_prompt, completion[i] - first_req * max_tokens) for i in (0, 1)]
+            rest_price = batched if batch_rounds and not shape.echo else price  # the rounds in batches too
+            rest = [rest_price.cost(prompt[i] - first_prompt, completion[i] - first_req * max_tokens) for i in (0, 1)]
+            if batch_rounds and not shape.echo:  # the probe's requests are not batched
+                probe = [p_lo, p_hi]
+                for i in (0, 1):
+                    probe_cost = price.cost(probe[i] * (8 + prompt_overhead), probe[i] * max_tokens)
+                    rest[i] += probe_cost - batched.cost(probe[i] * (8 + prompt_overhead), probe[i] * max_tokens)
             batch = (first + rest[0], first + rest[1])
     if read_positions and not positions:
         label = "top-n reads, no recovery"

@@ -149,7 +149,12 @@ def price_plan(plan: CostPlan, view: PlanningView) -> PlanEstimate:
                 "(measured by earlier runs)"
             )
         estimate = cost.estimate(
-            shape, price=view.price, prompt_overhead=view.prompt_overhead, probe=not view.probed, measured=measured
+            shape,
+            price=view.price,
+            prompt_overhead=view.prompt_overhead,
+            probe=not view.probed,
+            measured=measured,
+            batch_rounds=view.batch_rounds,
         )
     sampling = []
     for call in (c for c in plan.calls if c.kind == "samples"):

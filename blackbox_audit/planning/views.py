@@ -32,7 +32,8 @@ class PlanningView:
     ``recovery``: what finished runs on this endpoint measured (``measured.merge_samples``'s entry),
     read through ``measured``; ``prior``: the run will centre bisection on a proxy model's prior;
     ``batch``: the run buys its independent requests through the provider's batch API (``--batch``),
-    so a plan that counts what a budget buys prices them at the batch price (``Estimate.batch_cost_usd``).
+    so a plan that counts what a budget buys prices them at the batch price (``Estimate.batch_cost_usd``);
+    ``batch_rounds``: with it, the bisection rounds too (``EngineOptions.batch_rounds``).
     """
 
     name: str
@@ -49,6 +50,7 @@ class PlanningView:
     recovery: Mapping[str, Any] | None = None
     prior: bool = False
     batch: bool = False
+    batch_rounds: bool = True
 
     def measured(self, eps: float | None = None) -> MeasuredRecovery | None:
         """This endpoint's measured recovery at bisection tolerance ``eps`` (default: the shape's),
@@ -149,6 +151,9 @@ def run_view(target: Any) -> tuple[PlanningView, float | None]:
         view = replace(view, price=pricing.get(view.model))
     if view.api and getattr(target, "batch", None) is not None:  # the target buys through its batch API
         view = replace(view, batch=True)
+    options = getattr(getattr(engine, "spending", None), "options", None)
+    if view.api and options is not None:
+        view = replace(view, batch_rounds=options.batch_rounds)
     budget = getattr(engine, "budget", None)
     cap = getattr(budget, "max_usd", None)
     if cap is None:

@@ -222,7 +222,12 @@ def item_cost(side: int, calls: Sequence[Any], view: PlanningView, *, prompt: st
         return sampling_item_cost(side, calls, view)
     cc = call_cost(calls, view.tokenize)
     est = cc.estimate(
-        view.shape, price=view.price, prompt_overhead=view.prompt_overhead, probe=False, measured=view.measured()
+        view.shape,
+        price=view.price,
+        prompt_overhead=view.prompt_overhead,
+        probe=False,
+        measured=view.measured(),
+        batch_rounds=view.batch_rounds,
     )
     n_prompt = len(view.tokenize(prompt)) if prompt else 0
     texts = dict.fromkeys(t for c in calls for t in c.texts)  # one item: its text, once per read
