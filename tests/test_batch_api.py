@@ -461,3 +461,36 @@ def test_contamination_dry_run_counts_what_the_budget_buys_at_the_batch_price(ta
         assert "at the batch price (--batch)" in header
         row = {f: next(x for x in outs[f] if x.strip().lstrip("* ").startswith("loss@random4 ")) for f in outs}
         assert row[()] != row[("--batch",)]
+
+
+def test_every_front_door_sets_the_batch_rounds(tmp_path) -> None:
+    """``--batch-rounds first`` (CLI), ``batch_rounds = false`` (audit spec) and ``batch_rounds=False``
+    (Python API) reach the same engine option; all three default to rounds batched."""
+    import argparse
+
+    import blackbox_audit as ba
+    from blackbox_audit.audit import engine_options_from_spec
+    from blackbox_audit.auditspec import load_spec
+    from blackbox_audit.cli.options import add_engine_arguments, engine_options_from_args
+
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    for argv, rounds in ((["--batch"], True), (["--batch", "--batch-rounds", "first"], False)):
+        opts = engine_options_from_args(parser.parse_args(argv))
+        assert opts.batch and opts.batch_rounds is rounds
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--batch-rounds", "some"])
+
+    (tmp_path / "d.jsonl").write_text(json.dumps({"text": "a b c", "label": 1}) + "\n")
+    for line, rounds in (("", True), ("batch_rounds = false\n", False)):
+        spec = tmp_path / "spec.toml"
+        spec.write_text(
+            f'[audit]\nout = "o"\nbatch = true\n{line}[targets.m]\nspec = "smollm2"\n[data.d]\npath = "d.jsonl"\n'
+            '[[steps]]\nmethod = "score"\ntarget = "m"\ndata = "d"\nscores = ["loss"]\n'
+        )
+        opts = engine_options_from_spec(load_spec(spec))
+        assert opts.batch and opts.batch_rounds is rounds
+
+    for kw, rounds in (({}, True), ({"batch_rounds": False}, False)):
+        with ba.Session(cache_dir=str(tmp_path / "c"), batch=True, **kw) as session:
+            assert session.workspace.engine.batch_rounds is rounds
