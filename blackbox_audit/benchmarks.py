@@ -136,6 +136,22 @@ class Benchmark(Dataset):
             fields=tuple(self.fields[i] for i in idx) if self.fields else (),
         )
 
+    def concat(self, other: Benchmark) -> Benchmark:
+        """This benchmark's items, then ``other``'s, in one (the contamination check scores a chunk of both
+        sides in one call under ``--batch``); the format is this one's, the template fields are kept only
+        when both sides have them."""
+        return Benchmark(
+            samples=[*self.samples, *other.samples],
+            path=self.path,
+            text_field=self.text_field,
+            prompts=self.prompts + other.prompts,
+            outputs=self.outputs + other.outputs,
+            name=self.name,
+            fmt=self.fmt,
+            source=self.source,
+            fields=self.fields + other.fields if self.fields and other.fields else (),
+        )
+
     def describe(self) -> dict[str, Any]:
         """What run.json records about the benchmark (no item text)."""
         return {

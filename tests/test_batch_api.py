@@ -188,8 +188,9 @@ def test_score_batch_buys_every_round_and_a_killed_run_buys_nothing_twice(
 ):
     """``--batch`` (rounds ``all``, the default) on a bisecting profile: besides the probe, only the
     first text goes direct (it teaches the search); every later ladder request is bought in a batch,
-    one batch per round. A run killed while a later round's batch is out resumes it and buys the
-    remaining rounds only: across both runs each round is bought once."""
+    one batch per round (a round of fewer than ``MIN_BATCH`` requests goes direct). A run killed while a
+    later round's batch is out resumes it and buys the remaining rounds only: across both runs each round
+    is bought once."""
     with run_emulator(tiny_target, "argmax-only") as emu:
         assert main(_argv(emu, tiny_lm_dir, data, tmp_path / "c-direct", tmp_path / "direct")) == 0
         direct_usage = json.loads((tmp_path / "direct" / "run.json").read_text())["target"]["usage"]
@@ -198,14 +199,16 @@ def test_score_batch_buys_every_round_and_a_killed_run_buys_nothing_twice(
         assert main(_argv(emu, tiny_lm_dir, data, tmp_path / "c-whole", tmp_path / "whole", "--batch")) == 0
         usage = json.loads((tmp_path / "whole" / "run.json").read_text())["target"]["usage"]
         batches, (rounds,) = usage["batches"], usage["batch_rounds"]
-        assert len(batches) == rounds["batched_rounds"] == rounds["rounds"] >= 3  # one batch per round
+        assert len(batches) == rounds["batched_rounds"] >= 3  # one batch per round
+        assert rounds["rounds"] == rounds["batched_rounds"] + rounds["direct_rounds"]  # small rounds go direct
         bought = sum(b["requests"] for b in batches)
         assert bought == rounds["batched_requests"]
         assert [b["requests"] for b in batches] == sorted((b["requests"] for b in batches), reverse=True)
         first_text = len(_tokens(tiny_lm_dir, TEXTS[0])) - 1  # positions of the text that teaches the search
         direct_ladder = _sent(emu) - probe
         assert direct_ladder + bought == sum(usage["requests_by_strategy"].values())
-        assert direct_ladder <= first_text * 12  # the first text only (at most 12 requests a position)
+        # direct: the first text (at most 12 requests a position) and the rounds too small for a batch
+        assert direct_ladder - rounds["direct_requests"] <= first_text * 12
         assert _rows(tmp_path / "whole").keys() == _rows(tmp_path / "direct").keys()
         for k, v in _rows(tmp_path / "direct").items():
             assert abs(v - _rows(tmp_path / "whole")[k]) <= 0.02  # within the recovery's bounds
@@ -494,3 +497,33 @@ def test_every_front_door_sets_the_batch_rounds(tmp_path) -> None:
     for kw, rounds in (({}, True), ({"batch_rounds": False}, False)):
         with ba.Session(cache_dir=str(tmp_path / "c"), batch=True, **kw) as session:
             assert session.workspace.engine.batch_rounds is rounds
+
+
+def test_contamination_batch_scores_both_sides_of_a_chunk_in_one_call(tiny_lm_dir, tiny_target, tmp_path, capsys):
+    """``contamination --batch``: a chunk's benchmark and held-out items are scored in one call, so each round
+    of its searches is one provider batch holding both sides; the per-item scores are a direct run's."""
+    from blackbox_audit.benchmarks import load_benchmark
+
+    rows = [json.loads(x) for x in Path(load_benchmark("gsm8k").path).read_text().splitlines()[:16]]
+    write_jsonl(tmp_path / "b.jsonl", [{"id": f"b{i}", **r} for i, r in enumerate(rows[:8])])
+    write_jsonl(tmp_path / "h.jsonl", [{"id": f"h{i}", **r} for i, r in enumerate(rows[8:])])
+    with run_emulator(tiny_target, "argmax-only") as emu:
+        base = ["contamination", "--benchmark", str(tmp_path / "b.jsonl"), "--heldout", str(tmp_path / "h.jsonl")]
+        base += ["--target", emu.target_spec, "--tokenizer", str(tiny_lm_dir), "--score", "loss", "--positions"]
+        base += ["last4", "--fixed-sample"]
+        scores = {}
+        for name, flag in (("direct", ()), ("batch", ("--batch",))):
+            argv = [*base, "--cache-dir", str(tmp_path / f"c-{name}"), "--out", str(tmp_path / name), *flag]
+            assert main(argv) == 0, capsys.readouterr().err
+            lines = [
+                x for f in ("scores.jsonl", "heldout.jsonl") for x in (tmp_path / name / f).read_text().splitlines()
+            ]
+            scores[name] = {r["id"]: r["loss"] for r in map(json.loads, lines)}
+        usage = json.loads((tmp_path / "batch" / "run.json").read_text())["target"]["usage"]
+        (call,) = usage["batch_rounds"]  # the 16 items: one call for both sides
+        assert len(usage["batches"]) == call["batched_rounds"] >= 2
+        assert sum(b["requests"] for b in usage["batches"]) == call["batched_requests"]
+    assert scores["batch"].keys() == scores["direct"].keys() and len(scores["direct"]) == 16
+    for k, v in scores["direct"].items():
+        assert abs(v - scores["batch"][k]) <= 0.02 * 4, k  # 4 positions, each within the recovery's eps
+    capsys.readouterr()

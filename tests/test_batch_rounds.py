@@ -7,7 +7,7 @@ Checked here, with a fake batch endpoint (a dict as the cache):
   recovery's learned gap model) replay the same bodies from a full cache: a re-run of a read
   buys nothing, and a re-run after a kill between rounds buys only the rounds that were not bought;
 - a failed round reaches every search waiting in it, and a line the batch left unanswered goes
-  direct inside its round.
+  direct inside its round; a round smaller than ``min_batch`` goes direct, and still replays.
 """
 
 from __future__ import annotations
@@ -61,10 +61,10 @@ class FakeProvider:
         return self.cache[k]
 
 
-def _read(provider: FakeProvider, lengths: list[int]) -> list[list[str]]:
+def _read(provider: FakeProvider, lengths: list[int], min_batch: int = 1) -> list[list[str]]:
     """Searches of the given lengths; each body names how many searches had finished when it was
     written (shared state, as the recovery's gap model). Returns each search's bodies."""
-    rounds = BatchRounds(provider.buy, provider.cached, provider.send)
+    rounds = BatchRounds(provider.buy, provider.cached, provider.send, min_batch=min_batch)
     finished = [0]
     asked: list[list[str]] = [[] for _ in lengths]
 
@@ -131,3 +131,14 @@ def test_a_failed_round_reaches_every_search_in_it() -> None:
     with pytest.raises(RuntimeError, match="batch failed"):
         _read(p, [3, 3])
     assert len(p.batches) == 1
+
+
+def test_rounds_too_small_for_a_batch_go_direct_and_still_replay() -> None:
+    p = FakeProvider()
+    asked = _read(p, [3, 1, 5, 2], min_batch=3)
+    assert [len(b) for b in p.batches] == [4, 3]  # the rounds of 2, 1 and 1 requests went direct
+    assert len(p.direct) == 4 and sorted([*p.direct, *(q for b in p.batches for q in b)]) == sorted(
+        q for a in asked for q in a
+    )
+    again = FakeProvider(cache=dict(p.cache))
+    assert _read(again, [3, 1, 5, 2], min_batch=3) == asked and again.batches == [] and again.direct == []

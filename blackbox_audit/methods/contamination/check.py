@@ -630,6 +630,14 @@ class Contamination(Method):
             return compute_output_scores(target, prompts, outputs, [plan.score], **kw)
         return compute_scores(target, [src.texts[i] for i in idx], [plan.score], **kw)
 
+    def _score_joint(
+        self, target: Any, bench: Benchmark, held: Benchmark, i0: list[int], i1: list[int], part: str
+    ) -> Any:
+        """Both sides' items of one chunk in one call (bench rows first): with ``--batch`` its rounds of
+        provider batches then hold both sides."""
+        both = bench.subset(i0).concat(held.subset(i1))
+        return self._score_items(target, both, list(range(len(both))), part)
+
     def design(self) -> SequentialDesign | None:
         """The sequential test's stopping rules, fixed before any item is bought (None: fixed sample)."""
         cfg = self.config
@@ -647,6 +655,10 @@ class Contamination(Method):
         design = self.design()
         test = None if design is None else SequentialRankTest(design)
         field_name = self.config.score
+
+        def joint(t: Any, i0: list[int], i1: list[int]) -> Any:
+            return self._score_joint(t, bench, held, i0, i1, part)
+
         purchase = buy(
             target,
             (bench, held),
@@ -657,6 +669,7 @@ class Contamination(Method):
             score_of=lambda table, row: float(table[field_name][row]),
             progress=progress,
             desc=f"contamination ({part})",
+            score_joint=None if self.probe is not None else joint,
         )
         return sides[0], sides[1], purchase, test
 

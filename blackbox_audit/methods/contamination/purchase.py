@@ -136,12 +136,16 @@ def buy(
     score_of: Callable[[Any, int], float],
     progress: bool = False,
     desc: str = "contamination",
+    score_joint: Callable[[Any, list[int], list[int]], Any] | None = None,
 ) -> Purchase:
     """Score ``order``'s items until done, settled by ``test`` or stopped by a budget cap.
 
     ``score_items(target, bench, indices)`` returns a score table for those items of one side;
     ``on_item(side, index, table, row)`` records a scored item; ``score_of(table, row)`` reads the
     score the test is fed. Items are fed to ``test`` in ``order``; the purchase stops once it settles.
+    ``score_joint(target, bench_indices, held_indices)``: one table for both sides' items (bench rows
+    first); with ``--batch`` a chunk is then one call, so its rounds of provider batches hold both
+    sides (half the batch turnarounds of one call per side).
     """
     from blackbox_audit.engine.budget import BudgetExceeded
     from blackbox_audit.progress import progress_bar
@@ -149,6 +153,7 @@ def buy(
     spend0 = engine_spend(target)
     purchase = Purchase(order=list(order), billed=spend0 is not None)
     chunk = chunk_size(target)
+    joint = chunk == BATCH_CHUNK and getattr(target, "engine", None) is not None  # --batch on an API target
     bar = progress_bar(total=len(order), desc=desc, unit="item", disable=not progress)
     last = spend0
     try:
@@ -156,10 +161,16 @@ def buy(
             part = order[start : start + chunk]
             tables: dict[int, tuple[list[int], Any]] = {}
             try:
-                for side in (0, 1):
-                    idx = [i for s, i in part if s == side]
-                    if idx:
-                        tables[side] = (idx, score_items(target, sides[side], idx))
+                both = [[i for s, i in part if s == side] for side in (0, 1)]
+                offset = {0: 0, 1: 0}  # a joint table holds the bench rows, then the held-out rows
+                if score_joint is not None and joint and all(both):
+                    table = score_joint(target, both[0], both[1])
+                    tables = {0: (both[0], table), 1: (both[1], table)}
+                    offset[1] = len(both[0])
+                else:
+                    for side in (0, 1):
+                        if both[side]:
+                            tables[side] = (both[side], score_items(target, sides[side], both[side]))
             except BudgetExceeded as exc:  # the chunk's answers so far are cached; it does not count
                 purchase.stopped = exc.problem
                 now = engine_spend(target)
@@ -172,7 +183,7 @@ def buy(
                 purchase.item_usd += [usd / len(part)] * len(part)
                 purchase.item_requests += [req // len(part)] * len(part)
                 last = now
-            rows = {side: {i: r for r, i in enumerate(idx)} for side, (idx, _) in tables.items()}
+            rows = {side: {i: offset[side] + r for r, i in enumerate(idx)} for side, (idx, _) in tables.items()}
             for side, i in part:  # in buying order
                 table = tables[side][1]
                 row = rows[side][i]
