@@ -198,6 +198,11 @@ def estimate_records(
                     probe_cost = price.cost(probe[i] * (8 + prompt_overhead), probe[i] * max_tokens)
                     rest[i] += probe_cost - batched.cost(probe[i] * (8 + prompt_overhead), probe[i] * max_tokens)
             batch = (first + rest[0], first + rest[1])
+            if batch_rounds and not shape.echo and extra_hi > 0:
+                basis.append(
+                    "cost with --batch: the bisection rounds are batched too, one provider batch per round (each "
+                    "waits for the batch's turnaround); --batch-rounds first sends them direct at the list price"
+                )
     if read_positions and not positions:
         label = "top-n reads, no recovery"
     if read_positions:
