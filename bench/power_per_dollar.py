@@ -912,6 +912,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{_usd(budgets[-1])}, on the first order's sides; its budget includes the one-off probe, the B80s above "
             "do not)"
         )
+    from blackbox_audit.engine.batch_rounds import MIN_BATCH
+
     batch_checked = None
     plan_key = (defaults.get("worst_case --batch") or {}).get("plan_at_budget80")
     if a.check_batch > 0 and price.batch is not None and plan_key:
@@ -923,7 +925,8 @@ def main(argv: list[str] | None = None) -> int:
             f"call; USD modelled/billed {c['usd_modelled_over_billed']:.3f}, requests modelled/sent "
             f"{c['requests_modelled_over_sent']:.3f}; {c['batches']} batches (one per round) holding "
             f"{c['batched_requests']} requests, {c['direct_requests']} sent direct (the first text, which teaches "
-            f"the search); max |score difference| {c['max_abs_score_diff']:.4f}"
+            f"the search, and rounds of fewer than {MIN_BATCH} requests); max |score difference| "
+            f"{c['max_abs_score_diff']:.4f}"
         )
     clean = []
     for pl in clean_plans:
