@@ -19,9 +19,11 @@ Every plan's per-item score and USD follow from it: a top-n plan applies the reg
 the record its API read builds (``cheap_rows``: one request per kept position); full recovery
 (``loss``, ``loss@lastM``...) scores the exact loss, one top-20 read per kept position plus the
 bisection requests per miss measured on ``--loss-real`` items recovered for real through the emulator
-(``full_recovery_rows``). Both are checked in the same run against items scored through the
-emulator (``--check-real`` per plan): USD modelled / billed, requests modelled / sent, largest
-score difference. The runs are then simulated from the per-item numbers: ``--orders`` seeded buying
+(``full_recovery_rows``); a sampled ``loss`` plan (``loss@random8``) bisects with less learned per text,
+so its requests per miss are measured on ``--calib-real`` items of its own, other than the checked
+ones. Both are checked in the same run against items scored through the emulator (``--check-real``
+per plan): USD modelled / billed, requests modelled / sent, largest score difference. The runs are
+then simulated from the per-item numbers: ``--orders`` seeded buying
 orders (benchmark and held-out items shuffled and interleaved as the check does), and per order and
 budget the items bought in that order until the budget is spent. Per plan the script prints:
 
@@ -662,6 +664,13 @@ def main(argv: list[str] | None = None) -> int:
         help="items scored for real through the emulator under each top-n plan, to check its modelled rows",
     )
     p.add_argument(
+        "--calib-real",
+        type=int,
+        default=12,
+        help="items scored for real under each sampled loss plan to measure its own bisection requests per miss "
+        "(0: use full recovery's)",
+    )
+    p.add_argument(
         "--check-batch",
         type=int,
         default=16,
@@ -765,11 +774,18 @@ def main(argv: list[str] | None = None) -> int:
     real_loss = serve_and_score(spec, tokenizer, real, [ScorePlan("loss")], scorer, work, "canary")["loss"]
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     checks: dict[str, dict[str, Any]] = {}
+    # a sampled loss plan bisects its few positions per text with less learned than full recovery does:
+    # its requests per miss are measured on its own --calib-real items (not the check's)
+    calib = pick[a.check_real : a.check_real + a.calib_real]
+    b_of: dict[str, tuple[float, int]] = {}  # plan -> (bisection requests per miss, items it was measured on)
     for pl in plans:
         if pl.score == "loss":
-            rows[pl.key], chk = full_recovery_rows(truth, pool, real_loss, price, pl)
-            if pl.key == "loss":
-                checks[pl.key] = chk
+            own = real_loss
+            if pl.key != "loss" and a.calib_real > 0:
+                own = serve_and_score(spec, tokenizer, calib, [pl], scorer, work, "calibrate")[pl.key]
+            rows[pl.key], chk = full_recovery_rows(truth, pool, own, price, pl)
+            checks[pl.key] = chk
+            b_of[pl.key] = (chk["bisection_requests_per_miss"], chk["items"])
         else:
             rows[pl.key] = cheap_rows(truth, pool, pl, price)
     # the top-n plans' modelled scores and costs checked on a few items scored for real
@@ -777,14 +793,19 @@ def main(argv: list[str] | None = None) -> int:
     for pl in plans:
         if pl.key != "loss" and a.check_real > 0:
             got = serve_and_score(spec, tokenizer, sample, [pl], scorer, work, "check")[pl.key]
-            checks[pl.key] = _check(rows[pl.key], got, sample)
+            b, n_b = b_of.get(pl.key, (None, 0))
+            extra_b = {} if b is None else {"bisection_requests_per_miss": b, "measured_on_items": n_b}
+            checks[pl.key] = _check(rows[pl.key], got, sample, **extra_b)
     for k_, c in checks.items():
         print(
             f"modelled vs through the emulator, {k_}: {c['items']} items; USD modelled/billed "
             f"{c['usd_modelled_over_billed']:.3f}, requests modelled/sent {c['requests_modelled_over_sent']:.3f}, "
             f"max |score difference| {c['max_abs_score_diff']:.4f}"
             + (
-                f"; {c['bisection_requests_per_miss']:.2f} bisection requests per position outside the top 20"
+                f"; {c['bisection_requests_per_miss']:.2f} bisection requests per position outside the top 20 "
+                f"(measured on {c.get('measured_on_items', c['items'])} other items)"
+                if "measured_on_items" in c
+                else f"; {c['bisection_requests_per_miss']:.2f} bisection requests per position outside the top 20"
                 if "bisection_requests_per_miss" in c
                 else ""
             )
