@@ -282,7 +282,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = Tru
         choices=("all", "first"),
         default="all",
         help="with --batch: 'all' (default) buys every round of the recovery searches in a batch, one batch per "
-        "round (about 8-12 rounds per scoring call: cheapest, slowest); 'first' batches only the first request "
+        "round (often about 10 per scoring call: cheapest, slowest); 'first' batches only the first request "
         "of each position and sends the rounds after it direct at the list price (one batch per call)",
     )
 
