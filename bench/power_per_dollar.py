@@ -21,11 +21,12 @@ the record its API read builds (``cheap_rows``: one request per kept position); 
 bisection requests per miss measured on ``--loss-real`` items recovered for real through the emulator
 (``full_recovery_rows``); a sampled ``loss`` plan (``loss@random8``) bisects with less learned per text,
 so its requests per miss are measured on ``--calib-real`` items of its own, other than the checked
-ones. Both are checked in the same run against items scored through the emulator (``--check-real``
-per plan): USD modelled / billed, requests modelled / sent, largest score difference. The runs are
-then simulated from the per-item numbers: ``--orders`` seeded buying
-orders (benchmark and held-out items shuffled and interleaved as the check does), and per order and
-budget the items bought in that order until the budget is spent. Per plan the script prints:
+ones (full recovery's when they show fewer than ``MIN_MISSES`` misses). Both are checked in the
+same run against items scored through the emulator (``--check-real`` per plan): USD modelled /
+billed, requests modelled / sent, largest score difference. The runs are then simulated from the
+per-item numbers: ``--orders`` seeded buying orders (benchmark and held-out items shuffled and
+interleaved as the check does), and per order and budget the items bought in that order until the
+budget is spent. Per plan the script prints:
 
 - requests and USD per item (mean), the share of answer positions that needed bisection, and the
   per-item AUC (members vs never-trained items);
@@ -324,20 +325,27 @@ def _hit(t: dict[str, np.ndarray]) -> np.ndarray:
     return t["lp"] >= t["top"][:, -1]
 
 
+#: misses a plan's own items must show before their bisection requests per miss replace full recovery's
+MIN_MISSES = 20
+
+
 def full_recovery_rows(
-    truth, items: list[Item], real: dict[str, dict[str, Any]], price, plan: Any = None
+    truth, items: list[Item], real: dict[str, dict[str, Any]], price, plan: Any = None, fallback: float | None = None
 ) -> tuple[dict, dict]:
     """The ``loss`` plan's per-item rows from the white-box truth: its score is the exact loss (what
     recovery converges to, within 0.01 nats per position), its cost one top-20 read per position
     plus ``b`` bisection requests per position outside the top 20, each billed at its context's
     prompt tokens + 1 completion token; ``b`` is measured on the items scored for real (``real``),
-    and the modelled cost is checked against their billed cost."""
+    and the modelled cost is checked against their billed cost. ``fallback``: the ``b`` to use when
+    those items show fewer than ``MIN_MISSES`` positions outside the top 20 (too few to measure it)."""
     done = [it for it in items if it.id in real]
     if not done:
         raise SystemExit("no item was scored for real under loss: run with --loss-real >= 1")
     bis = sum(real[it.id]["bisected"] for it in done)
     extra = sum(real[it.id]["requests"] - real[it.id]["positions"] for it in done)
     b = extra / bis if bis else 0.0
+    if fallback is not None and bis < MIN_MISSES:
+        b = fallback
 
     from blackbox_audit.reads import parse_positions
 
@@ -359,7 +367,7 @@ def full_recovery_rows(
         }
 
     rows = {it.id: row(it) for it in items}
-    return rows, _check(rows, real, done, bisection_requests_per_miss=b)
+    return rows, _check(rows, real, done, bisection_requests_per_miss=b, misses=bis)
 
 
 def _check(rows, real, done, **extra) -> dict[str, Any]:
@@ -777,15 +785,16 @@ def main(argv: list[str] | None = None) -> int:
     # a sampled loss plan bisects its few positions per text with less learned than full recovery does:
     # its requests per miss are measured on its own --calib-real items (not the check's)
     calib = pick[a.check_real : a.check_real + a.calib_real]
-    b_of: dict[str, tuple[float, int]] = {}  # plan -> (bisection requests per miss, items it was measured on)
+    b_of: dict[str, tuple[float, int, int]] = {}  # plan -> (bisection requests per miss, items, misses there)
     for pl in plans:
         if pl.score == "loss":
-            own = real_loss
+            own, fallback = real_loss, None
             if pl.key != "loss" and a.calib_real > 0:
                 own = serve_and_score(spec, tokenizer, calib, [pl], scorer, work, "calibrate")[pl.key]
-            rows[pl.key], chk = full_recovery_rows(truth, pool, own, price, pl)
+                fallback = b_of["loss"][0]
+            rows[pl.key], chk = full_recovery_rows(truth, pool, own, price, pl, fallback)
             checks[pl.key] = chk
-            b_of[pl.key] = (chk["bisection_requests_per_miss"], chk["items"])
+            b_of[pl.key] = (chk["bisection_requests_per_miss"], chk["items"], chk["misses"])
         else:
             rows[pl.key] = cheap_rows(truth, pool, pl, price)
     # the top-n plans' modelled scores and costs checked on a few items scored for real
@@ -793,8 +802,10 @@ def main(argv: list[str] | None = None) -> int:
     for pl in plans:
         if pl.key != "loss" and a.check_real > 0:
             got = serve_and_score(spec, tokenizer, sample, [pl], scorer, work, "check")[pl.key]
-            b, n_b = b_of.get(pl.key, (None, 0))
-            extra_b = {} if b is None else {"bisection_requests_per_miss": b, "measured_on_items": n_b}
+            b, n_b, misses = b_of.get(pl.key, (None, 0, 0))
+            extra_b = (
+                {} if b is None else {"bisection_requests_per_miss": b, "measured_on_items": n_b, "misses": misses}
+            )
             checks[pl.key] = _check(rows[pl.key], got, sample, **extra_b)
     for k_, c in checks.items():
         print(
@@ -803,7 +814,11 @@ def main(argv: list[str] | None = None) -> int:
             f"max |score difference| {c['max_abs_score_diff']:.4f}"
             + (
                 f"; {c['bisection_requests_per_miss']:.2f} bisection requests per position outside the top 20 "
-                f"(measured on {c.get('measured_on_items', c['items'])} other items)"
+                + (
+                    f"(measured on {c['measured_on_items']} other items, {c['misses']} misses)"
+                    if c["misses"] >= MIN_MISSES
+                    else f"(full recovery's: {c['measured_on_items']} other items showed only {c['misses']} misses)"
+                )
                 if "measured_on_items" in c
                 else f"; {c['bisection_requests_per_miss']:.2f} bisection requests per position outside the top 20"
                 if "bisection_requests_per_miss" in c
