@@ -43,7 +43,8 @@ budget is spent. Per plan the script prints:
   request at the batch share of the price, one batch per round) and with ``--batch-rounds first``
   (each position's first request at the batch share, the bisection rounds direct);
 - ``--check-batch`` items scored through the emulator in one ``--batch`` call under the default's
-  plan: billed USD against the modelled batch price, requests, batches bought (one per round);
+  plan: billed USD against the modelled batch price, requests, batches bought (one per round); and
+  that plan's ``--batch`` B80 at 16, 32 and 64 items per call;
 - **the default itself**: the plan ``--score auto`` chooses, read from the product's own dry-run at
   ``--default-budgets`` budgets (``dry_run_choices``), under the shipped rule (worst case over the
   calibration canaries) and the rule before it (each plan's lowest AUC), with and without
@@ -952,6 +953,15 @@ def main(argv: list[str] | None = None) -> int:
 
     batch_checked = None
     plan_key = (defaults.get("worst_case --batch") or {}).get("plan_at_budget80")
+    by_chunk = {}
+    if plan_key and price.batch is not None:  # what the items per --batch call cost the default's plan
+        for chunk in sorted({16, BATCH_CHUNK, 64}):
+            cross_c, _ = sequential_spend(orders, at_batch_price(rows[plan_key], price.batch), design, chunk=chunk)
+            by_chunk[chunk] = budget80(cross_c)
+        print(
+            f"--batch B80 of {plan_key} by items per call: "
+            + ", ".join(f"{c}{' (the check)' if c == BATCH_CHUNK else ''}: {_usd(b)}" for c, b in by_chunk.items())
+        )
     if a.check_batch > 0 and price.batch is not None and plan_key:
         pl = next(p_ for p_ in plans if p_.key == plan_key)
         batch_checked = batch_check(spec, tokenizer, pick[: a.check_batch], pl, work, rows[pl.key], price.batch)
@@ -988,6 +998,7 @@ def main(argv: list[str] | None = None) -> int:
                     "clean": clean,
                     "loss_check": loss_check,
                     "batch_check": batch_checked,
+                    "batch_budget80_by_items_per_call": by_chunk,
                 },
                 argv,
             ),
