@@ -517,10 +517,14 @@ def at_batch_price(rows: dict[str, dict[str, Any]], share: float, *, rounds: boo
     return out
 
 
-def batch_check(spec: str, tokenizer: str, items: list[Item], plan: Any, work: Path, rows, share: float) -> dict:
+def batch_check(
+    spec: str, tokenizer: str, first: Item, items: list[Item], plan: Any, work: Path, rows, share: float
+) -> dict:
     """``items`` scored under ``plan`` through the emulator in one call with ``--batch`` (rounds batched), as
-    the check buys one chunk: billed USD against the modelled rows at the batch price, requests against the
-    modelled ones, batches bought (one per round), and the largest score difference."""
+    the check buys one chunk after its first call: billed USD against the modelled rows at the batch price,
+    requests against the modelled ones, batches bought (one per round), and the largest score difference.
+    ``first`` is scored before, in a call of its own and not measured: a run's first text is recovered
+    direct, once per run, to teach the searches where to aim."""
     from blackbox_audit.scores.output import compute_output_scores
 
     kw = {} if plan.positions in (None, "all") else {"positions": plan.positions}
@@ -528,8 +532,10 @@ def batch_check(spec: str, tokenizer: str, items: list[Item], plan: Any, work: P
         ws = open_workspace(tmp, pricing=str(work / "pricing.json"), concurrency=CONCURRENCY, batch=True)
         try:
             target = ws.load_target(emu.target_spec, tokenizer=tokenizer)
-            usd0 = target.engine.stats.cost_usd  # after the probe: its requests are not an item's
+            compute_output_scores(target, [first.prompt], [first.output], [plan.score], progress=False, **kw)
+            usd0 = target.engine.stats.cost_usd  # after the probe and the first text: neither is this call's
             sent0 = _model_requests(emu)
+            batches0 = len(target.usage()["batches"])
             table = compute_output_scores(
                 target, [it.prompt for it in items], [it.output for it in items], [plan.score], progress=False, **kw
             )
@@ -538,14 +544,16 @@ def batch_check(spec: str, tokenizer: str, items: list[Item], plan: Any, work: P
             direct = _model_requests(emu) - sent0
         finally:
             ws.close()
-    batched = sum(b["requests"] for b in usage["batches"])
+    call = usage["batches"][batches0:]
+    batched = sum(b["requests"] for b in call)
     modelled = at_batch_price({it.id: rows[it.id] for it in items}, share)
     return {
         "plan": plan.key,
         "items": len(items),
+        "rounds": usage["batch_rounds"][-1],
         "usd_modelled_over_billed": sum(modelled[it.id]["usd"] for it in items) / billed if billed else math.nan,
         "requests_modelled_over_sent": sum(rows[it.id]["requests"] for it in items) / (batched + direct),
-        "batches": len(usage["batches"]),
+        "batches": len(call),
         "batched_requests": batched,
         "direct_requests": direct,
         "max_abs_score_diff": float(
@@ -682,9 +690,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--check-batch",
         type=int,
-        default=16,
-        help="items scored through the emulator in one --batch call (rounds batched) under the plan the default "
-        "chooses with --batch, to check the modelled batch price (0: skip)",
+        default=32,
+        help="items scored through the emulator in one --batch call (rounds batched; 32 = one call of the check) "
+        "under the plan the default chooses with --batch, after one item scored first, to check the modelled "
+        "batch price (0: skip)",
     )
     p.add_argument(
         "--chat-trained-epochs",
@@ -964,15 +973,21 @@ def main(argv: list[str] | None = None) -> int:
         )
     if a.check_batch > 0 and price.batch is not None and plan_key:
         pl = next(p_ for p_ in plans if p_.key == plan_key)
-        batch_checked = batch_check(spec, tokenizer, pick[: a.check_batch], pl, work, rows[pl.key], price.batch)
+        start = a.check_real + a.calib_real  # items neither checked nor calibrated on
+        check_items = pick[start + 1 : start + 1 + a.check_batch]
+        batch_checked = batch_check(spec, tokenizer, pick[start], check_items, pl, work, rows[pl.key], price.batch)
         c = batch_checked
+        r = c["rounds"]
+        b80 = defaults["worst_case --batch"]["budget80_sequential"]
+        c["budget80_corrected"] = b80 / c["usd_modelled_over_billed"]
         print(
             f"modelled vs through the emulator with --batch (rounds batched), {c['plan']}: {c['items']} items in one "
-            f"call; USD modelled/billed {c['usd_modelled_over_billed']:.3f}, requests modelled/sent "
-            f"{c['requests_modelled_over_sent']:.3f}; {c['batches']} batches (one per round) holding "
-            f"{c['batched_requests']} requests, {c['direct_requests']} sent direct (the first text, which teaches "
-            f"the search, and rounds of fewer than {MIN_BATCH} requests); max |score difference| "
-            f"{c['max_abs_score_diff']:.4f}"
+            f"call after a first call of one item; USD modelled/billed {c['usd_modelled_over_billed']:.3f}, requests "
+            f"modelled/sent {c['requests_modelled_over_sent']:.3f}; {r['rounds']} rounds: {c['batches']} batches "
+            f"holding {c['batched_requests']} requests, {r['direct_rounds']} rounds of fewer than {MIN_BATCH} "
+            f"requests sent direct ({c['direct_requests']} requests); max |score difference| "
+            f"{c['max_abs_score_diff']:.4f}; the default's --batch B80 scaled by billed/modelled: "
+            f"{_usd(c['budget80_corrected'])}, loss fixed-sample B80 / this {base / c['budget80_corrected']:.1f}x"
         )
     clean = []
     for pl in clean_plans:
