@@ -31,8 +31,8 @@ LOCAL_CHUNK = 16
 #: items per scoring call on an API target with ``--batch``: each call's requests go out as provider
 #: batches, one per round of its searches (each may take hours to come back), so items are bought in
 #: chunks; the sequential test still reads them one by one and may stop between chunks, but a run that
-#: settles inside a chunk has paid for all of it. 32 rather than 64: about 15% less budget for 80% power
-#: on both canaries of ``bench/power_per_dollar.py``, at twice the calls (docs/contamination.md)
+#: settles inside a chunk has paid for all of it. 32 rather than 64: 11-18% less budget for 80% power on
+#: the canaries of ``bench/power_per_dollar.py`` (@ de02d28), at twice the calls (docs/contamination.md)
 BATCH_CHUNK = 32
 
 
