@@ -10,9 +10,9 @@ cached yet as one batch (``buy``), answers all of them from the cache, and relea
 in the order they asked. One batch per round: a read of ``r`` rounds waits for ``r`` batch
 turnarounds. A round holding fewer than ``MIN_BATCH`` uncached requests (the last searches of a
 read, often one or two positions) goes direct instead, at the list price: a few requests are not
-worth a batch turnaround each (on the chat-trained SmolLM2 canary, 16 items under ``loss@random4``
-took 14 batches, 13 of them holding one or two requests: the batch check of
-``bench/power_per_dollar.py`` @ 51545ca).
+worth a batch turnaround each (on the chat-trained SmolLM2 canary a call of 32 items under
+``loss@random4`` took 7 rounds, 6 of them holding one or two bisection requests: the batch check of
+``bench/power_per_dollar.py`` @ de02d28).
 
 Every request passes the barrier, cached or not. A re-run of a killed read therefore replays the
 same rounds in the same order, so each search sees the same statistics at each step, computes
