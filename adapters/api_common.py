@@ -525,6 +525,11 @@ class ApiTarget(Target):
             if self.ladder.fixed_first:  # back to learning openings from every answer
                 self.ladder = dataclasses.replace(self.ladder, fixed_first=False, frozen=None)
 
+    def _one_request_per_text(self, sem: Semantics) -> bool:
+        """An echo/prompt-logprobs endpoint, whose one request per text depends on the run's echo
+        statistics: its recovery is not batched (``_batch_rounds``, ``_buy_first_requests``)."""
+        return bool(sem.prompt_logprobs or (sem.echo and self.cond.api == "completions"))
+
     def _batch_rounds(
         self, items: list[tuple[Any, ...]], sem: Semantics, progress: bool, *, reads: bool = False
     ) -> BatchRounds | None:
@@ -535,7 +540,7 @@ class ApiTarget(Target):
         depends on the run's echo statistics."""
         if self.batch is None or not items or not self.engine.spending.options.batch_rounds:
             return None
-        if not reads and (sem.prompt_logprobs or (sem.echo and self.cond.api == "completions")):
+        if not reads and self._one_request_per_text(sem):
             return None
         return BatchRounds(
             lambda bodies: self._run_batch(list(bodies), progress), self.oracle.is_cached, self.oracle.send
@@ -555,7 +560,7 @@ class ApiTarget(Target):
         on any endpoint."""
         if self.batch is None or not items:
             return
-        if not reads and (sem.prompt_logprobs or (sem.echo and self.cond.api == "completions")):
+        if not reads and self._one_request_per_text(sem):
             note = "echo/prompt-logprobs endpoint: nothing batched, its one request per text went direct"
             if note not in self.batch_notes:
                 self.batch_notes.append(note)

@@ -38,13 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
-from bench.common import announce, emulator, get_canary
-
-
-def sent_to(emu) -> int:
-    """Model requests the emulator answered directly (chat and completions)."""
-    by_path = emu.stats()["by_path"]
-    return sum(by_path.get(p, {}).get("ok", 0) for p in ("/v1/chat/completions", "/v1/completions"))
+from bench.common import announce, direct_model_requests, emulator, get_canary
 
 
 def run_once(emu, tok_dir: str, texts: list[str], batch: bool, probe_cache: str, rounds: bool = True) -> dict:
@@ -62,12 +56,12 @@ def run_once(emu, tok_dir: str, texts: list[str], batch: bool, probe_cache: str,
         spending = Spending.start(EngineOptions(concurrency=16, batch=batch, batch_rounds=rounds))
         target = load_target(emu.target_spec, tokenizer=tok_dir, spending=spending, cache=cache)
         try:
-            before = sent_to(emu)
+            before = direct_model_requests(emu)
             t0 = time.perf_counter()
             table = compute_scores(target, texts, ["loss"], progress=False)
             wall = time.perf_counter() - t0
             usage = target.usage()
-            sent = sent_to(emu) - before
+            sent = direct_model_requests(emu) - before
         finally:
             target.close()
             cache.close()

@@ -203,3 +203,9 @@ def emulator(backend: Any, profile: Any = "openai-chat", **options: Any) -> Iter
         os.environ.setdefault(name, key)
     with run_emulator(backend, profile, **options) as emu:
         yield emu
+
+
+def direct_model_requests(emu: Any) -> int:
+    """Model requests the emulator answered directly (chat and completions; not the lines of a batch)."""
+    by_path = emu.stats()["by_path"]
+    return sum(by_path.get(p, {}).get("ok", 0) for p in ("/v1/chat/completions", "/v1/completions"))

@@ -91,7 +91,16 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
-from bench.common import announce, auc_of, emulator, get_canary, load_backend, open_workspace, stamped
+from bench.common import (
+    announce,
+    auc_of,
+    direct_model_requests,
+    emulator,
+    get_canary,
+    load_backend,
+    open_workspace,
+    stamped,
+)
 
 #: plans compared by default: the pre-issue default (every answer position recovered), and the cheap ones
 DEFAULT_PLANS = (
@@ -534,14 +543,14 @@ def batch_check(
             target = ws.load_target(emu.target_spec, tokenizer=tokenizer)
             compute_output_scores(target, [first.prompt], [first.output], [plan.score], progress=False, **kw)
             usd0 = target.engine.stats.cost_usd  # after the probe and the first text: neither is this call's
-            sent0 = _model_requests(emu)
+            sent0 = direct_model_requests(emu)
             batches0 = len(target.usage()["batches"])
             table = compute_output_scores(
                 target, [it.prompt for it in items], [it.output for it in items], [plan.score], progress=False, **kw
             )
             usage = target.usage()
             billed = target.engine.stats.cost_usd - usd0
-            direct = _model_requests(emu) - sent0
+            direct = direct_model_requests(emu) - sent0
         finally:
             ws.close()
     call = usage["batches"][batches0:]
@@ -560,12 +569,6 @@ def batch_check(
             max(abs(float(s) - rows[it.id]["score"]) for s, it in zip(table[plan.score], items, strict=True))
         ),
     }
-
-
-def _model_requests(emu: Any) -> int:
-    """Model requests the emulator answered directly (not in a batch)."""
-    by_path = emu.stats()["by_path"]
-    return sum(by_path.get(p, {}).get("ok", 0) for p in ("/v1/chat/completions", "/v1/completions"))
 
 
 def clean_flags(pool_ids: list[str], rows, n_side: int, redraws: int, design, seed: int) -> tuple[float, float, float]:

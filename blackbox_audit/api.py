@@ -35,7 +35,7 @@ from typing import Any
 
 from blackbox_audit import pipeline
 from blackbox_audit.data import Dataset, Sample, load_dataset
-from blackbox_audit.engine.options import EngineOptions
+from blackbox_audit.engine.options import NAMED_OPTIONS, EngineOptions
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods import Method, get_method
 from blackbox_audit.pipeline import Job, PlannedJob, TargetRef
@@ -43,17 +43,7 @@ from blackbox_audit.results import MethodResult
 from blackbox_audit.workspace import Workspace
 
 #: ``Session`` keywords that are engine options (the CLI's engine flags), by ``EngineOptions`` field
-ENGINE_KEYWORDS = (
-    "budget_usd",
-    "max_requests",
-    "rpm",
-    "tpm",
-    "concurrency",
-    "max_retries",
-    "pricing",
-    "batch",
-    "batch_rounds",
-)
+ENGINE_KEYWORDS = tuple(k for k in NAMED_OPTIONS if k != "rate_limit_wait_s")
 #: ``heldout=`` values that name a mode of the contamination check rather than a file
 HELDOUT_MODES = ("auto", "known", "synthetic", "order")
 

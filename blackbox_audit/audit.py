@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from blackbox_audit.auditspec import AuditSpec, DataSpec, StepSpec, TargetSpec, load_spec
-from blackbox_audit.engine.options import EngineOptions
+from blackbox_audit.engine.options import NAMED_OPTIONS, EngineOptions
 from blackbox_audit.engine.pricing import ModelPrice
 from blackbox_audit.errors import UserError
 from blackbox_audit.workspace import Workspace
@@ -41,18 +41,7 @@ from blackbox_audit.workspace import Workspace
 LOCAL_BASE_OPTIONS = ("device", "batch_size", "dtype", "padding_side")
 CHAT_OPTIONS = ("chat", "system", "user_template")
 #: [audit] keys that are engine options (same names as ``EngineOptions``' fields)
-ENGINE_KEYS = (
-    "budget_usd",
-    "max_requests",
-    "rpm",
-    "tpm",
-    "concurrency",
-    "max_retries",
-    "rate_limit_wait_s",
-    "pricing",
-    "batch",
-    "batch_rounds",
-)
+ENGINE_KEYS = NAMED_OPTIONS
 
 
 def _say(msg: str) -> None:

@@ -27,6 +27,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from .batch_core import custom_id
+
 #: event-loop turns with no new request before a round is bought: every search that can still
 #: run has reached its next request by then (nothing else in a read awaits: cache reads are
 #: synchronous and nothing is sent between rounds)
@@ -95,7 +97,7 @@ class BatchRounds:
         todo: dict[str, dict[str, Any]] = {}
         for body, _ in held:
             if not self._cached(body):
-                todo.setdefault(_key(body), body)
+                todo.setdefault(custom_id(body), body)
         if len(todo) >= self._min_batch:
             await self._buy(list(todo.values()))
             self.batched_rounds += 1
@@ -121,12 +123,6 @@ class BatchRounds:
             "direct_rounds": self.direct_rounds,
             "direct_requests": self.direct_requests,
         }
-
-
-def _key(body: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(body, sort_keys=True, ensure_ascii=False)
 
 
 __all__ = ["MIN_BATCH", "QUIET_TICKS", "BatchRounds"]

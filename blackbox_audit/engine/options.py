@@ -16,6 +16,21 @@ from .budget import Budget
 from .pricing import ModelPrice, PricingTable
 from .retry import DEFAULT_RATE_LIMIT_WAIT_S
 
+#: the ``EngineOptions`` fields a user sets by name: an audit spec's ``[audit]`` keys and (but
+#: ``rate_limit_wait_s``) the Python API's ``Session`` keywords, as the CLI's engine flags
+NAMED_OPTIONS = (
+    "budget_usd",
+    "max_requests",
+    "rpm",
+    "tpm",
+    "concurrency",
+    "max_retries",
+    "rate_limit_wait_s",
+    "pricing",
+    "batch",
+    "batch_rounds",
+)
+
 
 @dataclass(frozen=True)
 class EngineOptions:
@@ -80,4 +95,4 @@ class Spending:
         )
 
 
-__all__ = ["EngineOptions", "Spending"]
+__all__ = ["NAMED_OPTIONS", "EngineOptions", "Spending"]
