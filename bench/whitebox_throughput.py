@@ -9,6 +9,8 @@ shipped in ``fixtures/``). Both loops score the same texts with the same target;
 checks that they agree to 1e-4 and prints tokens/s for each and the ratio.
 ``--conditional`` also times the KV-cached conditional path against concatenate-and-run.
 ``--load`` also times loading the SmolLM2 GGUF by dequantizing it vs from the safetensors cache.
+``--bf16`` also scores the texts batched in bfloat16 (the same batch size) and prints its speed beside
+fp32's and how far its logprobs are from fp32's (max and mean absolute difference per token).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--conditional", action="store_true")
     ap.add_argument("--load", action="store_true")
+    ap.add_argument("--bf16", action="store_true", help="also time bfloat16 against fp32, batched")
     args = ap.parse_args()
     announce()
 
@@ -74,6 +77,17 @@ def main() -> None:
     print(f"per-sample loop : {n_tok / t_loop:8.1f} tok/s ({t_loop:.1f} s)")
     print(f"batched (bs={args.batch_size:2d}) : {n_tok / t_batch:8.1f} tok/s ({t_batch:.1f} s)")
     print(f"ratio batched/loop = {t_loop / t_batch:.2f}x   max |diff| = {max_diff(loop, batched):.2e}")
+
+    if args.bf16:
+        low = load_target(args.target, batch_size=args.batch_size, progress=False, dtype="bfloat16")
+        low.token_logprobs(texts[:2])
+        halved, t_bf16 = timed(lambda: low.token_logprobs(texts))
+        diff = np.concatenate([x.logprobs - y.logprobs for x, y in zip(halved, batched, strict=True)])
+        print(f"bf16 batched    : {n_tok / t_bf16:8.1f} tok/s ({t_bf16:.1f} s)")
+        print(
+            f"ratio bf16/fp32 = {t_batch / t_bf16:.2f}x   |diff| per token: max {np.abs(diff).max():.3f}, "
+            f"mean {np.abs(diff).mean():.4f} nats"
+        )
 
     if args.conditional:
         prefix = " ".join(texts[-3:])
