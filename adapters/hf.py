@@ -14,8 +14,7 @@ Numbers: the forward pass runs in the model dtype (``float32`` by default everyw
 audit numbers must be reproducible to 1e-4 across batch sizes), ``log_softmax`` always in fp32.
 ``bfloat16`` is allowed on request. It is faster where the CPU has bf16 matrix units, at a cost in
 numbers: SmolLM2 on this project's CPU (AMX) scored 2.14x faster, with a mean |difference| of 0.040
-nats per token and a largest one of 2.97 (``bench/whitebox_throughput.py --bf16`` @ 04d1b3d); the
-tiny canary's 128-wide model gains nothing.
+nats per token and a largest one of 2.97 (``bench/whitebox_throughput.py --bf16`` @ 04d1b3d).
 
 Batching: texts are sorted by length (longest first) and padded to the right by default
 (``padding_side="left"`` also works: position ids come from the attention mask, so results do
