@@ -12,6 +12,7 @@ from each (``--init loss``, as ``bench/canary_quality.py``). ``--only means`` ti
     OMP_NUM_THREADS=1 .venv/bin/python bench/em_mia_speed.py --texts 400 --only means
     OMP_NUM_THREADS=1 .venv/bin/python bench/em_mia_speed.py --texts 400 --floor
     .venv/bin/python bench/em_mia_speed.py --texts 400 --only means --threads 2
+    OMP_NUM_THREADS=1 .venv/bin/python bench/em_mia_speed.py --texts 100 --only means --bf16
 
 ``--floor`` runs no matrix: it counts the matrix's multiply-adds (every linear layer and the LM
 head on each text token fed after its prefix, each prefix once, and attention's two products over
@@ -117,6 +118,11 @@ def main() -> None:
     ap.add_argument(
         "--threads", type=int, default=1, help="torch threads (default 1; the issue's 2 minutes are wall time)"
     )
+    ap.add_argument(
+        "--bf16",
+        action="store_true",
+        help="also fill the matrix (means path) with the model in bfloat16: its time, AUCs, largest difference",
+    )
     args = ap.parse_args()
     announce()
     import torch
@@ -143,6 +149,13 @@ def main() -> None:
     if len(matrices) == 2:
         out["ratio"] = round(out["records_cpu_s"] / out["means_cpu_s"], 2)
         out["bit_identical"] = bool(np.array_equal(matrices["records"].values, matrices["means"].values))
+    if args.bf16:
+        low = load_target(canary.target_spec, device="cpu", progress=False, dtype="bfloat16")
+        m, out["bf16_means_cpu_s"], out["bf16_means_wall_s"] = run("means", low, texts)
+        out["bf16_means_auc"] = aucs(m, init, y)
+        fp32 = matrices.get("means") or matrices.get("records")
+        if fp32 is not None:
+            out["bf16_max_abs_diff"] = float(np.max(np.abs(m.values - fp32.values)))
     print(json.dumps(out))
 
 
