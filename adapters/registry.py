@@ -25,7 +25,7 @@ from blackbox_audit.errors import UserError
 from .base import Capabilities, Target
 
 #: command-line options (argparse dest names) that reach local / API loaders
-LOCAL_OPTIONS = ("device", "batch_size", "chat", "system", "user_template")
+LOCAL_OPTIONS = ("device", "batch_size", "dtype", "chat", "system", "user_template")
 API_OPTIONS = ("tokenizer", "api_key_env", "api", "prior", "prior_template", "system", "user_template")
 
 

@@ -102,7 +102,7 @@ CANARY_KEYS = {
 CANARY_SPLITS = ("dataset", "members", "nonmembers", "calibration")
 EMULATE_KEYS = {"emulate": str, "profile": str, "port": int, "model": str, "noise": (int, float), "seed": int}
 TARGET_EXTRA = {
-    "local": ("dtype", "padding_side"),
+    "local": ("padding_side",),
     "api": ("eps", "learned_brackets", "search"),
 }
 STEP_KEYS = ("method", "name", "target", "data", "reference", "sets", "targets", "scored")
