@@ -43,7 +43,7 @@ from blackbox_audit.results import MethodResult
 from blackbox_audit.workspace import Workspace
 
 #: ``Session`` keywords that are engine options (the CLI's engine flags), by ``EngineOptions`` field
-ENGINE_KEYWORDS = tuple(k for k in NAMED_OPTIONS if k != "rate_limit_wait_s")
+ENGINE_KEYWORDS = NAMED_OPTIONS
 #: ``heldout=`` values that name a mode of the contamination check rather than a file
 HELDOUT_MODES = ("auto", "known", "synthetic", "order")
 

@@ -35,6 +35,12 @@ def test_the_api_is_reached_from_the_package() -> None:
         ba.no_such_thing  # noqa: B018
 
 
+def test_the_rate_limit_wait_is_a_session_keyword_as_it_is_a_flag_and_a_spec_key(tmp_path: Path) -> None:
+    with ba.Session(cache_dir=tmp_path / "c", rate_limit_wait_s=7.5, max_retries=2) as session:
+        assert session.workspace.engine.rate_limit_wait_s == 7.5
+        assert session.workspace.engine.max_retries == 2
+
+
 def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="unknown session option 'budget'"):
         ba.Session(budget=1)

@@ -16,8 +16,8 @@ from .budget import Budget
 from .pricing import ModelPrice, PricingTable
 from .retry import DEFAULT_RATE_LIMIT_WAIT_S
 
-#: the ``EngineOptions`` fields a user sets by name: an audit spec's ``[audit]`` keys and (but
-#: ``rate_limit_wait_s``) the Python API's ``Session`` keywords, as the CLI's engine flags
+#: the ``EngineOptions`` fields a user sets by name: an audit spec's ``[audit]`` keys and the Python
+#: API's ``Session`` keywords, as the CLI's engine flags
 NAMED_OPTIONS = (
     "budget_usd",
     "max_requests",
