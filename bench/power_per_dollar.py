@@ -51,6 +51,12 @@ budget is spent. Per plan the script prints:
   ``--batch``; its budget for 80% of orders, its ratio to full recovery and its share of the best
   plan's power per dollar.
 
+**Oracle pilot** (``--oracle-pilot K,...``): the best a pilot that learns the plan on the target could
+do. It reads the first K items of each side once, recovering the union of the candidate plans'
+positions (every sampled ``loss`` plan, or only the two best), leaves them out of the test, then tests
+the rest with the best sampled plan as if it had chosen it without error. Its B80 against the best
+plan's bounds the share of the best plan's power per dollar any such pilot of K items can reach.
+
 **Clean model.** The plans are also scored on items nobody trained on (tiny: 400 of the
 canary's never-trained items, a canary trained on other items; smollm2: unmodified SmolLM2
 on the same 256 items); each of ``--redraws`` redraws splits them at random into a benchmark and a
@@ -513,6 +519,37 @@ def sequential_spend(orders, rows, design, chunk: int = 1) -> tuple[np.ndarray, 
     return np.asarray(cross), np.asarray(stop)
 
 
+def union_read_usd(truth, items: list[Item], plans: list[Any], price, b: float) -> dict[str, float]:
+    """Per item, the USD of one read that recovers every position any of ``plans`` keeps: what a pilot
+    pays to score each of them from one read (``full_recovery_rows``' cost model on the union of
+    their positions, ``b`` bisection requests per miss)."""
+    from blackbox_audit.reads import parse_positions
+
+    samples = [parse_positions(pl.positions) for pl in plans]
+    out = {}
+    for it in items:
+        t = truth[it.id]
+        n = len(t["lp"])
+        keep = np.unique(np.concatenate([np.asarray(s.select(n, it.output), dtype=np.int64) for s in samples]))
+        reqs = 1.0 + np.where(_hit(t)[keep], 0.0, b)
+        out[it.id] = float(np.sum(reqs * (t["n_ctx"][keep] * price.prompt + price.completion)) / 1e6)
+    return out
+
+
+def oracle_pilot_spend(orders, rows, pilot_usd: dict[str, float], k: int, design) -> np.ndarray:
+    """Per order: the spend at which a run crosses when it first reads the first ``k`` items of each side
+    at ``pilot_usd`` (left out of the test), then tests the rest with ``rows``' plan: the plan an oracle
+    pilot would choose, so no pilot of ``k`` items per side and that read can do better."""
+    pilots, rests = [], []
+    for order in orders:
+        firsts = [[i for s, i in order if s == side][:k] for side in (0, 1)]
+        left_out = set(firsts[0]) | set(firsts[1])
+        pilots.append(sum(pilot_usd[i] for i in left_out))
+        rests.append([(s, i) for s, i in order if i not in left_out])
+    cross, _ = sequential_spend(rests, rows, design)
+    return cross + np.asarray(pilots)
+
+
 def at_batch_price(rows: dict[str, dict[str, Any]], share: float, *, rounds: bool = True) -> dict[str, dict[str, Any]]:
     """Per-item rows re-priced for ``--batch``. ``rounds`` (the default, ``--batch-rounds all``): every
     request in a provider batch at ``share`` of the price, one batch per round of the searches
@@ -706,6 +743,13 @@ def main(argv: list[str] | None = None) -> int:
         "(bench/chat_canary.py) instead of the plain-text canary, whose members a chat API does not show; 0 = off",
     )
     p.add_argument("--chat-lr", type=float, default=3e-4, help="learning rate of --chat-trained-epochs (3e-4)")
+    p.add_argument(
+        "--oracle-pilot",
+        default="",
+        help="comma-separated pilot sizes K (items per side): the B80 of a run whose pilot reads K items per side "
+        "with one read of the union of the sampled loss plans' positions, left out of the test, and then tests "
+        "the rest with the best of them, chosen as an oracle would (a bound on any such pilot; empty: skip)",
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument(
         "--default-budgets",
@@ -992,6 +1036,32 @@ def main(argv: list[str] | None = None) -> int:
             f"{c['max_abs_score_diff']:.4f}; the default's --batch B80 scaled by billed/modelled: "
             f"{_usd(c['budget80_corrected'])}, loss fixed-sample B80 / this {base / c['budget80_corrected']:.1f}x"
         )
+    oracle = []
+    if a.oracle_pilot:
+        sampled = [pl for pl in plans if pl.score == "loss" and pl.positions not in (None, "all")]
+        by_key = {t["plan"]: t for t in table}
+        best_all = min(t["budget80_sequential"] for t in table)
+        best = min(sampled, key=lambda pl: by_key[pl.key]["budget80_sequential"])
+        runner_up = min(
+            (pl for pl in sampled if pl.key != best.key), key=lambda pl: by_key[pl.key]["budget80_sequential"]
+        )
+        b = b_of["loss"][0]
+        for label, reads in (
+            (f"every sampled loss plan ({len(sampled)})", sampled),
+            (f"the two best, {best.key} and {runner_up.key}", [best, runner_up]),
+        ):
+            usd = union_read_usd(truth, audited, reads, price, b)
+            per_item = float(np.mean([usd[it.id] for it in audited]))
+            for k in (int(x) for x in a.oracle_pilot.split(",")):
+                b80 = budget80(oracle_pilot_spend(orders, rows[best.key], usd, k, design))
+                share = best_all / b80 if math.isfinite(b80) else 0.0
+                oracle.append(
+                    {"read": label, "k": k, "usd_per_item": per_item, "budget80": b80, "best_over_this": share}
+                )
+                print(
+                    f"oracle pilot, {k} items per side read once for {label} (${per_item:.5f} an item), then "
+                    f"{best.key} on the rest: B80 {_usd(b80)}; best plan's B80 / this {share:.2f}"
+                )
     clean = []
     for pl in clean_plans:
         src = rows[pl.key] if clean_rows is None else clean_rows[pl.key]
@@ -1017,6 +1087,7 @@ def main(argv: list[str] | None = None) -> int:
                     "loss_check": loss_check,
                     "batch_check": batch_checked,
                     "batch_budget80_by_items_per_call": by_chunk,
+                    "oracle_pilot": oracle,
                 },
                 argv,
             ),
