@@ -52,6 +52,10 @@ def test_an_audit_spec_and_the_python_api_take_dtype(tiny_lm_dir: Path, tmp_path
     )
     spec = load_spec(spec_file)
     assert spec.targets["m"].options["dtype"] == "bfloat16"
+    import blackbox_audit as ba
+
+    assert ba.target(f"hf:{tiny_lm_dir}", dtype="bfloat16").options == {"dtype": "bfloat16"}
+    # what both hand the loader
     assert load_target(f"hf:{tiny_lm_dir}", dtype="bfloat16", progress=False).dtype == torch.bfloat16
 
 
