@@ -167,8 +167,8 @@ def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
         "--dtype",
         choices=["float32", "bfloat16", "float16"],
         help="forward-pass dtype of local models (default float32: numbers reproducible across batch sizes); "
-        "bfloat16 is faster on CPUs with bf16 matrix units and GPUs, at about 0.04 nats per token on SmolLM2 "
-        "(docs/usage.md, Targets); the cache keeps each dtype's records apart",
+        "bfloat16 scored SmolLM2 2.1x faster on a CPU with bf16 matrix units, 0.04 nats per token from fp32's "
+        "on average (docs/usage.md, Targets); the cache keeps each dtype's records apart",
     )
     add_threads_argument(c)
 
