@@ -104,12 +104,10 @@ def build(size: str, device: str, max_tokens: int, seed: int) -> tuple[Any, Any]
 
 
 def make_texts(tokenizer: Any, n: int, tokens: int) -> list[str]:
-    """``n`` texts of exactly ``tokens`` tokens: the fixture's paragraphs joined, cut into windows
-    (decoded back to text), each window starting a paragraph later so texts differ."""
-    paras = fixture_texts()
-    ids: list[int] = []
-    for p in paras * (1 + (n * tokens) // max(1, len(tokenizer(" ".join(paras))["input_ids"]))):
-        ids += tokenizer(p + " ")["input_ids"]
+    """``n`` texts of ``tokens`` tokens each (before decoding back to text): the fixture's paragraphs
+    joined, repeated as needed, cut into ``n`` windows at even steps so texts differ."""
+    once = [i for p in fixture_texts() for i in tokenizer(p + " ")["input_ids"]]
+    ids = once * (1 + (n * tokens) // max(1, len(once)))
     out: list[str] = []
     step = max(1, (len(ids) - tokens) // max(1, n))
     for i in range(n):

@@ -341,6 +341,13 @@ def _hit(t: dict[str, np.ndarray]) -> np.ndarray:
     return t["lp"] >= t["top"][:, -1]
 
 
+def recovery_cost(t: dict[str, np.ndarray], keep: np.ndarray, b: float, price) -> tuple[np.ndarray, float]:
+    """Requests per kept position (one top-20 read, plus ``b`` bisection requests where the true token
+    is outside the top 20) and their USD, each billed at its context's prompt tokens + 1 completion."""
+    reqs = 1.0 + np.where(_hit(t)[keep], 0.0, b)
+    return reqs, float(np.sum(reqs * (t["n_ctx"][keep] * price.prompt + price.completion)) / 1e6)
+
+
 #: misses a plan's own items must show before their bisection requests per miss replace full recovery's
 MIN_MISSES = 20
 
@@ -370,9 +377,8 @@ def full_recovery_rows(
     def row(it: Item) -> dict[str, Any]:
         t = truth[it.id]
         keep = np.arange(len(t["lp"])) if sample is None else sample.select(len(t["lp"]), it.output)
+        reqs, usd = recovery_cost(t, keep, b, price)
         hit = _hit(t)[keep]
-        reqs = 1.0 + np.where(hit, 0.0, b)
-        usd = float(np.sum(reqs * (t["n_ctx"][keep] * price.prompt + price.completion)) / 1e6)
         return {
             "score": float(np.mean(t["lp"][keep])),
             "usd": usd,
@@ -521,8 +527,8 @@ def sequential_spend(orders, rows, design, chunk: int = 1) -> tuple[np.ndarray, 
 
 def union_read_usd(truth, items: list[Item], plans: list[Any], price, b: float) -> dict[str, float]:
     """Per item, the USD of one read that recovers every position any of ``plans`` keeps: what a pilot
-    pays to score each of them from one read (``full_recovery_rows``' cost model on the union of
-    their positions, ``b`` bisection requests per miss)."""
+    pays to score each of them from one read (full recovery's cost model on the union of
+    their positions, ``b`` bisection requests per miss: ``recovery_cost``)."""
     from blackbox_audit.reads import parse_positions
 
     samples = [parse_positions(pl.positions) for pl in plans]
@@ -531,8 +537,7 @@ def union_read_usd(truth, items: list[Item], plans: list[Any], price, b: float) 
         t = truth[it.id]
         n = len(t["lp"])
         keep = np.unique(np.concatenate([np.asarray(s.select(n, it.output), dtype=np.int64) for s in samples]))
-        reqs = 1.0 + np.where(_hit(t)[keep], 0.0, b)
-        out[it.id] = float(np.sum(reqs * (t["n_ctx"][keep] * price.prompt + price.completion)) / 1e6)
+        out[it.id] = recovery_cost(t, keep, b, price)[1]
     return out
 
 
