@@ -117,12 +117,18 @@ def engine_spend(target: Any) -> tuple[float, int] | None:
     return float(stats.cost_usd), int(stats.requests_sent)
 
 
+def batched(target: Any) -> bool:
+    """``--batch`` on an API target: its calls buy through the provider's batch API."""
+    return getattr(target, "engine", None) is not None and getattr(target, "batch", None) is not None
+
+
 def chunk_size(target: Any) -> int:
     """Items per scoring call: one on an API target (a budget stop then leaves at most one item
-    unfinished), ``BATCH_CHUNK`` with ``--batch`` (one provider batch per call), ``LOCAL_CHUNK`` locally."""
+    unfinished), ``BATCH_CHUNK`` with ``--batch`` (one provider batch per round of the call's searches),
+    ``LOCAL_CHUNK`` locally."""
     if getattr(target, "engine", None) is None:
         return LOCAL_CHUNK
-    return BATCH_CHUNK if getattr(target, "batch", None) is not None else 1
+    return BATCH_CHUNK if batched(target) else 1
 
 
 def buy(
@@ -153,7 +159,7 @@ def buy(
     spend0 = engine_spend(target)
     purchase = Purchase(order=list(order), billed=spend0 is not None)
     chunk = chunk_size(target)
-    joint = chunk == BATCH_CHUNK and getattr(target, "engine", None) is not None  # --batch on an API target
+    joint = batched(target)
     bar = progress_bar(total=len(order), desc=desc, unit="item", disable=not progress)
     last = spend0
     try:
