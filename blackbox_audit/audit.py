@@ -32,14 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blackbox_audit.auditspec import AuditSpec, DataSpec, StepSpec, TargetSpec, load_spec
+from blackbox_audit.adapters.registry import LOCAL_OPTIONS  # the registry only: no adapter is imported
+from blackbox_audit.auditspec import TARGET_EXTRA, AuditSpec, DataSpec, StepSpec, TargetSpec, load_spec
 from blackbox_audit.engine.options import NAMED_OPTIONS, EngineOptions
 from blackbox_audit.engine.pricing import ModelPrice
 from blackbox_audit.errors import UserError
 from blackbox_audit.workspace import Workspace
 
-LOCAL_BASE_OPTIONS = ("device", "batch_size", "dtype", "padding_side")
 CHAT_OPTIONS = ("chat", "system", "user_template")
+#: a local target's options other than its chat conditioning (the registry's and the spec's own)
+LOCAL_BASE_OPTIONS = tuple(k for k in (*LOCAL_OPTIONS, *TARGET_EXTRA["local"]) if k not in CHAT_OPTIONS)
 #: [audit] keys that are engine options (same names as ``EngineOptions``' fields)
 ENGINE_KEYS = NAMED_OPTIONS
 
