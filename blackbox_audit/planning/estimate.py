@@ -190,15 +190,15 @@ def estimate_records(
             else:
                 first_req, first_prompt = base_req, base_prompt
             first = batched.cost(first_prompt, first_req * max_tokens)
-            rest_price = batched if batch_rounds and not shape.echo else price  # the rounds in batches too
+            rounds = batch_rounds and not shape.echo  # the rounds in batches too
+            rest_price = batched if rounds else price
             rest = [rest_price.cost(prompt[i] - first_prompt, completion[i] - first_req * max_tokens) for i in (0, 1)]
-            if batch_rounds and not shape.echo:  # the probe's requests are not batched
-                probe = [p_lo, p_hi]
-                for i in (0, 1):
-                    probe_cost = price.cost(probe[i] * (8 + prompt_overhead), probe[i] * max_tokens)
-                    rest[i] += probe_cost - batched.cost(probe[i] * (8 + prompt_overhead), probe[i] * max_tokens)
+            if rounds:  # the probe's requests are not batched: back to the list price
+                for i, n in enumerate((p_lo, p_hi)):
+                    tokens = (n * (8 + prompt_overhead), n * max_tokens)
+                    rest[i] += price.cost(*tokens) - batched.cost(*tokens)
             batch = (first + rest[0], first + rest[1])
-            if batch_rounds and not shape.echo and extra_hi > 0:
+            if rounds and extra_hi > 0:
                 basis.append(
                     "cost with --batch: the bisection rounds are batched too, one provider batch per round (each "
                     "waits for the batch's turnaround); --batch-rounds first sends them direct at the list price"
