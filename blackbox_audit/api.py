@@ -34,6 +34,7 @@ from types import TracebackType
 from typing import Any
 
 from blackbox_audit import pipeline
+from blackbox_audit.auditspec import TARGET_EXTRA
 from blackbox_audit.data import Dataset, Sample, load_dataset
 from blackbox_audit.engine.options import NAMED_OPTIONS, EngineOptions
 from blackbox_audit.errors import UserError
@@ -55,10 +56,15 @@ def target(spec: str, **options: Any) -> TargetRef:
     from blackbox_audit.adapters import target_kind
 
     kind = target_kind(spec)  # an unknown spec fails here
-    unknown = sorted(set(options) - set(kind.options) - {"progress", "dtype", "padding_side", "pricing"})
+    # the options an audit spec's [targets] table takes for this kind, plus the price file; a local
+    # model's loader also takes ``progress``. An option of the other kind (``dtype`` on an API
+    # target, ``eps`` on a local one) would do nothing, so it is refused rather than ignored.
+    allowed = (*kind.options, *TARGET_EXTRA["api" if kind.api else "local"], *(() if kind.api else ("progress",)))
+    unknown = sorted(set(options) - set(allowed) - {"pricing"})
     if unknown:
         raise UserError(
-            f"target {spec}: unknown option '{unknown[0]}'", f"options for {kind.syntax}: {', '.join(kind.options)}"
+            f"target {spec}: unknown option '{unknown[0]}'",
+            f"options for {kind.syntax}: {', '.join(sorted({*allowed, 'pricing'}))}",
         )
     pricing = options.pop("pricing", None)  # the planning view's price file, not a loader option
     return TargetRef(spec, dict(options), pricing=pricing)

@@ -41,11 +41,26 @@ def test_the_rate_limit_wait_is_a_session_keyword_as_it_is_a_flag_and_a_spec_key
         assert session.workspace.engine.max_retries == 2
 
 
+def test_a_target_takes_the_options_an_audit_spec_takes_for_its_kind() -> None:
+    """The recovery's options reach an API target from Python as from a spec's [targets] table."""
+    from blackbox_audit.auditspec import TARGET_EXTRA
+
+    api = ba.target("openai:gpt-4o-mini", **dict.fromkeys(TARGET_EXTRA["api"], 1))
+    assert set(api.options) == set(TARGET_EXTRA["api"])
+    local = ba.target("smollm2", padding_side="left", dtype="bfloat16", progress=False)
+    assert local.options == {"padding_side": "left", "dtype": "bfloat16", "progress": False}
+
+
 def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="unknown session option 'budget'"):
         ba.Session(budget=1)
     with pytest.raises(UserError, match="unknown option 'tokeniser'"):
         ba.target("openai:gpt-4o-mini", tokeniser="x")
+    # an option of the other kind of target would do nothing there: refused, not ignored
+    with pytest.raises(UserError, match="unknown option 'dtype'"):
+        ba.target("openai:gpt-4o-mini", dtype="bfloat16")
+    with pytest.raises(UserError, match="unknown option 'eps'"):
+        ba.target("smollm2", eps=0.02)
     with ba.Session(cache_dir=tmp_path / "c") as session:
         with pytest.raises(UserError, match="unknown option 'alhpa'"):
             session.audit("contamination", benchmark="gsm8k", alhpa=0.1)
