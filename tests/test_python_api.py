@@ -41,14 +41,21 @@ def test_the_rate_limit_wait_is_a_session_keyword_as_it_is_a_flag_and_a_spec_key
         assert session.workspace.engine.max_retries == 2
 
 
-def test_a_target_takes_the_options_an_audit_spec_takes_for_its_kind() -> None:
-    """The recovery's options reach an API target from Python as from a spec's [targets] table."""
+def test_a_target_takes_the_options_an_audit_spec_takes_for_its_kind(tiny_target, tiny_lm_dir, tmp_path) -> None:
+    """The recovery's options reach an API target from Python as from a spec's [targets] table:
+    the loaded target's ladder uses them."""
     from blackbox_audit.auditspec import TARGET_EXTRA
+    from blackbox_audit.sim.emulator import run_emulator
 
-    api = ba.target("openai:gpt-4o-mini", **dict.fromkeys(TARGET_EXTRA["api"], 1))
-    assert set(api.options) == set(TARGET_EXTRA["api"])
+    assert set(ba.target("openai:gpt-4o-mini", **dict.fromkeys(TARGET_EXTRA["api"], 1)).options) == set(
+        TARGET_EXTRA["api"]
+    )
     local = ba.target("smollm2", padding_side="left", dtype="bfloat16", progress=False)
     assert local.options == {"padding_side": "left", "dtype": "bfloat16", "progress": False}
+    with run_emulator(tiny_target, "openai-chat") as emu, ba.Session(cache_dir=tmp_path / "c") as session:
+        ref = ba.target(emu.target_spec, tokenizer=f"hf:{tiny_lm_dir}", eps=0.05, search="median")
+        ladder = ref.open(session.workspace).inner.ladder
+        assert (ladder.eps, ladder.search, ladder.learned_brackets) == (0.05, "median", True)
 
 
 def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
