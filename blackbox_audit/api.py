@@ -27,6 +27,7 @@ notebook prices and buys exactly what ``blackbox-audit contamination ... --dry-r
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,13 +99,30 @@ class Audit:
 
     def plan(self) -> PlannedJob:
         """What the run would send and cost, with its choices made (``pipeline.plan``); nothing is sent."""
-        return pipeline.plan(self.job, self.session.workspace)
+        return pipeline.plan(self.job, self.session.open_workspace())
 
     def run(self) -> MethodResult:
-        """Run it (``pipeline.run``): the choices the plan showed, made again on the loaded target."""
-        outcome = pipeline.run(self.job, self.session.workspace, announce=self.job.progress)
-        self.session.last_target = outcome.inputs.target
-        return outcome.result
+        """Run it (``pipeline.run``): the choices the plan showed, made again on the loaded target.
+
+        The result's ``provenance`` also gets what the CLI's run.json records of the run (the target's
+        description, usage and cache counts, the session's options, the wall time), so that
+        ``ba.save`` writes the run.json the CLI writes."""
+        from blackbox_audit.results.record import target_record
+
+        started = time.monotonic()
+        outcome = pipeline.run(self.job, self.session.open_workspace(), announce=self.job.progress)
+        target = outcome.inputs.target
+        self.session.last_target = target
+        result = outcome.result
+        result.provenance.update(
+            {
+                "options": self.session.options(),
+                "wall_time_s": round(time.monotonic() - started, 3),
+                **(target_record(target) if target is not None else {}),
+                **outcome.targets_record(),
+            }
+        )
+        return result
 
 
 class Session:
@@ -124,8 +142,24 @@ class Session:
         self.cache_dir = None if cache_dir is None else str(cache_dir)
         self.no_cache = no_cache
         self.progress = progress
+        self.engine = dict(engine)
         self.workspace = Workspace.open(cache_dir=self.cache_dir, no_cache=no_cache, engine=EngineOptions(**engine))
         self.last_target: Any = None
+        self.closed = False
+
+    def open_workspace(self) -> Workspace:
+        """The session's workspace; ``UserError`` once the session is closed. A closed session has no
+        cache and no budget left to share, so running on in it would buy again what was bought."""
+        if self.closed:
+            raise UserError(
+                "this Session is closed: its cache and budget are gone",
+                "open a new ba.Session with the same cache_dir (what was bought is read back from the cache)",
+            )
+        return self.workspace
+
+    def options(self) -> dict[str, Any]:
+        """The session's options as run.json records them (the CLI's ``options``)."""
+        return {"cache_dir": self.cache_dir, "no_cache": self.no_cache, **self.engine}
 
     def audit(
         self,
@@ -150,6 +184,7 @@ class Session:
         ``load_benchmark``'s field options (``text_field``, ``question_field``, ...)."""
         from blackbox_audit.benchmarks import load_benchmark_sides
 
+        self.open_workspace()  # a closed session refuses here, before any file is read
         fields = dict(data_options or {})
         side_sets: dict[str, Dataset] = {}
         if isinstance(heldout, str) and heldout in HELDOUT_MODES:
@@ -190,6 +225,8 @@ class Session:
         return self.workspace.budget_record()
 
     def close(self) -> None:
+        """Close the targets it loaded and the cache; the session refuses further use."""
+        self.closed = True
         self.workspace.close()
 
     def __enter__(self) -> Session:

@@ -265,6 +265,17 @@ class Outcome:
     inputs: AuditInputs
     method: Method
 
+    def targets_record(self) -> dict[str, Any]:
+        """What run.json records about a run of several targets (each role's description and cache
+        counts), beside what the writer records of the one ``inputs.target``; empty for one target."""
+        targets = self.inputs.targets
+        if not targets:
+            return {}
+        return {
+            "targets": {role: t.describe() for role, t in targets.items()},
+            "cache": {role: dict(t.stats) for role, t in targets.items()},
+        }
+
 
 def run(job: Job, workspace: Workspace, *, announce: bool = True, check_first: bool = True) -> Outcome:
     """Run ``job``: prepare (from the specs), check, open the targets, prepare again on the loaded

@@ -90,3 +90,39 @@ def test_the_dry_run_needs_no_key_and_sends_nothing(tmp_path: Path, monkeypatch)
         assert not router.calls
     text = planned.format()
     assert "gsm8k" in text and planned.method.config.heldout == "synthetic"
+
+
+def test_a_saved_result_records_the_run_as_the_cli_does(tiny_target, tiny_lm_dir, tmp_path: Path, capsys) -> None:
+    """``ba.save`` writes the run.json the CLI writes for the same run (the target, its usage and the
+    cache's counts, the options, the wall time); a closed session refuses to run on without its cache."""
+    import json
+
+    from blackbox_audit.cli import main
+    from blackbox_audit.results.files import write_jsonl
+    from blackbox_audit.sim.emulator import run_emulator
+
+    texts = ["The cat sat on the mat today.", "A quick brown fox jumps over it.", "Rain fell on the quiet town."]
+    data = tmp_path / "d.jsonl"
+    write_jsonl(data, [{"id": f"t{i}", "text": t} for i, t in enumerate(texts)])
+    with run_emulator(tiny_target, "openai-chat") as emu:
+        argv = ["score", "--target", emu.target_spec, "--tokenizer", str(tiny_lm_dir), "--data", str(data)]
+        argv += ["--scores", "loss_cens", "--cache-dir", str(tmp_path / "c-cli"), "--out", str(tmp_path / "cli")]
+        assert main(argv) == 0
+        session = ba.Session(cache_dir=tmp_path / "c-py", progress=False)
+        audit = session.audit(
+            "score", target=ba.target(emu.target_spec, tokenizer=str(tiny_lm_dir)), data=str(data), scores=["loss_cens"]
+        )
+        ba.save(audit.run(), tmp_path / "py")
+        again = audit.run()  # the same session: every answer from its cache
+        assert again.provenance["usage"]["requests_sent"] == 0
+        session.close()
+        for closed in (audit.run, audit.plan, lambda: session.audit("score", data=str(data))):
+            with pytest.raises(UserError, match="Session is closed"):
+                closed()
+    capsys.readouterr()
+    cli, py = (json.loads((tmp_path / d / "run.json").read_text()) for d in ("cli", "py"))
+    assert set(cli) - set(py) <= {"threads"}  # the CLI's --threads: no Python keyword sets it
+    assert py["target"] == cli["target"] and py["tokens_scored"] == cli["tokens_scored"] > 0
+    assert py["usage"]["requests_by_strategy"] == cli["usage"]["requests_by_strategy"]
+    assert py["cache"]["enabled"] and py["options"]["cache_dir"] == str(tmp_path / "c-py")
+    assert py["wall_time_s"] is not None

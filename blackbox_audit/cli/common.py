@@ -139,10 +139,7 @@ def execute(args: argparse.Namespace, command: str, job: Job, *, extra: dict[str
     with workspace_from_args(args) as workspace:
         outcome = pipeline.run(job, workspace)
         target = outcome.inputs.target
-        more = dict(extra or {})
-        if outcome.inputs.targets:
-            more["targets"] = {role: t.describe() for role, t in outcome.inputs.targets.items()}
-            more["cache"] = {role: dict(t.stats) for role, t in outcome.inputs.targets.items()}
+        more = {**(extra or {}), **outcome.targets_record()}
         paths = write_result(outcome.result, out_dir, recorder=recorder, target=target, extra=more or None)
         print_result(outcome.result, paths)
         if target is not None:

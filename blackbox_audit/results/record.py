@@ -81,6 +81,23 @@ def _options_dict(options: Mapping[str, Any] | object | None) -> dict[str, Any]:
     return dict(vars(options))
 
 
+def target_record(target: Any) -> dict[str, Any]:
+    """What run.json says about the target a run used: its description and fingerprint, its usage
+    (requests, tokens, spend, budget) and the cache's counts. One function, so that a result saved
+    from Python (``api.Audit.run``) records what the CLI records."""
+    record: dict[str, Any] = {"target": target.describe()}
+    record["target"].setdefault("fingerprint", target.fingerprint())
+    usage = getattr(target, "usage", None)
+    if callable(usage):
+        record["usage"] = usage()
+    stats = getattr(target, "stats", None)
+    if isinstance(stats, Mapping):
+        record["tokens_scored"] = stats.get("tokens_scored")
+        record["cache"] = {k: v for k, v in stats.items() if k != "tokens_scored"}
+        record["cache"]["enabled"] = getattr(target, "cache", None) is not None
+    return record
+
+
 class RunRecorder:
     """Collects a run's provenance from start to ``finish`` (which writes ``run.json``).
 
@@ -120,16 +137,7 @@ class RunRecorder:
         if threads is not None:  # set by a command that may load a local model (--threads)
             record["threads"] = threads.to_json()
         if target is not None:
-            record["target"] = target.describe()
-            record["target"].setdefault("fingerprint", target.fingerprint())
-            usage = getattr(target, "usage", None)
-            if callable(usage):
-                record["usage"] = usage()
-            stats = getattr(target, "stats", None)
-            if isinstance(stats, Mapping):
-                record["tokens_scored"] = stats.get("tokens_scored")
-                record["cache"] = {k: v for k, v in stats.items() if k != "tokens_scored"}
-                record["cache"]["enabled"] = getattr(target, "cache", None) is not None
+            record.update(target_record(target))
         if extra:
             record.update(extra)
         return write_json(Path(out_dir) / "run.json", redact(record))
