@@ -375,5 +375,11 @@ def load_benchmark_sides(
     benchmark's own format (``fields``: question/answer/id/label field names): the contamination
     check's data and side sets, read one way by the CLI, audit specs and the Python API."""
     bench = load_benchmark(spec, prompt_template=prompt_template, output_template=output_template, **fields)
+    if heldout is not None and not Path(heldout).exists():  # not "benchmark ...": the held-out side is missing
+        raise UserError(
+            f"held-out file '{heldout}' does not exist",
+            "give a .jsonl/.csv of known non-members in the benchmark's format, or a mode: "
+            "order (the default without a file) or synthetic",
+        )
     sets = {} if heldout is None else {"heldout": load_benchmark(heldout, fmt=bench.fmt, **fields)}
     return bench, sets

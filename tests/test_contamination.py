@@ -24,6 +24,7 @@ from blackbox_audit.benchmarks import (
     Benchmark,
     build_benchmark,
     load_benchmark,
+    load_benchmark_sides,
     load_gsm8k,
 )
 from blackbox_audit.data import Dataset, Sample
@@ -167,6 +168,8 @@ def test_file_benchmarks_with_named_fields(tmp_path: Path) -> None:
         load_benchmark(str(f), question_field="q")
     with pytest.raises(UserError, match="neither built in nor an existing file"):
         load_benchmark("gsm9k")
+    with pytest.raises(UserError, match="held-out file 'synthetik' does not exist.*order.*synthetic"):
+        load_benchmark_sides("gsm8k", "synthetik")  # a mistyped mode names the held-out side, not the benchmark
     with pytest.raises(UserError, match="fixed prompt format"):
         load_benchmark("gsm8k", prompt_template="{question}")
 
