@@ -27,6 +27,7 @@ notebook prices and buys exactly what ``blackbox-audit contamination ... --dry-r
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -56,6 +57,8 @@ def target(spec: str, **options: Any) -> TargetRef:
     nothing is loaded until a run needs it."""
     from blackbox_audit.adapters import target_kind
 
+    if not isinstance(spec, str):
+        raise UserError(f"a target spec is a string, got {type(spec).__name__}", "write e.g. ba.target('smollm2')")
     kind = target_kind(spec)  # an unknown spec fails here
     # the options an audit spec's [targets] table takes for this kind, plus the price file; a local
     # model's loader also takes ``progress``. An option of the other kind (``dtype`` on an API
@@ -77,15 +80,26 @@ def _as_ref(value: str | TargetRef | None) -> TargetRef | None:
     return target(value)
 
 
+def _field_options(reader: Any, fields: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """``fields`` checked against the keyword options of ``reader`` (``load_dataset`` for data files,
+    ``load_benchmark`` for a benchmark and its held-out file): one ``UserError`` naming a wrong key."""
+    params = inspect.signature(reader).parameters.items()
+    allowed = [k for k, p in params if p.default is not p.empty and k != "fmt"]  # fmt: a held-out file's own
+    unknown = sorted(set(fields) - set(allowed))
+    if unknown:
+        raise UserError(f"data_options: '{unknown[0]}' is not an option for {what}", f"use {', '.join(allowed)}")
+    return dict(fields)
+
+
 def read_data(data: str | Path | Dataset | Sequence[str], **fields: Any) -> Dataset:
     """A ``Dataset`` from a file (``load_dataset``'s formats and field options), a ``Dataset``, or a list
     of texts (ids ``0``, ``1``, ...; no labels)."""
     if isinstance(data, Dataset):
         return data
     if isinstance(data, str | Path):
-        return load_dataset(data, **fields)
-    texts = list(data)
-    if not all(isinstance(t, str) for t in texts):
+        return load_dataset(data, **_field_options(load_dataset, fields, "a data file"))
+    texts = list(data) if isinstance(data, Sequence) else None
+    if texts is None or not all(isinstance(t, str) for t in texts):
         raise UserError("data must be a file path, a Dataset or a list of strings", "pass texts as a list of str")
     return Dataset([Sample(id=str(i), text=t, label=None) for i, t in enumerate(texts)])
 
@@ -185,7 +199,11 @@ class Session:
         from blackbox_audit.benchmarks import load_benchmark_sides
 
         self.open_workspace()  # a closed session refuses here, before any file is read
+        from blackbox_audit.benchmarks import load_benchmark
+
         fields = dict(data_options or {})
+        if benchmark is not None:  # data files check their own options in read_data
+            fields = _field_options(load_benchmark, fields, "a benchmark and its held-out file")
         side_sets: dict[str, Dataset] = {}
         if isinstance(heldout, str) and heldout in HELDOUT_MODES:
             config.setdefault("heldout", heldout)

@@ -75,6 +75,17 @@ def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
             session.audit("no_such_method")
         with pytest.raises(UserError, match="either benchmark= or data="):
             session.audit("contamination", benchmark="gsm8k", data=["a"])
+        # wrong types and wrong field options: one UserError each, not a TypeError from inside
+        with pytest.raises(UserError, match="data must be a file path"):
+            session.audit("score", data=123)
+        with pytest.raises(UserError, match="a target spec is a string"):
+            session.audit("score", target=5, data=["a b"])
+        texts = tmp_path / "t.jsonl"
+        texts.write_text('{"text": "a b c"}\n')
+        with pytest.raises(UserError, match="'question_field' is not an option for a data file"):
+            session.audit("score", data=str(texts), data_options={"question_field": "q"})
+        with pytest.raises(UserError, match="'text_field' is not an option for a benchmark"):
+            session.audit("contamination", benchmark="gsm8k", data_options={"text_field": "q"})
 
 
 def test_the_dry_run_needs_no_key_and_sends_nothing(tmp_path: Path, monkeypatch) -> None:
