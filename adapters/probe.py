@@ -167,6 +167,8 @@ def cached_planning_view(
         logprobs=report is None or report.semantics is not None,
         recovery=cached_recovery(cache, base_url, model, api, system, template, pairs) if probed else None,
         prior=bool(options.get("prior")),
+        chat=report.api == "chat" if probed else {"chat": True, "completions": False}.get(api),
+        system=system,
     )
 
 

@@ -114,3 +114,36 @@ def test_dry_run_uses_the_probe_of_another_table_and_narrows_after_a_run(tiny_ta
         assert lo <= actual["requests"] <= hi and abs((lo + hi) / 2 / actual["requests"] - 1) < 0.3, (lo, hi, actual)
         p_lo, p_hi = after.prompt_tokens
         assert p_lo <= actual["prompt_tokens"] <= p_hi
+
+
+def test_the_first_dry_run_prices_the_chat_template_before_any_run_measured_it(smollm2_target, tmp_path) -> None:
+    """Before any run has measured a chat endpoint's template tokens, the dry-run's high end bills
+    ``CHAT_TEMPLATE_TOKENS_MAX`` of them per request (the low end none), so the range holds what the
+    run bills; it used to price the text alone, below what the first run billed. SmolLM2's real chat
+    template behind the emulator: the tokens a llama.cpp-style server bills."""
+    from blackbox_audit.adapters import load_target, planning_view
+    from blackbox_audit.planning.views import CHAT_TEMPLATE_TOKENS_MAX
+    from blackbox_audit.sim.emulator import run_emulator
+
+    names = ["loss_cens"]  # one top-n read per position: no recovery range, only the template's
+    with run_emulator(smollm2_target, "openai-chat") as emu, diskcache.Cache(str(tmp_path / "c")) as cache:
+        unprobed = planning_view(emu.target_spec, tokenizer="smollm2", cache=cache)
+        assert unprobed.prompt_overhead_hi == CHAT_TEMPLATE_TOKENS_MAX and unprobed.prompt_overhead == 0
+        target = load_target(emu.target_spec, tokenizer="smollm2", cache=cache)
+        try:
+            view = planning_view(emu.target_spec, tokenizer="smollm2", cache=cache)
+            assert view.probed and view.measured() is None and view.prompt_overhead_hi == CHAT_TEMPLATE_TOKENS_MAX
+            est = price_plan(CostPlan(calls=list(plan_requests(TEXTS, names).calls)), view).estimate
+            assert any("chat template" in line for line in est.basis)
+            emu.reset()
+            compute_scores(target, TEXTS, names, progress=False)
+            billed = emu.stats()["prompt_tokens"]
+        finally:
+            target.close()
+        lo, hi = est.prompt_tokens
+        assert lo < billed <= hi, (lo, hi, billed)
+        # once a run measured the template, the dry-run prices the measured count at both ends
+        measured = planning_view(emu.target_spec, tokenizer="smollm2", cache=cache)
+        assert measured.prompt_overhead > 0 and measured.prompt_overhead_hi is None
+        # a completions endpoint sends the text alone: nothing assumed there
+        assert planning_view(emu.target_spec, tokenizer="smollm2", api="completions").prompt_overhead_hi is None

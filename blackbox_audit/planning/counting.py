@@ -52,6 +52,7 @@ class CallCost:
         probe: bool = True,
         measured: MeasuredRecovery | None = None,
         batch_rounds: bool = True,
+        prompt_overhead_hi: int | None = None,
     ) -> Estimate:
         """The ``Estimate`` (requests/tokens/USD as a range) for an endpoint ``shape``
         (``estimate_records``: the same rule as every other estimate); ``measured``: the endpoint's
@@ -71,6 +72,7 @@ class CallCost:
             measured=measured,
             positions_sq=self.positions_sq,
             batch_rounds=batch_rounds,
+            prompt_overhead_hi=prompt_overhead_hi,
             **({} if probe else {"probe_requests": 0}),
         )
 

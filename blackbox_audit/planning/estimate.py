@@ -19,7 +19,9 @@ as a range because the number of extra requests depends on answers not yet seen:
 Once runs on the same endpoint have measured its recovery (``measured.MeasuredRecovery``), the
 extra requests of a miss are priced from that measurement instead: a prediction interval for texts
 like the measured ones. Every estimate states the assumption behind each end (``Estimate.basis``).
-Chat endpoints add the chat template's tokens to every prompt (``prompt_overhead``). Answers
+Chat endpoints add the chat template's tokens to every prompt (``prompt_overhead``, as measured by
+earlier runs); before any run measured them, the high end bills ``views.CHAT_TEMPLATE_TOKENS_MAX``
+per request (``prompt_overhead_hi``) and the low end none. Answers
 already in the cache cost nothing, so a resumed run costs less than estimated.
 
 Every estimate is also priced with ``--batch`` (``batch_cost_usd``) at the model's batch price
@@ -133,6 +135,7 @@ def estimate_records(
     measured: MeasuredRecovery | None = None,
     positions_sq: int | None = None,
     batch_rounds: bool = True,
+    prompt_overhead_hi: int | None = None,
 ) -> Estimate:
     """The one estimate rule (module doc), for ``scorings`` records holding ``positions`` scored
     positions whose contexts sum to ``context_tokens`` (prefix + text so far, before the chat
@@ -140,7 +143,9 @@ def estimate_records(
     ``read_positions`` more positions (contexts ``read_context_tokens``) are read without recovery:
     one request each, whatever the endpoint (``read_scorings`` of the ``scorings`` are such records).
     ``measured``: this endpoint's measured recovery, which prices the misses' extra requests as a
-    prediction interval (``positions_sq``: the sum of the records' squared position counts)."""
+    prediction interval (``positions_sq``: the sum of the records' squared position counts).
+    ``prompt_overhead_hi``: a chat template's tokens per request not measured yet, billed at the
+    high end only (``views.CHAT_TEMPLATE_TOKENS_MAX``)."""
     ctx_tokens = context_tokens + positions * prompt_overhead
     avg_ctx = ctx_tokens / positions if positions else 0.0
     if not positions:
@@ -174,6 +179,12 @@ def estimate_records(
     p_lo, p_hi = (probe_requests, probe_requests) if isinstance(probe_requests, int) else probe_requests
     req = (req[0] + p_lo, req[1] + p_hi)
     prompt = (prompt[0] + p_lo * (8 + prompt_overhead), prompt[1] + p_hi * (8 + prompt_overhead))
+    if prompt_overhead_hi is not None and prompt_overhead_hi > prompt_overhead and not shape.echo:
+        prompt = (prompt[0], prompt[1] + (prompt_overhead_hi - prompt_overhead) * req[1])
+        basis.append(
+            f"high end: each request's prompt also bills up to {prompt_overhead_hi} tokens of a chat template "
+            "(not measured on this endpoint yet; a run measures it and narrows this)"
+        )
     completion = (req[0] * max_tokens, req[1] * max_tokens)
     cost = batch = None
     if price is not None:

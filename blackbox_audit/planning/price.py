@@ -152,6 +152,7 @@ def price_plan(plan: CostPlan, view: PlanningView) -> PlanEstimate:
             shape,
             price=view.price,
             prompt_overhead=view.prompt_overhead,
+            prompt_overhead_hi=view.prompt_overhead_hi,
             probe=not view.probed,
             measured=measured,
             batch_rounds=view.batch_rounds,

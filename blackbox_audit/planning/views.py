@@ -19,6 +19,13 @@ from .measured import MeasuredRecovery, measured_overhead, mode_key
 
 #: where an unprobed endpoint's shape comes from (the widest range; the probe's requests are counted)
 NOT_PROBED = "not probed yet: widest range"
+#: the most prompt tokens a chat endpoint's template is assumed to add to each request until a run on
+#: the endpoint measures its own (``measured.measured_overhead``): the high end of the first dry-run.
+#: A user turn's markers and the reply's opening cost about 7 on OpenAI's chat; a Llama 3.1 template
+#: with its default system lines (knowledge cutoff, date) about 32. A system message of the user's
+#: adds its own text and ``SYSTEM_MESSAGE_TOKENS``.
+CHAT_TEMPLATE_TOKENS_MAX = 32
+SYSTEM_MESSAGE_TOKENS = 4
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,7 @@ class PlanningView:
     price: ModelPrice | None = None
     tokenizer_name: str = ""
     prompt_overhead: int = 0
+    prompt_overhead_hi: int | None = None  # not measured yet: the template tokens the high end assumes
     probed: bool = False  # the probe report is cached: its requests will not be sent again
     logprobs: bool = True  # False: a text-only endpoint (only sampling can be planned)
     recovery: Mapping[str, Any] | None = None
@@ -74,6 +82,8 @@ def endpoint_view(
     logprobs: bool = True,
     recovery: Mapping[str, Any] | None = None,
     prior: bool = False,
+    chat: bool | None = None,
+    system: str | None = None,
 ) -> PlanningView:
     """The planning view of one API endpoint.
 
@@ -83,7 +93,12 @@ def endpoint_view(
     is priced and the probe's own requests are counted. A text-only endpoint (``logprobs=False``)
     has no ladder: only sampling can be planned on it. ``recovery``: the endpoint's measured
     recovery statistics (``PlanningView.recovery``; their measured template overhead becomes
-    ``prompt_overhead``), ``prior``: a proxy prior will be used.
+    ``prompt_overhead``), ``prior``: a proxy prior will be used. ``chat``: the endpoint is a chat
+    endpoint (None: not known yet, as before the probe decides for ``api=auto``). Until a run
+    measures its template's tokens, the high end of a chat (or not yet known) endpoint's estimate
+    adds ``CHAT_TEMPLATE_TOKENS_MAX`` per request, plus the ``system`` message's
+    (``prompt_overhead_hi``), so that the first dry-run's range holds what the run bills; the low
+    end and the plan choices price none, as before.
     """
     if not logprobs:
         shape, source, probed = None, "", False
@@ -105,8 +120,24 @@ def endpoint_view(
         logprobs=logprobs,
         recovery=recovery,
         prior=prior,
-        prompt_overhead=measured_overhead(recovery) or 0,
+        **_overhead(recovery, chat, system, tokenize),
     )
+
+
+def _overhead(
+    recovery: Mapping[str, Any] | None, chat: bool | None, system: str | None, tokenize: Callable[[str], Sequence[int]]
+) -> dict[str, Any]:
+    """``prompt_overhead`` measured by earlier runs; else, for a chat (or not yet known) endpoint, the
+    high end's assumption ``prompt_overhead_hi``; a completions endpoint sends the text alone."""
+    measured = measured_overhead(recovery)
+    if measured is not None:
+        return {"prompt_overhead": measured}
+    if chat is False:
+        return {}
+    return {
+        "prompt_overhead_hi": CHAT_TEMPLATE_TOKENS_MAX
+        + (len(tokenize(system)) + SYSTEM_MESSAGE_TOKENS if system else 0)
+    }
 
 
 def local_view(target: Any) -> PlanningView:
@@ -135,7 +166,15 @@ def view_of_target(target: Any, *, pricing: str | None = None) -> PlanningView:
         probed_by="this target's probe",
         recovery=target.recovery_stats() if callable(getattr(target, "recovery_stats", None)) else None,
         prior=getattr(target, "prior", None) is not None,
+        **_conditioning(getattr(target, "cond", None)),
     )
+
+
+def _conditioning(cond: Any) -> dict[str, Any]:
+    """``chat`` and ``system`` of a loaded API target's conditioning (``adapters.wire.Conditioning``)."""
+    if cond is None:
+        return {}
+    return {"chat": cond.api == "chat", "system": cond.system if cond.api == "chat" else None}
 
 
 def run_view(target: Any) -> tuple[PlanningView, float | None]:

@@ -607,7 +607,13 @@ class Contamination(Method):
             view=view,
             total=total,
             items=rows,
-            probe_usd=probe_usd(view, total, rows),
+            # the probe's share is the total beyond the items, both priced without the high end's
+            # assumed chat-template tokens (the items' costs, and so the plan choice, price none)
+            probe_usd=probe_usd(
+                view,
+                total if view.prompt_overhead_hi is None else price_plan(plan, replace(view, prompt_overhead_hi=None)),
+                rows,
+            ),
             budget_usd=budget_usd,
         )
 
