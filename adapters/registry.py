@@ -28,6 +28,50 @@ from .base import Capabilities, Target
 LOCAL_OPTIONS = ("device", "batch_size", "dtype", "chat", "system", "user_template")
 API_OPTIONS = ("tokenizer", "api_key_env", "api", "prior", "prior_template", "system", "user_template")
 
+#: the type of each target option's value where a front door passes it as a plain value (an audit
+#: spec's [targets] table, ``ba.target``; the CLI's flags are strings), and how an error names it
+_TEXT = ((str,), "a string")
+_FLAG = ((bool,), "True or False")
+_NUMBER = ((int, float), "a number")
+_WHOLE = ((int,), "a whole number")
+_OPTION_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    **dict.fromkeys(
+        (
+            "tokenizer",
+            "api",
+            "api_key_env",
+            "prior_template",
+            "system",
+            "user_template",
+            "search",
+            "device",
+            "dtype",
+            "padding_side",
+        ),
+        _TEXT,
+    ),  # fmt: skip
+    "learned_brackets": _FLAG,
+    "progress": _FLAG,
+    "eps": _NUMBER,
+    "batch_size": _WHOLE,
+}
+
+
+def check_option_values(options: dict[str, Any], where: str) -> None:
+    """One ``UserError`` for a target option of the wrong type or range (``eps`` > 0, ``batch_size``
+    >= 1), before anything loads or is sent; ``where`` names the target. ``prior`` (a spec or a loaded
+    white-box target) and ``chat`` (a template name or a conditioning object) are the loaders' to check."""
+    for name, value in options.items():
+        if name not in _OPTION_TYPES or value is None:
+            continue
+        kinds, what = _OPTION_TYPES[name]
+        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+            raise UserError(f"{where}: option '{name}' must be {what}, got {value!r}", f"give {name} as {what}")
+        if name == "eps" and not value > 0:
+            raise UserError(f"{where}: option 'eps' must be > 0, got {value!r}", "give eps in nats, e.g. 0.01")
+        if name == "batch_size" and value < 1:
+            raise UserError(f"{where}: option 'batch_size' must be >= 1, got {value!r}", "give batch_size=8")
+
 
 @dataclass(frozen=True)
 class TargetKind:
@@ -211,6 +255,7 @@ def planning_view(spec: str, **options: Any) -> Any:
 
 
 __all__ = [
+    "check_option_values",
     "TargetKind",
     "TARGET_KINDS",
     "register_target_kind",

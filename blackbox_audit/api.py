@@ -56,6 +56,7 @@ def target(spec: str, **options: Any) -> TargetRef:
     the options its kind takes (``tokenizer``, ``api``, ``api_key_env``, ``system``, ``device``, ...);
     nothing is loaded until a run needs it."""
     from blackbox_audit.adapters import target_kind
+    from blackbox_audit.adapters.registry import check_option_values
 
     if not isinstance(spec, str):
         raise UserError(f"a target spec is a string, got {type(spec).__name__}", "write e.g. ba.target('smollm2')")
@@ -70,6 +71,7 @@ def target(spec: str, **options: Any) -> TargetRef:
             f"target {spec}: unknown option '{unknown[0]}'",
             f"options for {kind.syntax}: {', '.join(sorted({*allowed, 'pricing'}))}",
         )
+    check_option_values(options, f"target {spec}")  # a wrong value fails here, not at the run
     pricing = options.pop("pricing", None)  # the planning view's price file, not a loader option
     return TargetRef(spec, dict(options), pricing=pricing)
 

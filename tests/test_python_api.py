@@ -61,6 +61,18 @@ def test_a_target_takes_the_options_an_audit_spec_takes_for_its_kind(tiny_target
 def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="unknown session option 'budget'"):
         ba.Session(budget=1)
+    # engine options are checked when the session opens, with the CLI's ranges (EngineOptions)
+    for bad, message in (
+        ({"budget_usd": -1}, "budget_usd must be a finite number >= 0"),
+        ({"budget_usd": float("nan")}, "budget_usd must be a finite number >= 0"),
+        ({"budget_usd": "five"}, "budget_usd must be a number"),
+        ({"concurrency": 0}, "concurrency must be a finite number >= 1"),
+        ({"rpm": 0}, "rpm must be a finite number > 0"),
+        ({"max_requests": 2.5}, "max_requests must be a whole number"),
+        ({"batch_rounds": "first"}, "batch_rounds must be True or False"),
+    ):
+        with pytest.raises(UserError, match=message):
+            ba.Session(no_cache=True, **bad)
     with pytest.raises(UserError, match="unknown option 'tokeniser'"):
         ba.target("openai:gpt-4o-mini", tokeniser="x")
     # an option of the other kind of target would do nothing there: refused, not ignored
@@ -68,6 +80,15 @@ def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
         ba.target("openai:gpt-4o-mini", dtype="bfloat16")
     with pytest.raises(UserError, match="unknown option 'eps'"):
         ba.target("smollm2", eps=0.02)
+    # a wrong value fails when the target is named, not when the run reaches the loader
+    for spec, bad, message in (
+        ("openai:gpt-4o-mini", {"eps": "big"}, "option 'eps' must be a number"),
+        ("openai:gpt-4o-mini", {"learned_brackets": "no"}, "option 'learned_brackets' must be True or False"),
+        ("openai:gpt-4o-mini", {"system": 5}, "option 'system' must be a string"),
+        ("smollm2", {"batch_size": "4"}, "option 'batch_size' must be a whole number"),
+    ):
+        with pytest.raises(UserError, match=message):
+            ba.target(spec, **bad)
     with ba.Session(cache_dir=tmp_path / "c") as session:
         with pytest.raises(UserError, match="unknown option 'alhpa'"):
             session.audit("contamination", benchmark="gsm8k", alhpa=0.1)

@@ -10,7 +10,12 @@ and one price table. Every API target of a run is opened with the same ``Spendin
 
 from __future__ import annotations
 
+import math
+import numbers
+import os
 from dataclasses import dataclass, field
+
+from blackbox_audit.errors import UserError
 
 from .budget import Budget
 from .pricing import ModelPrice, PricingTable
@@ -30,6 +35,19 @@ NAMED_OPTIONS = (
     "batch",
     "batch_rounds",
 )
+
+
+#: (option, int or float, least value, least value excluded) checked by ``EngineOptions``
+_RANGES = (
+    ("budget_usd", float, 0, False),
+    ("max_requests", int, 0, False),
+    ("rpm", float, 0, True),
+    ("tpm", float, 0, True),
+    ("concurrency", int, 1, False),
+    ("max_retries", int, 0, False),
+    ("rate_limit_wait_s", float, 0, False),
+)
+_MAY_BE_NONE = ("budget_usd", "max_requests", "rpm", "tpm")
 
 
 @dataclass(frozen=True)
@@ -57,6 +75,31 @@ class EngineOptions:
     # with --batch, the dependent rounds too (bisection): one batch per round (``batch_rounds.py``);
     # False (``--batch-rounds first``): only the first requests are batched, the rounds go direct
     batch_rounds: bool = True
+
+    def __post_init__(self) -> None:
+        """One check of every named option's type and range, whichever front door set it (the CLI
+        parses its flags with the same ranges; an audit spec and the Python API land here): a NaN or
+        negative cap would silently switch the cap off, a concurrency of 0 would hang."""
+        for name, kind, low, strict in _RANGES:
+            value = getattr(self, name)
+            if value is None and name in _MAY_BE_NONE:
+                continue
+            number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+            whole = number and math.isfinite(value) and float(value).is_integer()
+            if (kind is int and not whole) or not number:
+                what = "a whole number" if kind is int else "a number"
+                raise UserError(f"{name} must be {what}, got {value!r}", f"give {name} as {what}")
+            if not math.isfinite(value) or value < low or (strict and value == low):
+                bound = f"> {low}" if strict else f">= {low}"
+                raise UserError(f"{name} must be a finite number {bound}, got {value!r}", f"give it a value {bound}")
+            if kind is int:
+                object.__setattr__(self, name, int(value))  # 3.0 -> 3 (frozen: set once, here)
+        for name in ("batch", "batch_rounds"):
+            if not isinstance(getattr(self, name), bool):
+                hint = " (the CLI's --batch-rounds first is batch_rounds=False)" if name == "batch_rounds" else ""
+                raise UserError(f"{name} must be True or False, got {getattr(self, name)!r}", f"pass a bool{hint}")
+        if self.pricing is not None and not isinstance(self.pricing, str | os.PathLike):
+            raise UserError(f"pricing must be a path to a JSON price file, got {self.pricing!r}", "pass a file path")
 
     def price_table(self) -> PricingTable:
         """The bundled table, then ``pricing``, then ``prices`` (a bad file is a ``UserError``)."""
