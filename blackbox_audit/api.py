@@ -130,14 +130,13 @@ class Audit:
         target = outcome.inputs.target
         self.session.last_target = target
         result = outcome.result
-        result.provenance.update(
-            {
-                "options": self.session.options(),
-                "wall_time_s": round(time.monotonic() - started, 3),
-                **(target_record(target) if target is not None else {}),
-                **outcome.targets_record(),
-            }
-        )
+        run_record = {
+            "options": self.session.options(),
+            "wall_time_s": round(time.monotonic() - started, 3),
+            **(target_record(target) if target is not None else {}),
+            **outcome.targets_record(),
+        }
+        result.provenance = {**run_record, **result.provenance}  # the method's own keys win, as in the CLI's
         return result
 
 
@@ -198,11 +197,9 @@ class Session:
         check); ``heldout``: a file of known non-members (read in the benchmark's format when a
         benchmark is given) or a mode (``synthetic``, ``order``); ``data_options``: ``load_dataset``'s or
         ``load_benchmark``'s field options (``text_field``, ``question_field``, ...)."""
-        from blackbox_audit.benchmarks import load_benchmark_sides
+        from blackbox_audit.benchmarks import load_benchmark, load_benchmark_sides
 
         self.open_workspace()  # a closed session refuses here, before any file is read
-        from blackbox_audit.benchmarks import load_benchmark
-
         fields = dict(data_options or {})
         if benchmark is not None:  # data files check their own options in read_data
             fields = _field_options(load_benchmark, fields, "a benchmark and its held-out file")

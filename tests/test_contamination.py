@@ -396,6 +396,9 @@ def test_budget_stop_keeps_what_was_bought() -> None:
     assert bought["benchmark_items"] + bought["heldout_items"] == 60 == len(res.ids) + len(res.extras["heldout.jsonl"])
     assert abs(bought["benchmark_items"] - bought["heldout_items"]) <= 2  # both sides in proportion
     assert any("stopped at the budget cap" in w for w in res.warnings)
+    # the re-run promise holds only with a cache: this target has none, so the warning says so
+    assert any("nothing was kept: a re-run buys every answer again" in w for w in res.warnings)
+    assert not any("cached and not bought again" in w for w in res.warnings)
     assert res.verdict.decision in ("contaminated", "not detected")  # computed on what was bought
     target.calls, target.fail_after = 0, 4
     tiny = run_method(bench, held, target, score="loss")

@@ -76,3 +76,4 @@ def test_budget_cap_stops_cleanly_and_spend_matches_the_emulators_billing(smollm
     assert usage["stopped"] and "budget cap reached" in usage["stopped"]
     assert bought["stopped"] and 2 <= bought["benchmark_items"] + bought["heldout_items"] < 12
     assert "stopped at the budget cap" in out and run["verdict"]["decision"] in ("inconclusive", "not detected")
+    assert "cached and not bought again" in out  # a run with a cache: the re-run promise holds

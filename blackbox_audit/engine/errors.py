@@ -23,6 +23,12 @@ ANSWERS_KEPT = "answers received so far are cached and not bought again"
 ANSWERS_LOST = "with --no-cache nothing was kept: a re-run buys every answer again"
 
 
+def answers_note(target: object) -> str:
+    """``ANSWERS_KEPT``, or ``ANSWERS_LOST`` for a target that answers without a cache (a
+    ``CachedTarget`` over no cache: ``--no-cache``, ``no_cache=True``)."""
+    return ANSWERS_KEPT if getattr(target, "cache", None) is not None else ANSWERS_LOST
+
+
 class BudgetExceeded(UserError):
     """A hard cap (--budget-usd / --max-requests) was reached; cached work is kept."""
 

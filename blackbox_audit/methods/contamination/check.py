@@ -60,6 +60,7 @@ import numpy as np
 from blackbox_audit.benchmarks import PARTS, Benchmark
 from blackbox_audit.blind import CONFOUNDED_AUC
 from blackbox_audit.data import Dataset
+from blackbox_audit.engine.errors import answers_note
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import (
     AuditInputs,
@@ -767,7 +768,7 @@ class Contamination(Method):
             warnings.append(
                 f"stopped at the budget cap after {len(b.order)} of {len(bench)} benchmark and {len(h.order)} of "
                 f"{len(held)} held-out items ({stopped}); the verdict covers the items bought. Re-run with a larger "
-                "cap to extend it: answers so far are cached and cost nothing"
+                f"cap to extend it ({answers_note(inputs.target)})"
             )
         if len(b.order) < MIN_ITEMS or len(h.order) < MIN_ITEMS:
             verdict = Verdict(

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from blackbox_audit.benchmarks import Benchmark
+from blackbox_audit.engine.errors import answers_note
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import AuditInputs
 from blackbox_audit.methods.contamination.order import (
@@ -277,7 +278,7 @@ def run_order(method: Any, inputs: AuditInputs, bench: Benchmark) -> MethodResul
     if stopped:
         warnings.append(
             f"stopped at the budget cap after {n} of {len(lay.canonical)} shards ({stopped}); the verdict covers the "
-            "shards fully read. Re-run with a larger cap to extend it: answers so far are cached and cost nothing"
+            f"shards fully read. Re-run with a larger cap to extend it ({answers_note(inputs.target)})"
         )
     what, unit = "log-likelihood", "nats"
     if successor is not None:
