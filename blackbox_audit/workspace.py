@@ -24,6 +24,7 @@ from blackbox_audit.adapters.base import Target
 from blackbox_audit.cache import CachedTarget
 from blackbox_audit.engine.cache import open_cache
 from blackbox_audit.engine.options import EngineOptions, Spending
+from blackbox_audit.errors import UserError
 
 
 class Workspace:
@@ -44,7 +45,16 @@ class Workspace:
         engine: EngineOptions | None = None,
     ) -> Workspace:
         """The cache at ``cache_dir`` (default: ``$BLACKBOX_AUDIT_CACHE`` or the user cache; none
-        with ``no_cache``) and the engine options every API target of the run shares."""
+        with ``no_cache``) and the engine options every API target of the run shares. ``--batch``
+        without a cache is refused here, so that a dry-run refuses it as the run would (a batch's
+        answers reach the run through the cache)."""
+        if cache_dir is not None and not isinstance(cache_dir, str | os.PathLike):
+            raise UserError(f"cache_dir must be a folder path, got {cache_dir!r}", "pass a str or a pathlib.Path")
+        if no_cache and engine is not None and engine.batch:
+            raise UserError(
+                "--batch needs the request cache: a batch's answers reach the run through it",
+                "drop --no-cache (no_cache=True), or drop --batch",
+            )
         return cls(None if no_cache else open_cache(cache_dir), engine)
 
     # ---- the run's spending

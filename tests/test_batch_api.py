@@ -357,7 +357,9 @@ def test_batch_without_a_cache_is_one_clear_error(tiny_lm_dir, tiny_target, data
         argv = [*_argv(emu, tiny_lm_dir, data, tmp_path / "c", tmp_path / "a", "--batch"), "--no-cache"]
         assert main(argv) == 2
         assert "--batch needs the request cache" in capsys.readouterr().err
-        assert emu.stats()["batches"]["created"] == 0
+        assert main([*argv, "--dry-run"]) == 2  # the dry-run refuses it as the run does
+        assert "--batch needs the request cache" in capsys.readouterr().err
+        assert emu.stats()["batches"]["created"] == 0 and emu.stats()["requests"] == 0
 
 
 def test_sampled_continuations_are_batched(tiny_lm_dir, tiny_target, tmp_path) -> None:

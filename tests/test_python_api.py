@@ -47,9 +47,9 @@ def test_a_target_takes_the_options_an_audit_spec_takes_for_its_kind(tiny_target
     from blackbox_audit.auditspec import TARGET_EXTRA
     from blackbox_audit.sim.emulator import run_emulator
 
-    assert set(ba.target("openai:gpt-4o-mini", **dict.fromkeys(TARGET_EXTRA["api"], 1)).options) == set(
-        TARGET_EXTRA["api"]
-    )
+    recovery = {"eps": 0.05, "learned_brackets": False, "search": "median"}
+    assert set(recovery) == set(TARGET_EXTRA["api"])  # every extra a spec takes for an API target
+    assert ba.target("openai:gpt-4o-mini", **recovery).options == recovery
     local = ba.target("smollm2", padding_side="left", dtype="bfloat16", progress=False)
     assert local.options == {"padding_side": "left", "dtype": "bfloat16", "progress": False}
     with run_emulator(tiny_target, "openai-chat") as emu, ba.Session(cache_dir=tmp_path / "c") as session:
@@ -70,6 +70,7 @@ def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
         ({"rpm": 0}, "rpm must be a finite number > 0"),
         ({"max_requests": 2.5}, "max_requests must be a whole number"),
         ({"batch_rounds": "first"}, "batch_rounds must be True or False"),
+        ({"batch": True}, "--batch needs the request cache"),  # with no_cache=True below, as the run would say
     ):
         with pytest.raises(UserError, match=message):
             ba.Session(no_cache=True, **bad)
