@@ -188,15 +188,9 @@ def test_dry_run_prices_one_request_per_scored_position() -> None:
 
     texts = ["w " * 30, "v " * 12]  # 29 + 11 scored positions
     sem = Semantics(top_n=20, argmax_moves=True, integer_bias=True)
-    view = endpoint_view(
-        "compat:x#m",
-        "m",
-        lambda t: list(range(len(t.split()))),
-        price=None,
-        semantics=sem,
-        probed_by="a test",
-        chat=False,
-    )  # fmt: skip  (a completions endpoint: no template)
+    tokenize = lambda t: list(range(len(t.split())))  # noqa: E731
+    # a completions endpoint (chat=False): no chat template to price
+    view = endpoint_view("compat:x#m", "m", tokenize, price=None, semantics=sem, probed_by="a test", chat=False)
 
     def estimate(names: list[str]) -> Any:
         return price_plan(CostPlan(calls=list(plan_requests(texts, names).calls)), view).estimate

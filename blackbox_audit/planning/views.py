@@ -21,9 +21,10 @@ from .measured import MeasuredRecovery, measured_overhead, mode_key
 NOT_PROBED = "not probed yet: widest range"
 #: the most prompt tokens a chat endpoint's template is assumed to add to each request until a run on
 #: the endpoint measures its own (``measured.measured_overhead``): the high end of the first dry-run.
-#: A user turn's markers and the reply's opening cost about 7 on OpenAI's chat; a Llama 3.1 template
-#: with its default system lines (knowledge cutoff, date) about 32. A system message of the user's
-#: adds its own text and ``SYSTEM_MESSAGE_TOKENS``.
+#: An assumption, not a measurement: OpenAI's token-counting recipe counts 7 for one user message (3
+#: per message, 1 for the role, 3 to open the reply); a Llama 3.1 template that adds its default
+#: system lines (knowledge cutoff, date) adds roughly 30. A system message of the user's adds its own
+#: text and ``SYSTEM_MESSAGE_TOKENS``. The first run on an endpoint measures the real count.
 CHAT_TEMPLATE_TOKENS_MAX = 32
 SYSTEM_MESSAGE_TOKENS = 4
 
