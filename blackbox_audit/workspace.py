@@ -22,6 +22,7 @@ from typing import Any
 
 from blackbox_audit.adapters.base import Target
 from blackbox_audit.cache import CachedTarget
+from blackbox_audit.engine.batch_core import batch_needs_cache
 from blackbox_audit.engine.cache import open_cache
 from blackbox_audit.engine.options import EngineOptions, Spending
 from blackbox_audit.errors import UserError
@@ -51,10 +52,7 @@ class Workspace:
         if cache_dir is not None and not isinstance(cache_dir, str | os.PathLike):
             raise UserError(f"cache_dir must be a folder path, got {cache_dir!r}", "pass a str or a pathlib.Path")
         if no_cache and engine is not None and engine.batch:
-            raise UserError(
-                "--batch needs the request cache: a batch's answers reach the run through it",
-                "drop --no-cache (no_cache=True), or drop --batch",
-            )
+            raise batch_needs_cache()
         return cls(None if no_cache else open_cache(cache_dir), engine)
 
     # ---- the run's spending

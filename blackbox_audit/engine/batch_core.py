@@ -98,13 +98,19 @@ def custom_id(body: dict[str, Any]) -> str:
     return "r-" + hashlib.sha256(canon.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+def batch_needs_cache() -> UserError:
+    """The one error for ``--batch`` without a request cache: raised by ``Workspace.open`` before a
+    dry-run or a run, and here for an engine built without one."""
+    return UserError(
+        "--batch needs the request cache: a batch's answers reach the run through it",
+        "drop --no-cache (no_cache=True), or drop --batch",
+    )
+
+
 def pending_requests(engine: RequestEngine, path: str, bodies: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The bodies not answered in the request cache yet, by ``custom_id`` (duplicates once)."""
     if engine.store is None:
-        raise UserError(
-            "--batch needs the request cache: a batch's answers reach the run through it",
-            "drop --no-cache (or give --cache-dir)",
-        )
+        raise batch_needs_cache()
     pending: dict[str, dict[str, Any]] = {}
     for body in bodies:
         cid = custom_id(body)
