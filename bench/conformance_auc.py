@@ -14,8 +14,8 @@ all rows share one text set. EM-MIA: the first ``--em-texts`` rows of ``dataset.
 cost grows with the square), initial score as in ``run_em_mia`` (Min-K%++ on a white-box
 target), 10 iterations.
 
-    .venv/bin/blackbox-audit canary build --base tiny --out /tmp/canary_tiny
-    .venv/bin/python bench/conformance_auc.py --canary /tmp/canary_tiny
+    .venv/bin/blackbox-audit canary build --base tiny --out runs/canary_tiny
+    .venv/bin/python bench/conformance_auc.py --canary runs/canary_tiny
 
 Noise: the script prints the Hanley-McNeil standard error next to each "after" AUC (about
 0.015 on ~1000 texts, 0.05 on 100); a before/after difference far below 2 SE is not evidence.

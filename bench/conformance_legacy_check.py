@@ -6,10 +6,10 @@ first_token=False, sep="paragraph")``, ...). This script shows those options giv
 numbers as the old revision itself: run it once with the old revision's interpreter and once
 with the current one, on the same canary texts, and compare.
 
-    git -C /work/main worktree add --detach /tmp/old 6352383     # last commit before issue 11 §4
-    bash /work/wt/mkvenv.sh /tmp/old
-    /tmp/old/.venv/bin/python bench/conformance_legacy_check.py --canary DIR --out /tmp/old.json
-    .venv/bin/python bench/conformance_legacy_check.py --canary DIR --out /tmp/new.json --compare /tmp/old.json
+    git worktree add --detach ../old 6352383     # last commit before issue 11 §4
+    (cd ../old && bash scripts/setup.sh)         # that revision's own .venv
+    ../old/.venv/bin/python bench/conformance_legacy_check.py --canary DIR --out runs/old.json
+    .venv/bin/python bench/conformance_legacy_check.py --canary DIR --out runs/new.json --compare runs/old.json
 
 Per score it prints the largest absolute difference over the texts (expected: float noise).
 """

@@ -12,7 +12,7 @@ canary's ``shifted.jsonl`` (format 5 canaries), continued, when more texts are n
 of the same era (State of the Union addresses of 1790-1839: same genre and length, older
 language) outside the split and outside ``shifted.jsonl``.
 
-    .venv/bin/python bench/di_eval.py --canary /tmp/canary_tiny --member-sets 5 --nonmember-sets 10
+    .venv/bin/python bench/di_eval.py --canary runs/canary_tiny --member-sets 5 --nonmember-sets 10
 
 ``--generator`` swaps the generator (default ``auto``, resolved from the canary's vocabulary as
 ``di`` resolves it: SmolLM2-135M for the tiny canary, Gemma 3 270M for the SmolLM2 canary);

@@ -8,8 +8,8 @@ failure as membership. The suspect texts here are 80 State of the Union paragrap
 members of the target canary (checked and printed), so a ``member`` verdict is a false positive.
 It runs the ``di`` command itself and prints its output.
 
-    .venv/bin/python bench/di_weak_generator.py --canary CANARY_DIR --out /tmp/di-weak
-    .venv/bin/python bench/di_weak_generator.py --canary CANARY_DIR --out /tmp/di-weak-b \
+    .venv/bin/python bench/di_weak_generator.py --canary CANARY_DIR --out runs/di-weak
+    .venv/bin/python bench/di_weak_generator.py --canary CANARY_DIR --out runs/di-weak-b \
         --di-args "--crossfit --baseline-lm hf:BASELINE_DIR"
 """
 

@@ -27,7 +27,7 @@ and the deviation ``fsd_loss`` per group (mean, sd, and its correlation with the
     # the paper's fine-tune and a 3x stronger one
     .venv/bin/python bench/fsd_eval.py --base smollm2 --canary-epochs 1 --members 100 --nonmembers 100 \\
         --finetune-n 100 --shift-pool 200 --shifted-finetune 100 --canary-seeds 0,1 --seeds 0 \\
-        --setting both --ft paper --ft lr=3e-3 --cache-dir /tmp/fsd-bench --out fsd-smollm2.json
+        --setting both --ft paper --ft lr=3e-3 --cache-dir runs/fsd-bench --out fsd-smollm2.json
 
 ``--leak 0.36`` rebuilds the overlap of the authors' WikiMIA split (36% of the audited
 non-members have a shorter or longer version of their passage in the fine-tuning set,

@@ -25,9 +25,9 @@ committed tree, and the dependencies its import needs travel as wheels in ``.whl
 ``bash bench/gpu_whitebox_wheels.sh``; name ``.whl`` in the run's ``carry``)::
 
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \\
-        --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit
-    mkdir -p /tmp/b && cp -r bench /tmp/b/ && PYTHONUNBUFFERED=1 \\
-        python3 /tmp/b/bench/gpu_whitebox.py --revision REV --json $OUT/gpu_whitebox.json
+        --target "$HOME/site" .whl/*.whl && export PYTHONPATH="$HOME/site" || exit
+    mkdir -p "$HOME/b" && cp -r bench "$HOME/b/" && PYTHONUNBUFFERED=1 \\
+        python3 "$HOME/b/bench/gpu_whitebox.py" --revision REV --json $OUT/gpu_whitebox.json
 
 The copy of ``bench/`` outside the checkout is so that the installed package is the one imported:
 the checkout's source folder has no ``blackbox_audit/adapters`` (an editable install maps it).

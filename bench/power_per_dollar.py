@@ -1109,6 +1109,16 @@ def _usd(x: float) -> str:
     return "never" if not math.isfinite(x) else f"${x:.4f}"
 
 
+def portable_command(command: str) -> str:
+    """``command`` with its scratch folders as placeholders: the shipped calibration file names no
+    folder of the machine that wrote it (``--cache-dir CACHE_DIR``, ``--work WORK_DIR``)."""
+    import re
+
+    for flag, name in (("--cache-dir", "CACHE_DIR"), ("--work", "WORK_DIR")):
+        command = re.sub(rf"{flag}(?:=|\s+)\S+", f"{flag} {name}", command)
+    return command
+
+
 def write_calibration(
     table: list[dict[str, Any]], a: argparse.Namespace, canary: Any, command: str, chat_key: str = ""
 ) -> None:
@@ -1125,8 +1135,8 @@ def write_calibration(
             f"build {canary.card.get('build_id')})" + (f", chat-trained {chat_key}" if chat_key else ""),
             "profile": "openai-chat",
             "price_as": a.price_as,
-            "command": command,
-            "git_revision": git_revision(),
+            "command": portable_command(command),
+            "git_revision": {k: v for k, v in (git_revision() or {}).items() if k != "source"},
             "date": datetime.date.today().isoformat(),
         },
         "plans": {
