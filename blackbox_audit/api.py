@@ -41,14 +41,15 @@ from blackbox_audit.data import Dataset, Sample, load_dataset
 from blackbox_audit.engine.options import NAMED_OPTIONS, EngineOptions
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods import Method, get_method
+from blackbox_audit.methods.contamination import modes as contamination_modes
 from blackbox_audit.pipeline import Job, PlannedJob, TargetRef
 from blackbox_audit.results import MethodResult
 from blackbox_audit.workspace import Workspace
 
 #: ``Session`` keywords that are engine options (the CLI's engine flags), by ``EngineOptions`` field
 ENGINE_KEYWORDS = NAMED_OPTIONS
-#: ``heldout=`` values that name a mode of the contamination check rather than a file
-HELDOUT_MODES = ("auto", "known", "synthetic", "order")
+#: ``heldout=`` values that name a mode of the contamination check rather than a file (one list, the config's)
+HELDOUT_MODES = contamination_modes.HELDOUT_MODES
 
 
 def target(spec: str, **options: Any) -> TargetRef:

@@ -489,8 +489,8 @@ def test_bad_heldout_sets_are_refused_before_scoring() -> None:
     with pytest.raises(UserError, match="'heldout' data set"):
         Contamination(heldout="known").run(AuditInputs(data=bench, target=target))
     # heldout auto (the default, the same on every front door): known with a held-out set, else the order test
-    assert Contamination().resolve_heldout(AuditInputs(data=bench)).config.heldout == "order"
-    assert Contamination().resolve_heldout(AuditInputs(data=bench, sets={"heldout": held})).config.heldout == "known"
+    assert Contamination().test_on(AuditInputs(data=bench)).config.heldout == "order"
+    assert Contamination().test_on(AuditInputs(data=bench, sets={"heldout": held})).config.heldout == "known"
     assert Contamination(heldout="synthetic").needs().sets == ()  # the synthetic side needs no file
     assert target.calls == 0
 

@@ -73,12 +73,13 @@ def test_estimate_shrinks_toward_the_calibration_by_the_pilots_size():
 def test_pilot_items_are_left_out_of_the_test_sample(tmp_path):
     from blackbox_audit.benchmarks import load_benchmark
     from blackbox_audit.methods.base import AuditInputs
-    from blackbox_audit.methods.contamination.check import Contamination, ContaminationConfig
+    from blackbox_audit.methods.contamination.check import ContaminationConfig
+    from blackbox_audit.methods.contamination.known import KnownHeldout
 
     bench = load_benchmark(str(_write(tmp_path / "b.jsonl", ITEMS)))
     held = load_benchmark(str(_write(tmp_path / "h.jsonl", HELD)))
     inputs = AuditInputs(target=None, data=bench, sets={"heldout": held})
-    check = Contamination(ContaminationConfig(heldout="known", seed=3))
+    check = KnownHeldout(ContaminationConfig(heldout="known", seed=3))
     full = check.sides(inputs)
     check.pilot_items = (6, 4)
     test, everything = check.sides(inputs), check.sides(inputs, with_pilot=True)

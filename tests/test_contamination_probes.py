@@ -14,6 +14,7 @@ from blackbox_audit.benchmarks import FORMATS, build_benchmark, load_gsm8k
 from blackbox_audit.cli import main
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods import AuditInputs
+from blackbox_audit.methods.base import Preparation
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
 from blackbox_audit.methods.contamination.probes import (
     parse_probe,
@@ -169,8 +170,9 @@ def test_dry_run_prices_generation():
     view = endpoint_view(
         "anthropic:emu", "emu", lambda s: s.split(), price=PricingTable.load(None).get("gpt-4o-mini"), logprobs=False
     )
+    inputs = AuditInputs(data=bench, sets={"heldout": held})
     method = Contamination(ContaminationConfig(score="probe:answer:max_new_tokens=100"))
-    plan = method.budget_plan(AuditInputs(data=bench, sets={"heldout": held}), view, budget_usd=None)
+    plan = method.prepare(inputs, Preparation(view=view, budget_usd=None)).price(inputs, view, budget_usd=None)
     assert [r.requests for r in plan.items] == [(1, 1)] * 30
     assert all(r.completion == (1, 100) for r in plan.items)
     billed = sorted(r.billed_prompt[0] for r in plan.items if r.side == 0)
@@ -180,7 +182,7 @@ def test_dry_run_prices_generation():
     text = plan.format()
     assert "completion tokens" in text and "recovery rung" not in text
     cuts = Contamination(ContaminationConfig(score="probe:next-word:cuts=5"))
-    plan = cuts.budget_plan(AuditInputs(data=bench, sets={"heldout": held}), view, budget_usd=None)
+    plan = cuts.prepare(inputs, Preparation(view=view, budget_usd=None)).price(inputs, view, budget_usd=None)
     assert [r.requests for r in plan.items] == [(5, 5)] * 30  # one request per cut
     assert all(r.completion == (5, 20) for r in plan.items)  # up to 4 tokens each
 

@@ -21,6 +21,7 @@ from blackbox_audit.engine.budget import BudgetExceeded
 from blackbox_audit.errors import UserError
 from blackbox_audit.fixtures.records import hand_record
 from blackbox_audit.methods import AuditInputs
+from blackbox_audit.methods.base import Preparation
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
 from blackbox_audit.methods.contamination.order import (
     NOT_DETECTED,
@@ -214,7 +215,7 @@ def test_plan_prices_every_order_and_budget_stop(gsm8k) -> None:
     calls = method.plan(inputs).calls
     assert sum(len(c.texts) for c in calls) == 6 * (9 + 1)  # shards x (shuffles + canonical)
     view = local_view(OrderAware([]))
-    text = method.budget_plan(inputs, view, None).format()
+    text = method.prepare(inputs, Preparation(view=view, budget_usd=None)).price(inputs, view, None).format()
     assert "6 shards" in text and "60 full-text reads" in text and "strata: none" in text
     assert "outside this test's reach" in text
     canon = _lines(gsm8k, 1319)

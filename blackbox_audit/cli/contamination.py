@@ -27,10 +27,9 @@ from blackbox_audit.cli.options import (
 )
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
+from blackbox_audit.methods.contamination.modes import split_heldout
 
 _C = ContaminationConfig
-#: ``--heldout`` values that name a mode (anything else is a file of known non-members)
-HELDOUT_MODES = ("auto", "synthetic", "order")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -195,9 +194,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from blackbox_audit.benchmarks import load_benchmark_sides
 
-    given = args.heldout_arg
-    heldout_file = None if given is None or given in HELDOUT_MODES else given
-    mode = given if given in HELDOUT_MODES else None
+    mode, heldout_file = split_heldout(args.heldout_arg)  # a named mode, or a file of known non-members
     if args.probe and args.score:
         raise UserError("--probe chooses the item score: --score cannot be given with it", "pass one of them")
     probe = f"probe:{args.probe}" if args.probe else None

@@ -1,7 +1,14 @@
 """The benchmark contamination check, in one package: has a model seen a benchmark?
 
-- ``check``: the method (``Contamination``, ``ContaminationConfig``): sides, plan, purchase, verdict;
+- ``check``: the method (``Contamination``, ``ContaminationConfig``): chooses the test, combines tests;
+- ``contract``: the one contract every test keeps (``ContaminationTest``: needs, prepare, plan, price, run);
+- ``modes``: the held-out modes and the one map from a mode to its test (``test_for``);
+- ``known`` (+ ``known_verdict``): the test against known non-members: sides, score plan, purchase, verdict;
+- ``probe_test``: that test with a text-only probe as the item score;
 - ``heldout``: the synthetic held-out side (calibrated dataset inference on question/answer items);
+- ``order``, ``order_run``, ``order_successor``: the order test (the same items in other orders);
+- ``multiplicity``: several tests in one run, one verdict by Holm's correction;
+- ``sides``: the benchmark and held-out side, sampled, interleaved, and their scores;
 - ``calculator_notes``: GSM8K's ``<<a*b=c>>`` notes in generated answers (share wrong, target penalty);
 - ``probes``: text-only item scores for targets without logprobs (``score = "probe:SPEC"``);
 - ``purchase``: buying items one at a time in the seeded order, under the budget;

@@ -12,14 +12,14 @@ the same budget buys with ``--batch`` where a batch price is known.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from blackbox_audit.planning.counting import call_cost
 from blackbox_audit.planning.ladder import DEFAULT_EPS
-from blackbox_audit.planning.price import PlanEstimate
+from blackbox_audit.planning.price import PlanEstimate, price_plan
 from blackbox_audit.planning.views import PlanningView
 
 from .power import format_power, power_statement
@@ -56,6 +56,7 @@ class ContaminationPlan:
     budget_usd: float | None
     choice: Any = None  # ``score_plans.PlanChoice``: the plans compared (API targets), printed first
     also: Any = None  # ``order_run.OrderPlan`` with ``--also-order``: the order test, priced after the held-out test
+    notes: list[str] = field(default_factory=list)  # the test's own lines, after the power (the synthetic side's)
 
     def affordable(self, *, batch: bool = False) -> dict[str, Any] | None:
         """Items bought in scoring order if every item costs its high (low) end; None without a budget.
@@ -196,14 +197,7 @@ class ContaminationPlan:
         for nb, nh in sizes:
             if nb and nh:
                 lines.append(format_power(power_statement(nb, nh, self.alpha)))
-        if self.heldout == "synthetic":
-            lines.append(
-                "  (held-out side SYNTHETIC: the items above are the scored real answers and their generated twins; "
-                "the other half of the benchmark fine-tunes the local generator, at no API cost. The power line is "
-                "the rank test's against known non-members of the same size; the synthetic side's calibrated test "
-                "has less, and gives no rate and no flagged list; its test needs every pair scored, so a stop at "
-                "the cap ends 'inconclusive' with the answers cached: choose --items so that the worst case fits)"
-            )
+        lines += self.notes
         if self.also is not None:
             lines += [
                 "also the order test (--also-order); one verdict by Holm's correction over the two tests:",
@@ -300,3 +294,35 @@ def probe_usd(view: PlanningView, total: PlanEstimate, items: Sequence[ItemCost]
                 max(0.0, cost[1] - sum(u[1] for u in items_usd)),
             )
     return (0.0, 0.0)
+
+
+def contamination_plan(
+    benchmark: str,
+    part: str,
+    score: str,
+    config: Any,
+    plan: Any,
+    view: PlanningView,
+    items: list[ItemCost],
+    budget_usd: float | None,
+) -> ContaminationPlan:
+    """The dry-run of a check whose ``items`` are priced in buying order, its whole ``plan`` priced on ``view``."""
+    total = price_plan(plan, view)
+    return ContaminationPlan(
+        benchmark=benchmark,
+        part=part,
+        score=score,
+        heldout=config.heldout,
+        alpha=config.alpha,
+        view=view,
+        total=total,
+        items=items,
+        # the probe's share is the total beyond the items, both priced without the high end's
+        # assumed chat-template tokens (the items' costs, and so the plan choice, price none)
+        probe_usd=probe_usd(
+            view,
+            total if view.prompt_overhead_hi is None else price_plan(plan, replace(view, prompt_overhead_hi=None)),
+            items,
+        ),
+        budget_usd=budget_usd,
+    )

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from blackbox_audit.benchmarks import Benchmark
-from blackbox_audit.methods.base import AuditInputs
+from blackbox_audit.errors import UserError
+from blackbox_audit.methods.base import AuditInputs, Needs, score_needs
 from blackbox_audit.methods.contamination.calculator_notes import (
     calculator_check,
     calculator_warning,
@@ -39,8 +40,13 @@ from blackbox_audit.methods.contamination.calculator_notes import (
     target_penalty,
     wrong_notes,
 )
-from blackbox_audit.planning import CostItem, CostPlan
+from blackbox_audit.planning import CostItem, CostPlan, PlanningView
 from blackbox_audit.results import MethodResult, Verdict
+
+from .contract import AUTO, ContaminationTest, check_score, refuse_also_order
+from .costs import ContaminationPlan, contamination_plan, item_cost
+from .score_plans import DEFAULT_PLAN
+from .sides import benchmark_of, interleave, sample, scored_part
 
 #: Generated answers are cut to this many generator tokens (the text classifier reads 64 anyway;
 #: shorter answers keep generation and the target's scoring cheap).
@@ -65,6 +71,71 @@ CROSS_FAMILY_FLAGS = "20/20 clean benchmarks of a canary trained on other GSM8K 
 #: measured with 128 known non-members on the GSM8K canary whose half-trained benchmark this side misses
 #: (bench/contamination_eval.py --only finetuned --splits 50; docs/di.md, "Measured at revision df54b28")
 KNOWN_HELDOUT_HALF_TRAINED = "46 of 50"
+#: the dry-run's line on what its items are and what the synthetic side's test gives
+SYNTHETIC_PRICE_NOTE = (
+    "  (held-out side SYNTHETIC: the items above are the scored real answers and their generated twins; "
+    "the other half of the benchmark fine-tunes the local generator, at no API cost. The power line is "
+    "the rank test's against known non-members of the same size; the synthetic side's calibrated test "
+    "has less, and gives no rate and no flagged list; its test needs every pair scored, so a stop at "
+    "the cap ends 'inconclusive' with the answers cached: choose --items so that the worst case fits)"
+)
+
+
+class SyntheticHeldout(ContaminationTest):
+    """The synthetic held-out side: calibrated dataset inference decides the set-level test (module doc)."""
+
+    detects = (
+        "a target that separates real answers from answers generated for the same questions beyond the generation "
+        "shift (valid on targets of the generator's model family; no rate and no list)"
+    )
+
+    @classmethod
+    def validate_config(cls, config: Any) -> None:
+        from blackbox_audit.di import validate_options
+
+        from .probes import is_probe
+
+        validate_options(calibrated_options(config))  # calibrated DI's own checks of the options it will run with
+        refuse_also_order(config)
+        check_score(config)
+        if is_probe(config.score):
+            raise UserError(
+                "a probe is read against known non-members; the synthetic held-out side is not wired to probes",
+                "pass --heldout FILE (items the model cannot have seen, in the benchmark's format)",
+            )
+        if config.score != AUTO or config.positions:
+            raise UserError(
+                "the synthetic held-out side is read by calibrated DI's own features, so --score and --positions "
+                "would be ignored",
+                "leave them out, or pass --heldout FILE (known non-members) to choose the score",
+            )
+
+    def needs(self) -> Needs:
+        caps = {*score_needs([DEFAULT_PLAN.score]), *(("conditional",) if self.config.part == "output" else ())}
+        return Needs(capabilities=tuple(sorted(caps)))
+
+    def plan(self, inputs: AuditInputs) -> CostPlan:
+        bench = benchmark_of(inputs)
+        return plan_synthetic(sample(bench, 0, self.config), self.config, scored_part(bench, self.config))
+
+    def price(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None = None) -> ContaminationPlan:
+        """Each scored real answer and its generated twin priced on ``view``, in buying order."""
+        bench = benchmark_of(inputs)
+        part = scored_part(bench, self.config)
+        plan = self.plan(inputs)
+        calls = plan.calls
+        half = len(calls) // 2
+        rows = []
+        for side, i in interleave(half, half):
+            call = calls[i + side * half]
+            rows.append(item_cost(side, [call], view, prompt=call.prefix if part == "output" else None))
+        out = contamination_plan(bench.name, part, DEFAULT_PLAN.key, self.config, plan, view, rows, budget_usd)
+        out.notes = [SYNTHETIC_PRICE_NOTE]
+        return out
+
+    def run(self, inputs: AuditInputs) -> MethodResult:
+        bench = benchmark_of(inputs)
+        return run_synthetic(self, inputs, sample(bench, 0, self.config), scored_part(bench, self.config))
 
 
 def synthetic_items(bench: Benchmark, part: str) -> list[tuple[str, str, str]]:
@@ -154,7 +225,7 @@ def plan_synthetic(bench: Benchmark, config: Any, part: str) -> CostPlan:
     return CostPlan(calls=calls, items=[item], notes=notes)
 
 
-def run_synthetic(method: Any, inputs: AuditInputs, bench: Benchmark, part: str) -> MethodResult:
+def run_synthetic(method: SyntheticHeldout, inputs: AuditInputs, bench: Benchmark, part: str) -> MethodResult:
     """The check with the synthetic held-out side: calibrated DI on question/answer pairs (module doc)."""
     from blackbox_audit.di import ArtifactStore, LocalGenerator, calibrated_di
     from blackbox_audit.engine.budget import BudgetExceeded

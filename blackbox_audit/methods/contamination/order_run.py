@@ -25,7 +25,7 @@ import numpy as np
 from blackbox_audit.benchmarks import Benchmark
 from blackbox_audit.engine.errors import answers_note
 from blackbox_audit.errors import UserError
-from blackbox_audit.methods.base import AuditInputs
+from blackbox_audit.methods.base import AuditInputs, Needs, Preparation, score_needs
 from blackbox_audit.methods.contamination.order import (
     LIMIT,
     OrderDesign,
@@ -42,6 +42,9 @@ from blackbox_audit.methods.contamination.order_successor import (
 )
 from blackbox_audit.planning import CostPlan, PlanningView, price_plan
 from blackbox_audit.results import MethodResult, Verdict
+
+from .contract import ContaminationTest, refuse_also_order
+from .sides import benchmark_of
 
 #: fewest fully read shards a verdict is computed on
 MIN_SHARDS = 2
@@ -193,13 +196,14 @@ class OrderPlan:
                 f"--budget-usd {self.budget_usd:g} buys {n[0]} to {n[1]} of {len(self.layout.canonical)} shards "
                 "(high to low cost end); the verdict is read on the shards fully bought"
             )
-        lines.append(f"reach: verbatim in-order training of this file only; {LIMIT}")
+        lines.append(f"reach: {OrderTest.detects}; {LIMIT}")
         return "\n".join(lines)
 
 
-def budget_plan_order(
+def price_order(
     bench: Benchmark, config: Any, view: PlanningView, budget_usd: float | None, choices: Any = None
 ) -> OrderPlan:
+    """The order test's reads priced on ``view``, with what ``prepare`` chose (one line each)."""
     successor = successor_of(bench, config) if statistic_of(config) == "successor" else None
     lay = successor.order if successor is not None else layout(bench, design_of(config))
     estimate = price_plan(plan_order(bench, config), view)
@@ -241,7 +245,7 @@ def read_shards(target: Any, lay: OrderLayout, bounded: str) -> tuple[OrderStats
     return OrderStats(np.asarray(canonical), permuted), stopped
 
 
-def run_order(method: Any, inputs: AuditInputs, bench: Benchmark) -> MethodResult:
+def run_order(method: OrderTest, inputs: AuditInputs, bench: Benchmark) -> MethodResult:
     """The order test's result: one row per shard (its difference, rank and exact per-shard p)."""
     from blackbox_audit.adapters.base import continuation_of
 
@@ -318,3 +322,37 @@ def run_order(method: Any, inputs: AuditInputs, bench: Benchmark) -> MethodResul
         summary=summary,
         warnings=warnings,
     )
+
+
+class OrderTest(ContaminationTest):
+    """The order test (module doc): an exact p-value from the same items in other orders, needing no held-out set."""
+
+    detects = "verbatim in-order training of this file only"
+
+    @classmethod
+    def validate_config(cls, config: Any) -> None:
+        validate_order(config)
+        refuse_also_order(config)
+
+    def needs(self) -> Needs:
+        """By statistic; ``auto``: any target (text-only: greedy continuations)."""
+        stat, read = self.config.order_statistic, self.config.order_read
+        if stat == "full" or read in ("exact", "censored"):
+            return Needs(capabilities=score_needs(["loss"]) if stat == "full" else ("conditional",))
+        return Needs(capabilities=("generation",))
+
+    def prepare(self, inputs: AuditInputs, preparation: Preparation) -> OrderTest:
+        """The statistic and its read from the target's access (``resolve_access``)."""
+        config, record = resolve_access(self.config, preparation.view)
+        if not record:
+            return self
+        return OrderTest(config, {**self.choices, "order_statistic": record})
+
+    def plan(self, inputs: AuditInputs) -> CostPlan:
+        return plan_order(benchmark_of(inputs), self.config)
+
+    def price(self, inputs: AuditInputs, view: PlanningView, budget_usd: float | None = None) -> OrderPlan:
+        return price_order(benchmark_of(inputs), self.config, view, budget_usd, choices=self.choices)
+
+    def run(self, inputs: AuditInputs) -> MethodResult:
+        return run_order(self, inputs, benchmark_of(inputs))

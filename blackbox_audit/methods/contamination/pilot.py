@@ -257,8 +257,8 @@ def plan_pilot(
         add = [0.0, 0.0, 0.0]
         for side, src in ((0, b), (1, h)):
             prompt = src.prompts[i] if part == "output" else None
-            f = item_cost(side, full._calls(src, part, [i]), view, prompt=prompt)
-            c = item_cost(side, cens._calls(src, part, [i]), view, prompt=prompt)
+            f = item_cost(side, full.calls(src, part, [i]), view, prompt=prompt)
+            c = item_cost(side, cens.calls(src, part, [i]), view, prompt=prompt)
             if f.usd is None or c.usd is None:
                 return None, "no price known for this model"
             add = [
