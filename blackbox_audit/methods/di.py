@@ -105,7 +105,8 @@ class PlainDI(Method):
     outputs = {"di.json": "the Welch test: p-value, verdict, aggregator AUC and weights, blind text-only AUC"}
 
     def needs(self) -> Needs:
-        return Needs(sets=("heldout",), capabilities=score_needs(_feature_names(self.config.features, None)))
+        features = score_needs(_feature_names(self.config.features, None))
+        return Needs(sets=("heldout",), capabilities=features, reference=True)  # reference: its feature
 
     def check(self, inputs: AuditInputs) -> None:
         self.refuse_text_only(inputs)
@@ -332,7 +333,7 @@ class CalibratedDI(Method):
     }
 
     def needs(self) -> Needs:
-        return Needs(capabilities=score_needs(_feature_names(self.config.features, None)))
+        return Needs(capabilities=score_needs(_feature_names(self.config.features, None)), reference=True)
 
     def check(self, inputs: AuditInputs) -> None:
         self.refuse_text_only(inputs)
