@@ -27,7 +27,6 @@ notebook prices and buys exactly what ``blackbox-audit contamination ... --dry-r
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from typing import Any
 from blackbox_audit import pipeline
 from blackbox_audit.auditspec import TARGET_EXTRA
 from blackbox_audit.data import Dataset, Sample, load_dataset
+from blackbox_audit.door_options import BENCHMARK_OPTIONS, DATA_OPTIONS, with_defaults
 from blackbox_audit.engine.options import NAMED_OPTIONS, EngineOptions
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods import Method, get_method
@@ -83,11 +83,11 @@ def _as_ref(value: str | TargetRef | None) -> TargetRef | None:
     return target(value)
 
 
-def _field_options(reader: Any, fields: Mapping[str, Any], what: str) -> dict[str, Any]:
-    """``fields`` checked against the keyword options of ``reader`` (``load_dataset`` for data files,
-    ``load_benchmark`` for a benchmark and its held-out file): one ``UserError`` naming a wrong key."""
-    params = inspect.signature(reader).parameters.items()
-    allowed = [k for k, p in params if p.default is not p.empty and k != "fmt"]  # fmt: a held-out file's own
+def _field_options(table: Mapping[str, Any], fields: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """``fields`` checked against a reading table of ``door_options`` (``DATA_OPTIONS`` for data files,
+    ``BENCHMARK_OPTIONS`` for a benchmark and its held-out file, as the CLI's flags and an audit spec's
+    ``[data]`` keys): one ``UserError`` naming a wrong key."""
+    allowed = list(table)
     unknown = sorted(set(fields) - set(allowed))
     if unknown:
         raise UserError(f"data_options: '{unknown[0]}' is not an option for {what}", f"use {', '.join(allowed)}")
@@ -100,7 +100,7 @@ def read_data(data: str | Path | Dataset | Sequence[str], **fields: Any) -> Data
     if isinstance(data, Dataset):
         return data
     if isinstance(data, str | Path):
-        return load_dataset(data, **_field_options(load_dataset, fields, "a data file"))
+        return load_dataset(data, **with_defaults(DATA_OPTIONS, _field_options(DATA_OPTIONS, fields, "a data file")))
     texts = list(data) if isinstance(data, Sequence) else None
     if texts is None or not all(isinstance(t, str) for t in texts):
         raise UserError("data must be a file path, a Dataset or a list of strings", "pass texts as a list of str")
@@ -124,8 +124,6 @@ class Audit:
         The result's ``provenance`` also gets what the CLI's run.json records of the run (the target's
         description, usage and cache counts, the session's options, the wall time), so that
         ``ba.save`` writes the run.json the CLI writes."""
-        from blackbox_audit.results.record import target_record
-
         started = time.monotonic()
         outcome = pipeline.run(self.job, self.session.open_workspace(), announce=self.job.progress)
         target = outcome.inputs.target
@@ -134,8 +132,7 @@ class Audit:
         run_record = {
             "options": self.session.options(),
             "wall_time_s": round(time.monotonic() - started, 3),
-            **(target_record(target) if target is not None else {}),
-            **outcome.targets_record(),
+            **outcome.run_record(),  # what pipeline.write_outcome records for the CLI and audit specs
         }
         result.provenance = {**run_record, **result.provenance}  # the method's own keys win, as in the CLI's
         return result
@@ -198,12 +195,12 @@ class Session:
         check); ``heldout``: a file of known non-members (read in the benchmark's format when a
         benchmark is given) or a mode (``synthetic``, ``order``); ``data_options``: ``load_dataset``'s or
         ``load_benchmark``'s field options (``text_field``, ``question_field``, ...)."""
-        from blackbox_audit.benchmarks import load_benchmark, load_benchmark_sides
+        from blackbox_audit.benchmarks import load_benchmark_sides
 
         self.open_workspace()  # a closed session refuses here, before any file is read
         fields = dict(data_options or {})
         if benchmark is not None:  # data files check their own options in read_data
-            fields = _field_options(load_benchmark, fields, "a benchmark and its held-out file")
+            fields = _field_options(BENCHMARK_OPTIONS, fields, "a benchmark and its held-out file")
         side_sets: dict[str, Dataset] = {}
         if isinstance(heldout, str) and heldout in HELDOUT_MODES:
             config.setdefault("heldout", heldout)

@@ -34,6 +34,7 @@ from typing import Any
 
 from blackbox_audit.adapters.registry import LOCAL_OPTIONS  # the registry only: no adapter is imported
 from blackbox_audit.auditspec import TARGET_EXTRA, AuditSpec, DataSpec, StepSpec, TargetSpec, load_spec
+from blackbox_audit.door_options import BENCHMARK_OPTIONS, DATA_OPTIONS, with_defaults
 from blackbox_audit.engine.options import NAMED_OPTIONS, EngineOptions
 from blackbox_audit.engine.pricing import ModelPrice
 from blackbox_audit.errors import UserError
@@ -123,31 +124,28 @@ class AuditRun:
     def data_path(self, d: DataSpec) -> Path:
         if d.canary is None:
             return d.path  # type: ignore[return-value]
-        from blackbox_audit.sim.canary import SPLIT_FILES
+        from blackbox_audit.sim.canary import SHIFTED_FILE, SPLIT_FILES
 
         built = self.canary(d.canary)
-        return built.dataset_path if d.split == "dataset" else built.path / SPLIT_FILES[d.split]
+        if d.split == "dataset":
+            return built.dataset_path
+        return built.path / (SHIFTED_FILE if d.split == "shifted" else SPLIT_FILES[d.split])
 
     # ---- data
-    def dataset(self, name: str) -> Any:
+    def dataset(self, name: str, fmt: Any = None) -> Any:
+        """Data set ``name``, read with the reading options every door shares (``door_options``);
+        ``fmt``: a held-out benchmark file read in its benchmark's format, as the CLI reads it."""
+        if fmt is not None and self.spec.data[name].benchmark is not None:
+            return self.benchmark(name, fmt)
         if name not in self.datasets and self.spec.data[name].benchmark is not None:
-            from blackbox_audit.benchmarks import load_benchmark
-
-            d = self.spec.data[name]
-            keys = ("question_field", "answer_field", "id_field", "label_field", "prompt_template", "output_template")
-            bench = load_benchmark(d.benchmark, **{k: d.options[k] for k in keys if k in d.options})
-            limit = d.options.get("limit")
-            self.datasets[name] = bench if limit is None else bench.subset(range(min(limit, len(bench))))
+            self.datasets[name] = self.benchmark(name)
         if name not in self.datasets:
             from blackbox_audit.data import Dataset, load_dataset
 
             d = self.spec.data[name]
             o = d.options
             path = self.data_path(d)
-            ds = load_dataset(
-                path, text_field=o.get("text_field"), label_field=o.get("label_field", "label"),
-                id_field=o.get("id_field", "id"),
-            )  # fmt: skip
+            ds = load_dataset(path, **with_defaults({k: v for k, v in DATA_OPTIONS.items() if k != "limit"}, o))
             samples = ds.samples
             if "rows" in o:
                 samples = samples[o["rows"][0] : o["rows"][1]]
@@ -159,6 +157,28 @@ class AuditRun:
                 raise UserError(f"data set '{name}' ({path}) is empty after rows/label/limit", "widen the selection")
             self.datasets[name] = Dataset(samples, path=str(path), text_field=ds.text_field)
         return self.datasets[name]
+
+    def benchmark(self, name: str, fmt: Any = None) -> Any:
+        """Benchmark data set ``name`` (``fmt``: read in that format, a held-out side's benchmark's)."""
+        from blackbox_audit.benchmarks import load_benchmark
+
+        d = self.spec.data[name]
+        options = with_defaults(BENCHMARK_OPTIONS, d.options)
+        if fmt is not None:  # the held-out side: its own fields, its benchmark's templates
+            options = {k: v for k, v in options.items() if k not in ("prompt_template", "output_template")}
+        bench = load_benchmark(d.benchmark, **options, fmt=fmt)
+        limit = d.options.get("limit")
+        return bench if limit is None else bench.subset(range(min(limit, len(bench))))
+
+    def side_set(self, step: StepSpec, role: str) -> Any:
+        """Side set ``role`` of ``step``: a held-out benchmark file beside a benchmark under audit is read
+        in that benchmark's format, unless it names its own templates (the CLI's ``--heldout FILE``)."""
+        name = step.sets[role]
+        own = {"prompt_template", "output_template"} & set(self.spec.data[name].options)
+        data = self.spec.data[step.data] if step.data else None
+        if data is None or data.benchmark is None or self.spec.data[name].benchmark is None or own:
+            return self.dataset(name)
+        return self.dataset(name, fmt=self.dataset(step.data).fmt)
 
     # ---- targets
     def local_base(self, spec: str, options: dict[str, Any]) -> Any:
@@ -258,7 +278,7 @@ class AuditRun:
         return Job(
             method=METHODS[step.method](step.config),
             data=self.dataset(step.data) if step.data else None,
-            sets={role: self.dataset(n) for role, n in step.sets.items()},
+            sets={role: self.side_set(step, role) for role in step.sets},
             scored=scored,
             target=self.target_ref(step.target, pricing) if step.target else None,
             reference=self.target_ref(step.reference, pricing) if step.reference else None,
@@ -270,20 +290,17 @@ class AuditRun:
 
     def run_step(self, step: StepSpec) -> Any:
         from blackbox_audit import pipeline
-        from blackbox_audit.results import RunRecorder, print_result, write_result
+        from blackbox_audit.results import RunRecorder, print_result
 
         assert self.workspace is not None
         recorder = RunRecorder(f"audit {step.name}", {"spec": str(self.spec.path), "step": step.name})
         outcome = pipeline.run(self.job(step), self.workspace, announce=self.progress)
-        result, inputs = outcome.result, outcome.inputs
         folder = self.out_dir / step.name
-        extra: dict[str, Any] = {"audit_step": {"name": step.name, "spec": str(self.spec.path), "index": step.index}}
-        if inputs.targets:
-            extra["targets"] = {role: t.describe() for role, t in inputs.targets.items()}
-        paths = write_result(result, folder, recorder=recorder, target=inputs.target, extra=extra)
+        extra = {"audit_step": {"name": step.name, "spec": str(self.spec.path), "index": step.index}}
+        paths = pipeline.write_outcome(outcome, folder, recorder=recorder, extra=extra)  # the CLI's writer
         self.folders[step.name] = folder
-        print_result(result, paths)
-        return result
+        print_result(outcome.result, paths)
+        return outcome.result
 
     def ledger(self) -> dict[str, Any]:
         """Per target: description, cache statistics and (API) the engine's ledger."""

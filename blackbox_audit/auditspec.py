@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from blackbox_audit.door_options import BENCHMARK_OPTIONS, CANARY_KEYS, DATA_OPTIONS, canary_options
 from blackbox_audit.errors import UserError
 
 AUDIT_KEYS = {
@@ -64,19 +65,13 @@ AUDIT_KEYS = {
     "batch_rounds": bool,
     "report": bool,
 }
+#: [data.NAME] keys: where the data is, the reading options every door shares (``door_options``), a selection
 DATA_KEYS = {
     "path": str,
     "canary": str,
     "benchmark": str,
-    "question_field": str,
-    "answer_field": str,
-    "prompt_template": str,
-    "output_template": str,
     "split": str,
-    "text_field": str,
-    "label_field": str,
-    "id_field": str,
-    "limit": int,
+    **{k: kind for k, (_, kind) in (DATA_OPTIONS | BENCHMARK_OPTIONS).items()},
     "rows": list,
     "label": int,
 }
@@ -86,19 +81,9 @@ PRICE_KEYS = {
     "completion": (int, float),
     "batch": (int, float),
 }
-#: [canaries.NAME] keys -> ``CanaryOptions`` fields (docs/usage.md "Audit specs"; ``blackbox-audit canary build``)
-CANARY_KEYS = {
-    "base": str,
-    "corpus": str,
-    "seed": int,
-    "members": int,
-    "nonmembers": int,
-    "calibration": int,
-    "epochs": int,
-    "min_tokens": int,
-    "max_tokens": int,
-}
-CANARY_SPLITS = ("dataset", "members", "nonmembers", "calibration")
+#: [canaries.NAME] keys: ``canary build``'s options (``door_options.CANARY_KEYS``; docs/usage.md "Audit specs")
+CANARY_SPEC_KEYS = {k: (int, float) if kind is float else kind for k, (_, kind) in CANARY_KEYS.items()}
+CANARY_SPLITS = ("dataset", "members", "nonmembers", "calibration", "shifted")
 EMULATE_KEYS = {"emulate": str, "profile": str, "port": int, "model": str, "noise": (int, float), "seed": int}
 TARGET_EXTRA = {
     "local": ("padding_side",),
@@ -306,28 +291,17 @@ class SpecReader:
         return AuditSpec(self.path, self.text, audit, prices, targets, data, steps, canaries)
 
     def canary(self, name: str, value: Any) -> CanarySpec:
-        from dataclasses import replace
-
-        from blackbox_audit.sim.canary import CanaryOptions, default_train_config
-
         where = ("canaries", name)
         opts = self.table(value, where, f"canaries.{name}")
-        self.typed(opts, CANARY_KEYS, where, f"[canaries.{name}]")
+        self.typed(opts, CANARY_SPEC_KEYS, where, f"[canaries.{name}]")
         if not _NAME.match(name):
             raise self.fail(where, None, f"canary name {name!r} is not a plain name", "use letters, digits, '-', '_'")
-        base = opts.get("base", "tiny")
-        corpus = opts.get("corpus", "sotu")
-        if corpus not in ("sotu",) and not corpus.startswith(("sotu:", "benchmark:")):
-            corpus = str(self.resolve(corpus))  # a corpus file, relative to the spec
-        try:
-            train = default_train_config(base)
-            if "epochs" in opts:
-                train = replace(train, epochs=opts["epochs"])
-            options = CanaryOptions(
-                corpus=corpus, base=base, seed=opts.get("seed", 0), n_members=opts.get("members"),
-                n_nonmembers=opts.get("nonmembers"), n_calibration=opts.get("calibration"),
-                min_tokens=opts.get("min_tokens"), max_tokens=opts.get("max_tokens"), train=train, n_shifted=0,
-            ).resolved()  # fmt: skip
+        for key in ("corpus", "shift_corpus"):
+            corpus = opts.get(key)
+            if corpus is not None and corpus != "sotu" and not corpus.startswith(("sotu:", "benchmark:")):
+                opts[key] = str(self.resolve(corpus))  # a corpus file, relative to the spec
+        try:  # built as ``canary build`` builds it, with its defaults (a shifted pool included)
+            options = canary_options(opts)
         except UserError as exc:
             raise self.fail(where, None, f"canary '{name}': {exc.problem}", exc.fix or "") from None
         return CanarySpec(name, options)
@@ -512,8 +486,16 @@ class SpecReader:
             maps[k] = dict(table)
         cls = METHODS[key]
         config = cls.config_class.from_mapping(opts, where=lambda k: self.where(where, k))
+        from blackbox_audit.methods import AuditInputs
+
+        roles = AuditInputs(  # the step's inputs by role (not read yet): one its method does not read fails here
+            sets=dict.fromkeys(maps["sets"]),
+            scored=dict.fromkeys(maps["scored"]),
+            reference=refs.get("reference"),
+            targets=dict.fromkeys(maps["targets"]),
+        )
         try:
-            cls(config)  # validate() with the step's location on its message
+            cls(config).refuse_unread(roles)  # validate() too, with the step's location on its message
         except UserError as exc:
             raise UserError(f"{exc.problem} ({self.where(where)}, step '{name}')", exc.fix) from None
         return StepSpec(

@@ -219,9 +219,9 @@ def serving_line(ref: TargetRef, view: Any, plan_now: Any) -> str:
 
 
 def check_before_load(job: Job, method: Method) -> None:
-    """The method's checks on what is known before any load: its inputs, and the capabilities every
-    target of its kind has (``adapters.registry``), so a bad option or a missing capability fails
-    before a model loads or an API is probed."""
+    """The method's checks on what is known before any load: its inputs (and none it does not read),
+    and the capabilities every target of its kind has (``adapters.registry``), so a bad option or a
+    missing capability fails before a model loads or an API is probed."""
     from blackbox_audit.adapters import target_kind
 
     def planned(ref: TargetRef | None) -> Any:
@@ -229,13 +229,13 @@ def check_before_load(job: Job, method: Method) -> None:
             return None
         return SimpleNamespace(name=ref.spec, capabilities=target_kind(ref.spec).capabilities)
 
-    method.check(
-        job.inputs(
-            target=planned(job.target),
-            reference=job.reference.spec if job.reference else None,
-            targets={role: planned(ref) for role, ref in job.targets.items()},
-        )
+    inputs = job.inputs(
+        target=planned(job.target),
+        reference=job.reference.spec if job.reference else None,
+        targets={role: planned(ref) for role, ref in job.targets.items()},
     )
+    method.refuse_unread(inputs)  # first: an input the method ignores is the error, not what it lacks
+    method.check(inputs)
 
 
 def open_targets(job: Job, workspace: Workspace) -> dict[str, Any]:
@@ -276,6 +276,27 @@ class Outcome:
             "cache": {role: dict(t.stats) for role, t in targets.items()},
         }
 
+    def run_record(self) -> dict[str, Any]:
+        """Everything run.json records of the run's targets: the target's description, usage and
+        cache counts (``results.record.target_record``), then ``targets_record``. The Python API puts
+        it in the result's provenance, so ``ba.save`` writes what ``write_outcome`` writes."""
+        from blackbox_audit.results.record import target_record
+
+        target = self.inputs.target
+        return {**(target_record(target) if target is not None else {}), **self.targets_record()}
+
+
+def write_outcome(
+    outcome: Outcome, out_dir: Any, *, recorder: Any, extra: Mapping[str, Any] | None = None
+) -> list[Any]:
+    """The one outcome writer of the CLI and audit specs: the result's files and run.json through
+    ``results.write_result``, with the target's record and each role's description and cache counts
+    (``Outcome.targets_record``); ``extra``: the door's own keys (an audit step's ``audit_step``)."""
+    from blackbox_audit.results import write_result
+
+    more = {**(extra or {}), **outcome.targets_record()}
+    return write_result(outcome.result, out_dir, recorder=recorder, target=outcome.inputs.target, extra=more or None)
+
 
 def run(job: Job, workspace: Workspace, *, announce: bool = True, check_first: bool = True) -> Outcome:
     """Run ``job``: prepare (from the specs), check, open the targets, prepare again on the loaded
@@ -303,6 +324,7 @@ __all__ = [
     "PLANNING_OPTIONS",
     "plan",
     "run",
+    "write_outcome",
     "check_before_load",
     "planning_view_of",
     "serving_line",

@@ -132,9 +132,18 @@ def test_canary_sections_are_checked_before_anything_is_built(workdir: Path, edi
 
 
 def test_a_canary_is_a_target_and_its_files_are_data(workdir: Path) -> None:
+    from blackbox_audit.sim.canary import CanaryOptions
+
     spec = load_spec(write(workdir, CANARY))
     opts = spec.canaries["c"].options
-    assert (opts.base, opts.corpus, opts.n_members, opts.n_calibration, opts.n_shifted) == ("tiny", "sotu", 20, 10, 0)
+    shifted = CanaryOptions.n_shifted  # canary build's default pool (a spec's canary had none before)
+    assert (opts.base, opts.corpus, opts.n_members, opts.n_calibration, opts.n_shifted) == (
+        "tiny",
+        "sotu",
+        20,
+        10,
+        shifted,
+    )
     assert spec.targets["m"].canary == "c" and spec.targets["m"].spec is None
     assert spec.data["d"].canary == "c" and spec.data["d"].split == "calibration" and spec.data["d"].path is None
 

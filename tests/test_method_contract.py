@@ -156,3 +156,82 @@ def test_em_mia_dry_run_plan_counts_the_matrix() -> None:
     conditional = [c for c in plan.calls if c.kind == "conditional"]
     assert len(conditional) == 4  # one batched call per prefix
     assert PTDIConfig().score == "min_k"
+
+
+#: what each registered method reads beside its data and target (from its run/prepare): a new method is added here
+READS: dict[str, dict] = {
+    "score": {"reference": True},
+    "em_mia": {},
+    "ptdi": {"sets": ("calibration", "members"), "scored": ("test", "calibration", "members")},
+    "di_plain": {"sets": ("heldout",), "reference": True},
+    "di_calibrated": {"reference": True},
+    "fsd": {"sets": ("finetune",)},
+    "decop": {},
+    "compare": {"targets": ("a", "b")},
+    "contamination": {"sets": ("heldout",)},
+}
+#: options a method cannot be built without
+REQUIRED_OPTIONS = {"decop": {"paraphraser": "smollm2"}}
+
+
+def _inputs(sets=(), scored=(), reference=False, targets=()) -> AuditInputs:
+    from blackbox_audit.results import ScoredSet
+
+    return AuditInputs(
+        data=dataset(),
+        sets={r: dataset() for r in sets},
+        scored={r: ScoredSet(ids=[], scores={}) for r in scored},
+        reference="smollm2" if reference else None,
+        targets={r: object() for r in targets},
+    )
+
+
+@pytest.mark.parametrize("name", sorted(READS))
+def test_every_registered_method_declares_what_it_reads(name: str) -> None:
+    """Each method's legitimate inputs pass ``refuse_unread``; one more side set or a reference it does
+    not read is one ``UserError`` naming it, with the methods that read it."""
+    assert set(READS) == set(METHODS), "declare what a new method reads in READS"
+    method = get_method(name)(**REQUIRED_OPTIONS.get(name, {}))
+    method.refuse_unread(_inputs(**READS[name]))  # everything it reads: no error
+    with pytest.raises(UserError, match=f"{name} does not read a 'heldot' data set") as err:
+        method.refuse_unread(_inputs(**{**READS[name], "sets": (*READS[name].get("sets", ()), "heldot")}))
+    assert "drop it" in (err.value.fix or "")
+    if not READS[name].get("reference"):
+        with pytest.raises(UserError, match=f"{name} does not read a reference target") as err:
+            method.refuse_unread(_inputs(**{**READS[name], "reference": True}))
+        assert "score" in (err.value.fix or "")  # the methods that read one are named
+
+
+@pytest.mark.parametrize(
+    ("method", "options", "named"),
+    [
+        ("score", {"heldout": TEXTS}, "score does not read a 'heldout' data set"),
+        ("di_plain", {"sets": {"heldout": TEXTS, "heldot": TEXTS}}, "di_plain does not read a 'heldot' data set"),
+        ("em_mia", {"reference": "smollm2"}, "em_mia does not read a reference target"),
+    ],
+)
+def test_an_unread_input_is_one_error_through_the_python_api(method: str, options: dict, named: str) -> None:
+    import blackbox_audit as ba
+
+    with pytest.raises(UserError, match=named):  # before any load: nothing is read or sent
+        ba.plan(method, target="smollm2", data=TEXTS, no_cache=True, progress=False, **options)
+
+
+def test_an_unread_input_is_one_error_through_a_spec_and_the_cli(tmp_path: Path, capsys) -> None:
+    """An audit spec's step with a side set its method does not read fails when the spec is read (before
+    any step runs), naming the step's line; ``blackbox-audit audit`` prints it as one line (exit 2)."""
+    from blackbox_audit.auditspec import load_spec
+    from blackbox_audit.cli import main
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(TEXTS)))
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        f'[targets.m]\nspec = "smollm2"\n\n[data.d]\npath = "{data}"\n\n'
+        '[[steps]]\nmethod = "score"\ntarget = "m"\ndata = "d"\nsets = { heldout = "d" }\n'
+    )
+    with pytest.raises(UserError, match=r"score does not read a 'heldout' data set \(spec.toml line 7"):
+        load_spec(spec)
+    assert main(["audit", str(spec), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "does not read a 'heldout' data set" in err

@@ -7,17 +7,15 @@ otherwise) and the one result writer (``blackbox_audit.results``), as audit spec
 API do. Command modules import this module and ``cli.options`` and never each other
 (``tests/test_layout.py`` checks it).
 ``workspace_from_args`` is the one place a command's flags become the run's ``Workspace``
-(cache and typed engine options); ``open_session`` turns the common flags into a loaded
-``Dataset``, a cache-wrapped ``Target`` and a ``RunRecorder``. The data is read before the model
-is loaded so that a bad file fails in a second, not after a model load. Every problem surfaces
-as a ``UserError`` (one line on stderr, exit status 2).
+(cache and typed engine options); ``open_target`` opens ``--target`` in it with the flags its kind
+takes. The data is read before the model is loaded so that a bad file fails in a second, not
+after a model load. Every problem surfaces as a ``UserError`` (one line on stderr, exit status 2).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,38 +23,11 @@ from blackbox_audit.cache import CachedTarget
 from blackbox_audit.cli.options import EXPLICIT_NONE, engine_options_from_args
 from blackbox_audit.data import Dataset, load_dataset
 from blackbox_audit.errors import UserError
-from blackbox_audit.methods.base import AuditInputs, MethodConfig
+from blackbox_audit.methods.base import MethodConfig
 from blackbox_audit.pipeline import Job, TargetRef
 from blackbox_audit.planning import CostPlan
-from blackbox_audit.results import MethodResult, RunRecorder, check_out_dir, print_result, print_usage, write_result
+from blackbox_audit.results import RunRecorder, check_out_dir, print_result, print_usage
 from blackbox_audit.workspace import Workspace
-
-
-@dataclass
-class Session:
-    """What a command works with; ``close()`` closes its workspace (the targets, then the cache)."""
-
-    dataset: Dataset
-    target: CachedTarget
-    recorder: RunRecorder
-    out_dir: Path
-    workspace: Workspace
-    reference: CachedTarget | None = None
-
-    def inputs(self, **kw: Any) -> AuditInputs:
-        """The method inputs of this session: its data, target and reference (+ ``kw``)."""
-        return AuditInputs(data=self.dataset, target=self.target, reference=self.reference, **kw)
-
-    def finish(self, result: MethodResult, *, extra: dict[str, Any] | None = None) -> int:
-        """Write ``result`` with the one result writer, print it (and an API target's requests and
-        spend), return the exit status."""
-        paths = write_result(result, self.out_dir, recorder=self.recorder, target=self.target, extra=extra)
-        print_result(result, paths)
-        print_usage(self.target)
-        return 0
-
-    def close(self) -> None:
-        self.workspace.close()
 
 
 def workspace_from_args(args: argparse.Namespace) -> Workspace:
@@ -138,35 +109,16 @@ def execute(args: argparse.Namespace, command: str, job: Job, *, extra: dict[str
     out_dir = prepare_out_dir(args.out)
     with workspace_from_args(args) as workspace:
         outcome = pipeline.run(job, workspace)
-        target = outcome.inputs.target
-        more = {**(extra or {}), **outcome.targets_record()}
-        paths = write_result(outcome.result, out_dir, recorder=recorder, target=target, extra=more or None)
+        paths = pipeline.write_outcome(outcome, out_dir, recorder=recorder, extra=extra)
         print_result(outcome.result, paths)
-        if target is not None:
-            print_usage(target)
+        if outcome.inputs.target is not None:
+            print_usage(outcome.inputs.target)
     return 0
 
 
 def prepare_out_dir(out: str) -> Path:
     """``--out`` created and proven writable before any work (``results.check_out_dir``)."""
     return check_out_dir(out)
-
-
-def open_session(args: argparse.Namespace, command: str, *, reference: str | None = None) -> Session:
-    """Load data (first, it is cheap), then the workspace and target(s)."""
-    recorder = RunRecorder(command, args)
-    dataset = load_data(args)
-    out_dir = prepare_out_dir(args.out)
-    workspace = workspace_from_args(args)
-    try:
-        target = open_target(workspace, args.target, args)
-        ref = open_target(workspace, reference, args) if reference else None
-    except BaseException:
-        workspace.close()
-        raise
-    return Session(
-        dataset=dataset, target=target, recorder=recorder, out_dir=out_dir, workspace=workspace, reference=ref
-    )
 
 
 def load_data(args: argparse.Namespace) -> Dataset:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from blackbox_audit.cli.common import dry_run, load_data, open_session
+from blackbox_audit.cli.common import dry_run, load_data, open_target, prepare_out_dir, workspace_from_args
 from blackbox_audit.cli.options import add_common_arguments, add_engine_arguments
 from blackbox_audit.planning import CostPlan
-from blackbox_audit.results import print_usage, write_outputs
+from blackbox_audit.results import RunRecorder, print_usage, write_outputs
 from blackbox_audit.scores import FetchCall
 
 
@@ -30,10 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.dry_run:  # before the target is loaded: loading an API target probes it
         return dry_run(args, CostPlan(calls=[FetchCall("plain", tuple(load_data(args).texts))]))
-    session = open_session(args, "logprobs")
-    try:
-        ds = session.dataset
-        records = session.target.token_logprobs(ds.texts)
+    recorder = RunRecorder("logprobs", args)
+    ds = load_data(args)  # first: a bad file fails before a model loads
+    out_dir = prepare_out_dir(args.out)
+    with workspace_from_args(args) as workspace:
+        target = open_target(workspace, args.target, args)
+        records = target.token_logprobs(ds.texts)
         rows = []
         for sample, rec in zip(ds.samples, records, strict=True):
             row = {"id": sample.id}
@@ -44,16 +46,14 @@ def run(args: argparse.Namespace) -> int:
             row["context_ids"] = d["context_ids"]
             rows.append(row)
         status = Counter(s.value for rec in records for s in rec.status)
-        print_usage(session.target)
+        print_usage(target)
         path, run_json = write_outputs(
-            session.out_dir,
+            out_dir,
             {"logprobs.jsonl": rows},
-            recorder=session.recorder,
-            target=session.target,
+            recorder=recorder,
+            target=target,
             extra={"n_samples": len(ds), "status_counts": dict(status)},
         )
-    finally:
-        session.close()
     n_tok = sum(status.values())
     summary = ", ".join(f"{k} {v}" for k, v in sorted(status.items()))
     print(f"{len(records)} samples, {n_tok} scored tokens ({summary}) -> {path}")

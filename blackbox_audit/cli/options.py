@@ -21,6 +21,7 @@ import argparse
 import math
 from typing import Any
 
+from blackbox_audit.door_options import DATA_OPTIONS, canary_options
 from blackbox_audit.engine.cache import default_cache_dir
 from blackbox_audit.engine.options import EngineOptions
 
@@ -151,9 +152,10 @@ def add_data_arguments(
     """--data/--text-field/--label-field/--id-field/--limit on a parser or argument group
     (``data_flags``: e.g. ``("--suspect", "--data")``, read as ``args.data``)."""
     g.add_argument(*data_flags, dest="data", required=True, help=data_help)
+    label, ident = DATA_OPTIONS["label_field"][0], DATA_OPTIONS["id_field"][0]  # every door's defaults
     g.add_argument("--text-field", help="field holding the text (default: 'text', then 'input')")
-    g.add_argument("--label-field", default="label", help="0/1 membership label field, 1 = member (default: label)")
-    g.add_argument("--id-field", default="id", help="sample id field (default: id; else the 0-based row number)")
+    g.add_argument("--label-field", default=label, help=f"0/1 membership label field, 1 = member (default: {label})")
+    g.add_argument("--id-field", default=ident, help=f"sample id field (default: {ident}; else the 0-based row number)")
     g.add_argument("--limit", type=positive_int, help="use only the first N samples")
 
 
@@ -330,18 +332,20 @@ def add_canary_arguments(parser: argparse.ArgumentParser, *, defaults: dict[str,
     g = parser.add_argument_group("canary")
     g.add_argument(
         "--corpus",
-        default="sotu",
+        default=CanaryOptions.corpus,
         help="built-in corpus: sotu, or an era sotu:FROM-TO (e.g. sotu:1900-2026); or a .jsonl/.txt file "
         "(default: sotu)",
     )
     g.add_argument(
         "--base",
         choices=BASES,
-        default="tiny",
+        default=CanaryOptions.base,
         help="tiny (2-layer GPT trained from scratch, minutes) or smollm2 (SmolLM2-135M with its top layers "
         "fine-tuned on the members, ~10 min on 2 cores)",
     )
-    g.add_argument("--seed", type=int, default=0, help="split and training seed (default: 0)")
+    g.add_argument(
+        "--seed", type=int, default=CanaryOptions.seed, help=f"split and training seed (default: {CanaryOptions.seed})"
+    )
     g.add_argument(
         "--members",
         type=positive_int,
@@ -399,12 +403,15 @@ def add_canary_arguments(parser: argparse.ArgumentParser, *, defaults: dict[str,
         "--seed) in file order and serialisation; the order test's canary (members.jsonl in file order, block.jsonl)",
     )
     g.add_argument(
-        "--duplicates", type=positive_int, default=1, help="--file-order: passes over the block (default: 1)"
+        "--duplicates",
+        type=positive_int,
+        default=CanaryOptions.duplicates,
+        help=f"--file-order: passes over the block (default: {CanaryOptions.duplicates})",
     )
     g.add_argument(
         "--file-format",
         choices=("jsonl", "qa"),
-        default="jsonl",
+        default=CanaryOptions.file_format,
         help="--file-order: the serialisation trained on, the file's jsonl lines or Question/Answer blocks "
         "(test a qa canary with --order-format qa; default: jsonl)",
     )
@@ -414,29 +421,23 @@ def add_canary_arguments(parser: argparse.ArgumentParser, *, defaults: dict[str,
 
 
 def options_from_args(args: argparse.Namespace) -> Any:
-    """``CanaryOptions`` from the parsed ``add_canary_arguments`` flags (unset sizes: the base's defaults)."""
-    from dataclasses import replace
-
-    from blackbox_audit.sim.canary import CanaryOptions, default_train_config
-
-    train = default_train_config(args.base)
-    if args.epochs:
-        train = replace(train, epochs=args.epochs)
-    if getattr(args, "lr", None):
-        train = replace(train, lr=args.lr)
-    return CanaryOptions(
-        corpus=args.corpus,
-        base=args.base,
-        seed=args.seed,
-        n_members=args.members,
-        n_nonmembers=args.nonmembers,
-        n_calibration=args.calibration,
-        min_tokens=args.min_tokens,
-        max_tokens=args.max_tokens,
-        train=train,
-        n_shifted=args.shift_pool,
-        shift_corpus=args.shift_corpus,
-        file_order=getattr(args, "file_order", False),
-        duplicates=getattr(args, "duplicates", 1),
-        file_format=getattr(args, "file_format", "jsonl"),
-    ).resolved()
+    """``CanaryOptions`` from the parsed ``add_canary_arguments`` flags, built by
+    ``door_options.canary_options`` as an audit spec's ``[canaries.NAME]`` is (unset: the defaults)."""
+    given = {
+        "corpus": args.corpus,
+        "base": args.base,
+        "seed": args.seed,
+        "members": args.members,
+        "nonmembers": args.nonmembers,
+        "calibration": args.calibration,
+        "min_tokens": args.min_tokens,
+        "max_tokens": args.max_tokens,
+        "epochs": args.epochs or None,
+        "lr": getattr(args, "lr", None) or None,
+        "shift_pool": args.shift_pool,
+        "shift_corpus": args.shift_corpus,
+        "file_order": getattr(args, "file_order", None),
+        "duplicates": getattr(args, "duplicates", None),
+        "file_format": getattr(args, "file_format", None),
+    }
+    return canary_options(given)

@@ -216,6 +216,11 @@ class Needs:
     run on precomputed scores: ``scored_ok``). ``targets`` are required roles of
     ``AuditInputs.targets`` (a method that reads several models; ``capabilities`` then apply to
     each of them).
+
+    What a method reads when it is given, beside what it needs: ``optional_sets`` (side data sets),
+    ``reference`` (a reference target), ``scored`` (roles of precomputed scores) and
+    ``optional_targets``. ``Method.check`` refuses any input outside required and optional, so a
+    mistyped role or an option the method never reads is one error, not silently ignored.
     """
 
     target: bool = True
@@ -224,6 +229,37 @@ class Needs:
     sets: tuple[str, ...] = ()
     scored_ok: bool = False
     targets: tuple[str, ...] = ()
+    optional_sets: tuple[str, ...] = ()
+    reference: bool = False
+    scored: tuple[str, ...] = ()
+    optional_targets: tuple[str, ...] = ()
+
+    def unread(self, inputs: AuditInputs) -> list[tuple[str, AuditInputs]]:
+        """The inputs given that this method does not read: each as the error names it, with inputs
+        holding it alone (to ask which methods read it)."""
+        out = [
+            (f"a '{r}' data set", AuditInputs(sets={r: d}))
+            for r, d in inputs.sets.items()
+            if r not in (*self.sets, *self.optional_sets)
+        ]
+        readable = (*self.scored, *(self.sets if self.scored_ok else ()))
+        out += [(f"'{r}' scores", AuditInputs(scored={r: s})) for r, s in inputs.scored.items() if r not in readable]
+        if inputs.reference is not None and not self.reference:
+            out.append(("a reference target", AuditInputs(reference=inputs.reference)))
+        out += [
+            (f"a target '{r}'", AuditInputs(targets={r: t}))
+            for r, t in inputs.targets.items()
+            if r not in (*self.targets, *self.optional_targets)
+        ]
+        return out
+
+    def reads(self) -> str:
+        """What a method with these needs reads, for the fix of an unread-input error."""
+        parts = [f"data sets {', '.join(s)}" for s in [(*self.sets, *self.optional_sets)] if s]
+        parts += [f"scores {', '.join(s)}" for s in [(*self.scored, *(self.sets if self.scored_ok else ()))] if s]
+        parts += ["a reference target"] if self.reference else []
+        parts += [f"targets {', '.join(t)}" for t in [(*self.targets, *self.optional_targets)] if t]
+        return "; ".join(parts) or "its data and target only"
 
 
 _CAPABILITY_WHAT = {
@@ -310,8 +346,25 @@ class Method(abc.ABC):
         """What this method needs (may depend on the config)."""
         return Needs()
 
+    def refuse_unread(self, inputs: AuditInputs) -> None:
+        """An input this method does not read (``Needs``: required and optional) is one ``UserError``
+        naming it: a side set under a mistyped role, ``heldout=`` on ``score`` or a reference given to
+        a method that reads none would otherwise be ignored without a word."""
+        needs = self.needs()
+        unread = needs.unread(inputs)
+        if unread:
+            what, alone = unread[0]
+            others = [n for n, cls in sorted(METHODS.items()) if n != self.name and _reads(cls, alone)]
+            readers = ", ".join(others) or "none"
+            raise UserError(
+                f"{self.name} does not read {what}",
+                f"drop it, or use a method that reads it: {readers} ({self.name} reads {needs.reads()})",
+            )
+
     def check(self, inputs: AuditInputs) -> None:
-        """Refuse missing inputs or capabilities before any request (``UserError``/``CapabilityError``)."""
+        """Refuse missing inputs or capabilities, and inputs it does not read, before any request
+        (``UserError``/``CapabilityError``)."""
+        self.refuse_unread(inputs)
         needs = self.needs()
         if needs.data and inputs.data is None and not (needs.scored_ok and inputs.scored):
             raise UserError(f"{self.name} needs a data set to audit", "pass --data FILE")
@@ -384,6 +437,15 @@ class Method(abc.ABC):
             kw.setdefault("ids", inputs.ids)
             kw.setdefault("labels", inputs.labels)
         return MethodResult(method=self.name, config=self.config.to_json(), **kw)
+
+
+def _reads(cls: type[Method], alone: AuditInputs) -> bool:
+    """Whether ``cls`` with its default config reads the one input in ``alone`` (False when its
+    config has no defaults to build it with)."""
+    try:
+        return not cls(cls.config_class()).needs().unread(alone)
+    except (TypeError, UserError):
+        return False
 
 
 # --------------------------------------------------------------------------- registry

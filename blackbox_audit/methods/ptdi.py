@@ -461,7 +461,13 @@ class PTDI(Method):
     config_class = PTDIConfig
 
     def needs(self) -> Needs:
-        return Needs(sets=("calibration",), scored_ok=True, capabilities=score_needs([self.config.score]))
+        return Needs(
+            sets=("calibration",),
+            optional_sets=("members",),
+            scored_ok=True,
+            scored=("test", "calibration", "members"),
+            capabilities=score_needs([self.config.score]),
+        )
 
     def _score_sets(self, inputs: AuditInputs) -> list[tuple[str, Any]]:
         """(role, Dataset) pairs whose scores must be computed on the target."""

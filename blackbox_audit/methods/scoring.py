@@ -107,7 +107,7 @@ class ScoreMethod(Method):
         caps = sorted(
             {r.requirement for s in self.specs for r in s.score.needs if r.requirement not in (None, "reference")}
         )
-        return Needs(capabilities=tuple(caps))
+        return Needs(capabilities=tuple(caps), reference=True)  # a reference target: the 'reference' score
 
     def check(self, inputs: AuditInputs) -> None:
         from blackbox_audit.scores import check_capabilities
