@@ -292,3 +292,33 @@ def test_the_example_spec_runs_offline_and_its_rerun_sends_nothing(repo_root: Pa
         assert (tmp_path / "a" / step / "scores.jsonl").read_text() == (
             tmp_path / "b" / step / "scores.jsonl"
         ).read_text()
+
+
+def test_a_held_out_file_is_read_in_its_benchmarks_format_as_on_the_cli(tmp_path: Path) -> None:
+    """A step's held-out benchmark file takes the format of the benchmark under audit (the CLI's
+    ``--heldout FILE`` with ``--prompt-template``), unless it names templates of its own."""
+    from blackbox_audit.audit import AuditRun
+    from blackbox_audit.benchmarks import load_benchmark_sides
+
+    for name in ("b", "h"):
+        rows = [{"question": f"{name} q{i}?", "answer": f"a{i}"} for i in range(4)]
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    template = "Q: {question}\\nA:"
+    spec_text = (
+        f'[targets.m]\nspec = "smollm2"\n\n[data.b]\nbenchmark = "b.jsonl"\nprompt_template = "{template}"\n\n'
+        '[data.h]\nbenchmark = "h.jsonl"\n\n'
+        '[[steps]]\nmethod = "contamination"\ntarget = "m"\ndata = "b"\nsets = { heldout = "h" }\n'
+    )
+    (tmp_path / "spec.toml").write_text(spec_text)
+    spec = load_spec(tmp_path / "spec.toml")
+    run = AuditRun(spec, tmp_path / "out", progress=False)
+    held = run.side_set(spec.steps[0], "heldout")
+    _, cli = load_benchmark_sides(
+        str(tmp_path / "b.jsonl"), str(tmp_path / "h.jsonl"), prompt_template="Q: {question}\nA:"
+    )
+    assert held.fmt == cli["heldout"].fmt == run.dataset("b").fmt and held.texts == cli["heldout"].texts
+    assert held.texts[0].startswith("Q: h q0?")
+    own = spec_text.replace('benchmark = "h.jsonl"\n', 'benchmark = "h.jsonl"\nprompt_template = "Z {question}"\n')
+    (tmp_path / "spec.toml").write_text(own)
+    spec = load_spec(tmp_path / "spec.toml")
+    assert AuditRun(spec, tmp_path / "out").side_set(spec.steps[0], "heldout").texts[0].startswith("Z h q0?")
