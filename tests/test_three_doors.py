@@ -139,3 +139,24 @@ def test_a_spec_canary_takes_every_canary_build_option(tmp_path: Path, key: str)
     assert {"shift_pool": opts.n_shifted, "lr": opts.train.lr, "file_format": opts.file_format}[key] == json.loads(
         value
     )
+
+
+def test_every_door_takes_the_engines_options_and_defaults() -> None:
+    """The engine's named options are a spec's [audit] keys and the Python API's session keywords; unset,
+    the CLI's flags, an empty [audit] and a bare Session give ``EngineOptions``' own defaults."""
+    import argparse
+    from dataclasses import replace
+
+    from blackbox_audit.api import ENGINE_KEYWORDS
+    from blackbox_audit.audit import engine_options_from_spec
+    from blackbox_audit.auditspec import AUDIT_KEYS, AuditSpec
+    from blackbox_audit.cli.options import add_engine_arguments, engine_options_from_args
+    from blackbox_audit.engine.options import NAMED_OPTIONS, EngineOptions
+
+    assert set(NAMED_OPTIONS) <= set(AUDIT_KEYS) and tuple(ENGINE_KEYWORDS) == NAMED_OPTIONS
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    cli = engine_options_from_args(parser.parse_args([]))
+    spec = engine_options_from_spec(AuditSpec(Path("spec.toml"), "", {}, {}, {}, {}, []))
+    with ba.Session(no_cache=True, progress=False) as session:
+        assert cli == replace(spec, prices_source=None) == session.workspace.engine == EngineOptions()
