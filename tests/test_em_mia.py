@@ -276,8 +276,9 @@ def test_cli_dry_run_and_errors(tiny_lm_dir, tmp_path: Path, capsys) -> None:
     assert main([*args, "--update", "neg-prefix", "--prefix-pool", "5", "--baselines", "none"]) == 2
 
 
-def test_api_target_through_the_emulator(tiny_target, tmp_path: Path, capsys) -> None:
-    """The same command on an API target: the dry-run range holds the requests actually sent."""
+def test_api_target_through_the_emulator(tiny_target, tiny_lm_dir, tmp_path: Path, capsys) -> None:
+    """The same command on an API target: the dry-run sends nothing (a compat endpoint's dry-run needs a local
+    tokenizer, as every command's does), and the run's range holds the requests actually sent."""
     from blackbox_audit.sim.emulator import run_emulator
 
     texts = ["The cat sat on the mat.", "A dog ran in the park.", "Rain fell all night long.", "We ate bread."]
@@ -286,9 +287,9 @@ def test_api_target_through_the_emulator(tiny_target, tmp_path: Path, capsys) ->
         target = f"compat:{emu.base_url}#{emu.model}"
         args = ["em-mia", "--target", target, "--data", data, "--out", str(tmp_path / "o"), "--no-cache"]
         args += ["--iterations", "2", "--baselines", "avg"]
-        assert main([*args, "--dry-run"]) == 0
+        assert main([*args, "--dry-run", "--tokenizer", f"hf:{tiny_lm_dir}"]) == 0
         dry = capsys.readouterr().err
-        assert "requests" in dry and "endpoint:" in dry
+        assert "requests" in dry and "endpoint:" in dry and emu.stats()["requests"] == 0
         assert main(args) == 0
     run = json.loads((tmp_path / "o" / "run.json").read_text())
     est = run["cost"]["estimate"]

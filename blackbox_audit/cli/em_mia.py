@@ -1,9 +1,12 @@
 """``blackbox-audit em-mia``: label-free membership scores by expectation maximisation (SPEC §3).
 
 Prints the cost of the run first (conditional scorings, token positions, and for API targets
-requests, prompt tokens and USD as a range), for the chosen prefix pool and for smaller ones;
-``--dry-run`` stops there, so on a paid API one can pick a ``--prefix-pool`` that fits the
-budget before anything is sent (the target is loaded, so an API target is probed). Then it runs
+requests, prompt tokens and USD as a range), for the chosen prefix pool and for smaller ones.
+``--dry-run`` prints that table from ``pipeline.plan`` and the target's planning view and stops:
+no target is loaded and nothing is sent (a cached probe narrows an API's range; without one the
+range spans the recovery ladder's rungs), so on a paid API one can pick a ``--prefix-pool`` that
+fits the budget before anything is sent. A run loads the target (an API target is probed), prints
+the table priced on the loaded target, then runs
 the ``em_mia`` method (``blackbox_audit.methods.em_mia.EMMIA``) and writes its result with the
 one result writer: ``scores.jsonl`` (id, label if any, ``em_mia``, the initial score and the
 label-free baselines ``avg``/``avgp``/``rand``; all higher = member), ``prefix_scores.jsonl``,
@@ -73,8 +76,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--dry-run",
         action="store_true",
-        help="print the cost per pool size and exit without scoring (an API target is still probed on load: "
-        "<= 12 small requests, plus /tokenize calls when it has no local tokenizer)",
+        help="print the cost per pool size and exit: nothing is loaded or sent and no key is needed (an API "
+        "target needs --tokenizer; a cached probe narrows the range, else it spans the recovery ladder's rungs)",
     )
     add_engine_arguments(p, dry_run=False)  # API targets: --budget-usd/--max-requests caps, limits, --pricing
     p.set_defaults(func=run)
@@ -90,12 +93,12 @@ def _baselines(value: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(b.strip() for b in value.split(",") if b.strip()))
 
 
-def cost_rows(method: EMMIA, inputs: Any, pricing: str | None) -> list[dict[str, Any]]:
-    """Cost of the chosen pool and a few smaller ones (halving), chosen first."""
+def cost_rows(method: EMMIA, inputs: Any, view: Any) -> list[dict[str, Any]]:
+    """Cost of the chosen pool and a few smaller ones (halving), chosen first, priced on ``view`` (a
+    planning view: ``pipeline.planning_view_of`` for the dry-run, the loaded target's for the run)."""
     n = len(inputs.texts)
     chosen = len(pool_indices(n, method.config.pool_size))
     sizes = [chosen] + [s for s in (n // 2, n // 4, n // 8, n // 16) if 4 <= s < chosen]
-    view = view_of_target(inputs.target, pricing=pricing)
     rows = []
     for size in dict.fromkeys(sizes):
         plan = method.plan(inputs, pool_size=size)
@@ -138,23 +141,35 @@ def print_cost(rows: list[dict[str, Any]], target_name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """EM-MIA's dry-run prices each pool size on the loaded target (it reads the probe); the run goes
-    through the one pipeline on that same loaded target, so both resolve ``init`` the same way."""
+    """EM-MIA through the one pipeline. ``--dry-run``: ``pipeline.plan`` (its checks and the ``init``
+    it resolves on the planning view) and the cost table on that view; nothing is loaded or sent.
+    The run: the same checks before any load, then the target is loaded once, the table priced on it
+    (an API target's probe narrows the range) and ``pipeline.run`` runs on that loaded target, so the
+    dry-run and the run resolve ``init`` the same way."""
     method = EMMIA(config_from_args(EMMIAConfig, args))  # a bad --init or --baselines fails here
     data = load_data(args)
+    ref = target_ref(args)
+    if args.dry_run:
+        with workspace_from_args(args) as workspace:
+            job = job_from_args(args, method, data=data, target=ref)
+            planned = pipeline.plan(job, workspace, announce=True)
+            view = pipeline.planning_view_of(ref, workspace)
+            print_cost(cost_rows(planned.method, job.inputs(), view), view.name)
+            for line in planned.supported.values():
+                if line:
+                    print(line)
+        return 0
     recorder = RunRecorder("em-mia", args)
-    out_dir = None if args.dry_run else prepare_out_dir(args.out)
+    out_dir = prepare_out_dir(args.out)
+    spec_job = job_from_args(args, method, data=data, target=ref)
+    pipeline.check_before_load(spec_job, method.prepare(spec_job.inputs(), spec_job.spec_preparation()))
     with workspace_from_args(args) as workspace:
-        ref = target_ref(args)
         loaded = ref.open(workspace)
         job = job_from_args(args, method, data=data, target=TargetRef(ref.spec, ref.options, opener=lambda _: loaded))
         inputs = job.inputs(target=loaded)
         prepared = method.prepare(inputs, pipeline.Preparation.of_target(loaded))
-        prepared.check(inputs)
-        rows = cost_rows(prepared, inputs, getattr(args, "pricing", None))
+        rows = cost_rows(prepared, inputs, view_of_target(loaded, pricing=getattr(args, "pricing", None)))
         print_cost(rows, loaded.name)
-        if args.dry_run:
-            return 0
         outcome = pipeline.run(job, workspace, check_first=False)
         paths = write_result(outcome.result, out_dir, recorder=recorder, target=loaded, extra={"cost": rows[0]})
         print_result(outcome.result, paths)
