@@ -106,13 +106,18 @@ def test_legacy_echo_alignment_and_top_n(target):
             assert lp["token_logprobs"][len(ids) + k] == top1[1]
         assert ch["text"] == target.decode(ids + gen)
         assert body["usage"] == {"prompt_tokens": len(ids), "completion_tokens": 2, "total_tokens": len(ids) + 2}
-        # top dicts: the 5 best in order, then the token's own entry (OpenAI: up to logprobs + 1)
+        # top dicts: the 5 best in order, then the token's own entry (OpenAI: up to logprobs + 1);
+        # the prompt's rows are the echo pass's (issue 53), the generated tokens' single reads'
         all_ids = ids + gen
+        echo_tops = emu.exact_sequence_top(ids, 5)
         for j in range(1, n):
-            top = emu.exact_top(all_ids[:j], 5)
+            top = echo_tops[j - 1] if j < len(ids) else emu.exact_top(all_ids[:j], 5)
+            np.testing.assert_allclose([v for _, v in top], [v for _, v in emu.exact_top(all_ids[:j], 5)], atol=1e-5)
             want_vals = [v for _, v in top]
             if all_ids[j] not in [i for i, _ in top]:
-                want_vals.append(emu.exact(all_ids[:j], [all_ids[j]])[0])
+                want_vals.append(
+                    emu.exact_sequence(ids)[j - 1] if j < len(ids) else emu.exact(all_ids[:j], [all_ids[j]])[0]
+                )
             got = lp["top_logprobs"][j]
             assert list(got.values()) == want_vals
             for i, v in top:
@@ -310,11 +315,18 @@ def test_forced_token_echo_is_shifted_like_llama_cpp(target):
         all_ids = ids + gen
         assert len(lp["tokens"]) == L + 2 - 1  # the last generated token was never evaluated
         assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+        echo_rows = [dict(row) for row in emu.exact_sequence_top(ids, target.vocab_size)]
         for j in range(1, L + 1):
-            # token u_j paired with the distribution *after* u_j
-            assert lp["token_logprobs"][j] == emu.exact(all_ids[: j + 1], [all_ids[j]])[0]
-            top = emu.exact_top(all_ids[: j + 1], 3)
+            # token u_j paired with the distribution *after* u_j: the echo pass's within the prompt
+            # (issue 53), a single read's after the whole prompt
+            if j < L - 1:
+                assert lp["token_logprobs"][j] == echo_rows[j][all_ids[j]]
+                top = emu.exact_sequence_top(ids, 3)[j]
+            else:
+                assert lp["token_logprobs"][j] == emu.exact(all_ids[: j + 1], [all_ids[j]])[0]
+                top = emu.exact_top(all_ids[: j + 1], 3)
             assert list(lp["top_logprobs"][j].values())[:3] == [v for _, v in top]
+            assert lp["token_logprobs"][j] == pytest.approx(emu.exact(all_ids[: j + 1], [all_ids[j]])[0], abs=1e-5)
         # the true lp(u_{j+1}) is therefore only visible in entry j's top dict; check it is not entry j+1's value
         true = emu.exact_sequence(ids)
         assert not np.allclose(lp["token_logprobs"][1:L], true[: L - 1])
