@@ -99,13 +99,12 @@ def test_synthetic_side_runs_writes_and_spares_a_second_target(
     assert '"kind": "synthetic"' in json.dumps(run)
     assert read_result(tmp_path / "out").verdict.p_value == v.p_value
     # a second target: the generator, its answers, the classifiers and the self-baseline come from the cache
-    from blackbox_audit.di import LocalGenerator
-    from blackbox_audit.di import calibrated as cal
+    from blackbox_audit.di import LocalGenerator, baselines, seed_test
 
     monkeypatch.setattr(LocalGenerator, "_train", lambda *a, **k: pytest.fail("generator retrained"))
     monkeypatch.setattr(LocalGenerator, "_generate_batches", lambda *a, **k: pytest.fail("answers regenerated"))
-    monkeypatch.setattr(cal, "train_and_predict", lambda *a, **k: pytest.fail("classifier retrained"))
-    monkeypatch.setattr(cal, "self_baseline_target", lambda *a, **k: pytest.fail("self-baseline retrained"))
+    monkeypatch.setattr(seed_test, "train_and_predict", lambda *a, **k: pytest.fail("classifier retrained"))
+    monkeypatch.setattr(baselines, "self_baseline_target", lambda *a, **k: pytest.fail("self-baseline retrained"))
     again = method.run(AuditInputs(data=bench, target=target, cache_dir=tmp_path, progress=False))
     assert again.verdict.p_value == v.p_value
     cache.close()

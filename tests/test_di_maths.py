@@ -10,15 +10,9 @@ import pytest
 from scipy import stats as sps
 
 from blackbox_audit.di.artifacts import ArtifactStore, content_key
-from blackbox_audit.di.calibrated import (
-    crossfit_folds,
-    head_test,
-    minimum_sequences,
-    pair_mean_test,
-    pair_split,
-    text_feature,
-)
+from blackbox_audit.di.calibrated_options import minimum_sequences
 from blackbox_audit.di.linear import _loss_and_grad, fit_logistic
+from blackbox_audit.di.seed_test import crossfit_folds, head_test, pair_mean_test, pair_split, text_feature
 from blackbox_audit.di.segment import cut, fixed_pairs, segment, shuffle_split
 from blackbox_audit.di.stats import cauchy, clip_outliers, normalise, paired_greater, sidak, welch_less
 from blackbox_audit.errors import UserError
@@ -300,7 +294,7 @@ def test_default_crossfits_with_the_self_baseline_and_crossfit_needs_a_baseline_
     """The default calibrated test cross-fits and subtracts the self-baseline (no model from the user;
     5/5 and 0/20 on the bench); cross-fitting alone flagged non-member sets, so it is refused without a
     baseline model and accepted with one."""
-    from blackbox_audit.di.calibrated import CalibratedOptions, validate_options
+    from blackbox_audit.di.calibrated_options import CalibratedOptions, validate_options
     from blackbox_audit.methods.di import CalibratedDIConfig
 
     for opts in (CalibratedOptions(), CalibratedDIConfig().options()):

@@ -115,9 +115,9 @@ def test_calibrated_di_runs_caches_and_is_deterministic(
     # a second run (e.g. another target) trains nothing again: generator, texts and classifiers come from the store
     monkeypatch.setattr(LocalGenerator, "_train", lambda *a, **k: pytest.fail("generator retrained"))
     monkeypatch.setattr(LocalGenerator, "_generate_batches", lambda *a, **k: pytest.fail("texts regenerated"))
-    import blackbox_audit.di.calibrated as cal
+    import blackbox_audit.di.seed_test as seed_test
 
-    monkeypatch.setattr(cal, "train_and_predict", lambda *a, **k: pytest.fail("classifier retrained"))
+    monkeypatch.setattr(seed_test, "train_and_predict", lambda *a, **k: pytest.fail("classifier retrained"))
     again = calibrated_di(target, texts[:80], options=opts, store=store, progress=False)
     assert again.p_value == first.p_value and again.heldout.generated == first.heldout.generated
     monkeypatch.undo()
@@ -165,14 +165,14 @@ def test_crossfit_pair_mean_and_reference_lm(
 def test_self_baseline_as_the_baseline_model(tiny_llama_dir: Path, texts: list[str], target, tmp_path: Path) -> None:
     """baseline_lm="self": the features of a small model trained on the generator-training sequences
     are subtracted (no model from the user), cached by content, and crossfit accepts it."""
-    import blackbox_audit.di.calibrated as cal
+    from blackbox_audit.di.baselines import self_baseline_matrix
 
     store = ArtifactStore(tmp_path / "di")
     opts = small_options(f"hf:{tiny_llama_dir}", crossfit=True, baseline_lm="self")
     res = calibrated_di(target, texts[:80], options=opts, store=store, progress=False)
     assert 0 <= res.p_value <= 1 and "baseline_lm_scores" in res.info["timings"]
     assert res.to_json()["baseline_lm"] == "self"
-    base = cal.self_baseline_matrix(
+    base = self_baseline_matrix(
         res.heldout.train_texts, res.heldout.real + res.heldout.generated, ["loss"], store, seed=0
     )
     assert base.shape == (2 * len(res.heldout.pairs), 1) and np.all(np.isfinite(base)) and np.all(base < 0)

@@ -409,7 +409,7 @@ class CalibratedDI(Method):
         not exist before generation; they have the real suffix's number of generator tokens, so
         a copy of the real suffix prices them closely.
         """
-        from blackbox_audit.di.calibrated import _check_sizes
+        from blackbox_audit.di.calibrated_options import _check_sizes
         from blackbox_audit.di.segment import cut, segment, shuffle_split
         from blackbox_audit.scores import FetchCall, plan_requests
 
