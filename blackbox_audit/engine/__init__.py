@@ -30,9 +30,10 @@ Contract (API adapters rely on it):
   run's ``blackbox_audit.workspace.Workspace``.
 """
 
+from .accounting import EngineStats, estimate_body_tokens
 from .budget import Budget
 from .cache import open_request_cache, read_checked, request_key
-from .core import EngineStats, RequestEngine, estimate_body_tokens
+from .core import RequestEngine
 from .errors import (
     BudgetExceeded,
     CacheDamaged,

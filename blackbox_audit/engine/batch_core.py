@@ -38,9 +38,11 @@ from tenacity import AsyncRetrying, retry_if_exception_type
 
 from blackbox_audit.errors import UserError
 
-from .core import RequestEngine, _Retryable, estimate_body_tokens
+from .accounting import estimate_body_tokens
+from .core import RequestEngine
 from .errors import BatchFailed, RetriesExhausted
 from .retry import RetryPolicy
+from .status import Retryable, raise_for_status
 
 
 @dataclass(frozen=True)
@@ -300,7 +302,7 @@ class BatchApi(ABC):
         policy = RetryPolicy(engine.max_retries, engine.rate_limit_wait_s, *engine._backoff)
         try:
             async for attempt in AsyncRetrying(
-                retry=retry_if_exception_type(_Retryable), stop=policy.stop, wait=policy.wait, reraise=True
+                retry=retry_if_exception_type(Retryable), stop=policy.stop, wait=policy.wait, reraise=True
             ):
                 with attempt:
                     attempts += 1
@@ -311,11 +313,11 @@ class BatchApi(ABC):
                             engine.base_url + path, headers={**engine._headers, **engine._auth_headers()}
                         )
                     except httpx.TransportError as exc:
-                        raise _Retryable(f"connection error ({type(exc).__name__})") from None
+                        raise Retryable(f"connection error ({type(exc).__name__})") from None
                     if resp.status_code >= 400:
-                        engine._raise_for_status(resp)
+                        raise_for_status(resp, engine.base_url)
                     return resp.content
-        except _Retryable as exc:
+        except Retryable as exc:
             raise RetriesExhausted(
                 attempts, str(exc), exc.status, base_url=engine.base_url, max_retries=engine.max_retries
             ) from None

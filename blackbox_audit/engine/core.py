@@ -17,20 +17,20 @@ with jittered exponential backoff. Other 4xx raise ``ProviderError`` with a mess
 key; 404: an unknown model, with the server's ``/models`` list; 429 ``insufficient_quota``: the
 account) and the provider's text. The API key lives only in the Authorization header: never
 in keys, values, logs, ledgers or error messages (``blackbox_audit.redaction``).
+
+This module holds the sending half (budget, limits, concurrency, HTTP, retries); the cache half
+(lookup, joining, leases) is ``cache_front.py``, what an error status means is ``status.py``, and
+the run's counts and the token estimate are ``accounting.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import hashlib
 import json
 import logging
 import math
-import re
-import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
@@ -41,12 +41,13 @@ from blackbox_audit.progress import progress_bar
 from blackbox_audit.redaction import (
     clean_api_key,
     redact_text,
-    redact_then_cut,
     scrub_answer,
     split_url_credentials,
 )
 
+from .accounting import EngineStats, estimate_body_tokens, model_in_path
 from .cache import DEFAULT_RESCUE_BYTES, AnswerStore, request_key, restrict_permissions
+from .cache_front import CacheFront
 from .errors import (
     ANSWERS_KEPT,
     ANSWERS_LOST,
@@ -56,124 +57,19 @@ from .errors import (
     RateLimitWaitExceeded,
     RetriesExhausted,
     UnknownModel,
-    is_validation_error,
 )
 from .limits import RateLimiter
 from .options import Spending
 from .pricing import ModelPrice
 from .responses import ModelList, ProtocolError, Usage, validate_answer
 from .retry import RetryPolicy
+from .status import Retryable, names_unknown_model, provider_error, raise_for_status
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_UNKNOWN_MODEL = re.compile(r"model\b.*\b(does not exist|not found|not exist|unknown|no such)", re.IGNORECASE)
-_MESSAGE_LIMIT = 500  # characters of a provider's error text shown (after redaction)
 
-
-class _Retryable(Exception):
-    def __init__(self, what: str, status: int = 0, retry_after: float | None = None, code: str | None = None) -> None:
-        super().__init__(what)
-        self.status = status
-        self.retry_after = retry_after
-        self.code = code
-
-
-def _retry_after_seconds(value: str | None) -> float | None:
-    """Retry-After is either seconds or an HTTP date."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-        return max(0.0, when.timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """OpenAI's ``retry-after-ms`` is more precise than ``Retry-After`` (whole seconds)."""
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    return _retry_after_seconds(headers.get("retry-after"))
-
-
-@dataclass
-class EngineStats:
-    requests_sent: int = 0  # HTTP attempts that reached the wire (retries included)
-    cache_hits: int = 0
-    deduplicated: int = 0  # identical requests joined while in flight
-    retries: int = 0
-    prompt_tokens: int = 0
-    cached_prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-    by_path: dict[str, int] = field(default_factory=dict)
-    errors: dict[str, int] = field(default_factory=dict)
-    waited_for_other_run: int = 0  # requests another run was buying: waited for, not bought again
-    cache_damaged: int = 0  # cached answers that failed their checksum: dropped and fetched again
-
-    def to_json(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        d["cost_usd"] = round(self.cost_usd, 8)
-        return d
-
-
-_MODEL_IN_PATH = re.compile(r"/models/([^/:]+):[A-Za-z]+$")
-
-
-def model_in_path(path: str) -> str | None:
-    """The model a path names (Gemini: ``/models/MODEL:generateContent``), for pricing a request
-    whose body does not carry ``model``."""
-    m = _MODEL_IN_PATH.search(path)
-    return m.group(1) if m else None
-
-
-def estimate_body_tokens(
-    body: dict[str, Any], count_tokens: Callable[[str], int] | None = None, default_max_tokens: int = 16
-) -> tuple[int, int]:
-    """Upper-bound (prompt, completion) tokens of a request, for reservations and limiters.
-
-    Without a tokenizer a string counts as its UTF-8 byte length: byte-level BPE never makes
-    more tokens than bytes, so the reservation can only be too high, never too low.
-    """
-    count = count_tokens or (lambda s: len(s.encode("utf-8", "surrogatepass")))
-
-    def size(x: Any) -> int:
-        if isinstance(x, str):
-            return count(x)
-        if isinstance(x, int):
-            return 1
-        if isinstance(x, list):
-            return sum(size(v) for v in x)
-        return 0
-
-    prompt = size(body.get("prompt", ""))
-    for turn in body.get("contents") or []:  # Gemini's generateContent: parts of text
-        parts = turn.get("parts") if isinstance(turn, dict) else None
-        prompt += size([p.get("text", "") for p in parts or [] if isinstance(p, dict)]) + 8
-    for msg in body.get("messages") or []:
-        content = msg.get("content", "") if isinstance(msg, dict) else ""
-        if isinstance(content, list):  # content parts
-            content = [p.get("text", "") for p in content if isinstance(p, dict)]
-        prompt += size(content) + 8  # role and template tokens
-    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-    config = body.get("generationConfig")
-    if max_tokens is None and isinstance(config, dict):
-        max_tokens = config.get("maxOutputTokens")
-    completion = default_max_tokens if max_tokens is None else int(max_tokens)
-    completion *= int(body.get("best_of") or body.get("n") or 1)
-    return prompt, completion
-
-
-class RequestEngine:
+class RequestEngine(CacheFront):
     """Sends JSON POSTs with a bounded number in flight, answering from the cache first."""
 
     def __init__(
@@ -302,34 +198,6 @@ class RequestEngine:
             sent=self.stats.requests_sent, cached=self.stats.cache_hits, usd=f"{self.stats.cost_usd:.4f}", refresh=False
         )
 
-    # --- the cache (checksummed; also for callers' own values such as probe reports) ------
-    def cache_get(self, key: str) -> Any:
-        """A checksummed value stored under ``key`` (None if absent or damaged)."""
-        if self.store is None:
-            return None
-        value = self.store.get(key)
-        self.stats.cache_damaged = self.store.damaged
-        return value
-
-    def cache_put(self, key: str, value: Any) -> None:
-        """Store a value of the caller's (e.g. a probe report) with a checksum."""
-        if self.store is not None:
-            self.store.put(key, value, answer=False)
-
-    def cached(self, path: str, body: dict[str, Any]) -> Any:
-        """The stored answer to ``body`` posted at ``path``, or None (nothing is sent)."""
-        return self.cache_get(request_key(self.base_url, path, body))
-
-    def remember(self, path: str, body: dict[str, Any], data: dict[str, Any]) -> None:
-        """Store ``data`` as the answer to ``body`` at ``path`` (e.g. a fine-tuning job found by
-        listing the account's jobs after a run died between sending and storing its answer)."""
-        self.cache_put(request_key(self.base_url, path, body), scrub_answer(data))
-
-    def forget(self, path: str, body: dict[str, Any]) -> None:
-        """Drop the stored answer to ``body`` at ``path`` (a failed job: a re-run asks anew)."""
-        if self.store is not None:
-            self.store.delete(request_key(self.base_url, path, body))
-
     # --- the public request methods ------------------------------------------------------
     async def post_json(
         self,
@@ -385,70 +253,6 @@ class RequestEngine:
 
         return await self._send_with_retries(None, path, dict(params or {}), None, send=send, method="GET")
 
-    async def _cached_request(
-        self,
-        key: str,
-        path: str,
-        body: dict[str, Any],
-        validate: Callable[[dict[str, Any]], None] | None,
-        *,
-        cost_usd: float | None = None,
-        send: Callable[[], Awaitable[httpx.Response]] | None = None,
-    ) -> dict[str, Any]:
-        hit = self.cache_get(key)
-        if hit is not None:
-            self.stats.cache_hits += 1
-            self._tick()
-            return hit
-        self._ensure_loop()
-        pending = self._inflight.get(key)
-        if pending is not None:
-            self.stats.deduplicated += 1
-            return await asyncio.shield(pending)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = fut
-        try:
-            hit = await self._claim_or_wait(key)
-            if hit is not None:
-                self.stats.cache_hits += 1
-                self._tick()
-                data = hit
-            else:
-                try:
-                    data = await self._send_with_retries(key, path, body, validate, cost_usd=cost_usd, send=send)
-                finally:
-                    if self.store is not None:
-                        self.store.release(key)
-        except asyncio.CancelledError:
-            fut.cancel()
-            raise
-        except Exception as exc:
-            fut.set_exception(exc)
-            fut.exception()  # mark retrieved: joiners re-raise it, nobody else must
-            raise
-        else:
-            fut.set_result(data)
-            return data
-        finally:
-            self._inflight.pop(key, None)
-
-    async def _claim_or_wait(self, key: str) -> Any:
-        """None once this run holds the request's lease; the answer if another run bought it."""
-        if self.store is None:
-            return None
-        delay, waited = 0.02, False
-        while True:
-            if self.store.claim(key):
-                return self.cache_get(key)  # it may have landed just before the claim
-            hit = self.cache_get(key)
-            if hit is not None:
-                return hit
-            if self.store.holder_alive(key) and not waited:  # a dead holder's lease is removed
-                waited = True
-                self.stats.waited_for_other_run += 1
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, 0.25)
-
     async def _send_with_retries(
         self,
         key: str | None,
@@ -473,7 +277,7 @@ class RequestEngine:
         policy = RetryPolicy(self.max_retries, self.rate_limit_wait_s, *self._backoff)
         try:
             async for attempt in AsyncRetrying(
-                retry=retry_if_exception_type(_Retryable), stop=policy.stop, wait=policy.wait, reraise=False
+                retry=retry_if_exception_type(Retryable), stop=policy.stop, wait=policy.wait, reraise=False
             ):
                 with attempt:
                     attempts += 1
@@ -484,7 +288,7 @@ class RequestEngine:
                     )
         except RetryError as err:
             last = err.last_attempt.exception()
-            assert isinstance(last, _Retryable)
+            assert isinstance(last, Retryable)
             if policy.refused_wait is not None:
                 exhausted: RetriesExhausted = RateLimitWaitExceeded(
                     policy, attempts, self._redact(str(last)), base_url=self.base_url
@@ -504,7 +308,7 @@ class RequestEngine:
             self._without_cache_promise(exc)
             raise
         except ProviderError as exc:
-            if exc.status == 404 and isinstance(model, str) and self._names_unknown_model(exc):
+            if exc.status == 404 and isinstance(model, str) and names_unknown_model(exc):
                 raise UnknownModel(
                     model, self.base_url, exc.provider_message, await self.list_models(), exc.code
                 ) from None
@@ -550,15 +354,15 @@ class RequestEngine:
                         )
                 except httpx.TimeoutException as exc:
                     self._count_error("timeout")
-                    raise _Retryable(f"timeout ({type(exc).__name__})") from None
+                    raise Retryable(f"timeout ({type(exc).__name__})") from None
                 except httpx.TransportError as exc:
                     self._count_error("connection")
-                    raise _Retryable(self._redact(f"connection error ({type(exc).__name__}: {exc})")) from None
+                    raise Retryable(self._redact(f"connection error ({type(exc).__name__}: {exc})")) from None
                 status = resp.status_code
                 if status >= 400:
                     actual = 0.0  # providers do not bill rejected requests
                     self._count_error(str(status))
-                    self._raise_for_status(resp)
+                    raise_for_status(resp, self.base_url)
                 try:
                     data = resp.json()
                     typed = validate_answer(path, data, method)
@@ -566,11 +370,11 @@ class RequestEngine:
                         validate(data)
                 except ProtocolError as exc:
                     self._count_error("malformed")
-                    raise _Retryable(self._redact(str(exc)), status) from None
+                    raise Retryable(self._redact(str(exc)), status) from None
                 except ValueError as exc:  # JSONDecodeError is a ValueError
                     self._count_error("bad_json")
                     what = "not JSON" if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError) else str(exc)
-                    raise _Retryable(self._redact(f"garbled or incomplete answer ({what})"), status) from None
+                    raise Retryable(self._redact(f"garbled or incomplete answer ({what})"), status) from None
                 usage = getattr(typed, "usage", None) or Usage()
                 p, c, cached = int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0), usage.cached_tokens
                 self.stats.prompt_tokens += p
@@ -588,33 +392,6 @@ class RequestEngine:
                 # this engine's own share: in an audit several engines share one budget
                 self.stats.cost_usd += self.budget.settle(res, actual)
 
-    def _raise_for_status(self, resp: httpx.Response) -> None:
-        status = resp.status_code
-        message, code = self._provider_error(resp)
-        if status >= 500 and is_validation_error(message):
-            # llama-cpp-python answers invalid requests with 500: not transient
-            raise ProviderError(status, message, _fix_for(400), code=code)
-        if status == 429 and code in _QUOTA_CODES:
-            raise ProviderError(
-                429,
-                message,
-                f"add credit or raise the account's spending limit, then re-run: {ANSWERS_KEPT}",
-                code=code,
-                problem=f"the account at {self.base_url} is out of quota (HTTP 429 {code}: {message})",
-            )
-        if status == 429 or status == 408 or status >= 500:
-            raise _Retryable(f"HTTP {status}: {message}", status, _retry_after(resp.headers), code)
-        if status == 401:
-            raise ProviderError(
-                401,
-                message,
-                "check the key: it is read from the environment variable named by --api-key-env "
-                "(openai: OPENAI_API_KEY) and must belong to this server",
-                code=code,
-                problem=f"the server at {self.base_url} refused the API key (HTTP 401: {message})",
-            )
-        raise ProviderError(status, message, _fix_for(status), code=code)
-
     def _without_cache_promise(self, exc: UserError) -> UserError:
         """``exc``, its fix no longer promising a cache that this engine does not have (``--no-cache``)."""
         if self.store is None and exc.fix and ANSWERS_KEPT in exc.fix:
@@ -622,34 +399,12 @@ class RequestEngine:
             exc.args = (exc.one_line(),)
         return exc
 
-    @staticmethod
-    def _names_unknown_model(exc: ProviderError) -> bool:
-        return exc.code == "model_not_found" or bool(_UNKNOWN_MODEL.search(exc.provider_message or ""))
-
     def _count_error(self, kind: str) -> None:
         self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1
 
-    def _provider_error(self, resp: httpx.Response) -> tuple[str, str | None]:
-        """The provider's own error text (redacted, then cut) and code (OpenAI ``{"error": {...}}``)."""
-        msg: Any = None
-        code: str | None = None
-        try:
-            err = resp.json().get("error")
-            if isinstance(err, dict):
-                msg = err.get("message")
-                raw_code = err.get("code") or err.get("type")
-                code = str(raw_code) if raw_code is not None else None
-            else:
-                msg = err
-        except (ValueError, AttributeError):
-            msg = None
-        text = str(msg) if msg else resp.text
-        text = " ".join(text.split())  # one line, whatever the body's layout
-        return redact_then_cut(text or f"(empty {resp.status_code} body)", _MESSAGE_LIMIT), code
-
     # kept for callers of the old name
     def _provider_message(self, resp: httpx.Response) -> str:
-        return self._provider_error(resp)[0]
+        return provider_error(resp)[0]
 
     async def list_models(self) -> list[str] | None:
         """The model names of ``GET /models`` (OpenAI list format), or None when there is none.
@@ -715,18 +470,6 @@ class RequestEngine:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-
-
-_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "quota_exceeded"})
-
-
-def _fix_for(status: int) -> str:
-    return {
-        400: "the request was rejected as invalid: check the model name, inputs and options",
-        403: "this key may not use this model or feature",
-        404: "check the base URL (it usually ends in /v1) and the model name",
-        413: "the input is too long for this endpoint: shorten the texts",
-    }.get(status, "check the request options")
 
 
 __all__ = [

@@ -57,7 +57,7 @@ from blackbox_audit.results import MethodResult, Verdict
 
 SIDES = ("a", "b")
 DEFAULT_SCORES = ("loss", "zlib", "min_k")
-#: template tokens counted per chat message when pricing requests (``engine.core.estimate_body_tokens``)
+#: template tokens counted per chat message when pricing requests (``engine.accounting.estimate_body_tokens``)
 CHAT_MESSAGE_OVERHEAD = 8
 
 
