@@ -161,6 +161,33 @@ def open_workspace(cache_dir: str | os.PathLike[str] | None = None, **engine: An
     return Workspace.open(cache_dir=cache_dir)
 
 
+def run_method(
+    method: Any,
+    workspace: Any,
+    target: Any,
+    *,
+    data: Any = None,
+    sets: dict[str, Any] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool = True,
+) -> Any:
+    """``method`` on a loaded ``target`` through the one pipeline (``pipeline.run``: prepared on the
+    target's view, then run), as the CLI, audit specs and the Python API run it, so a bench measures
+    the product's run and not a path of its own. Its result (``MethodResult``). The method's notes
+    are not printed (a bench prints its own lines); its checks run inside ``Method.run``."""
+    from blackbox_audit.pipeline import Job, TargetRef, run
+
+    job = Job(
+        method=method,
+        data=data,
+        sets=dict(sets or {}),
+        target=TargetRef.of(target),
+        cache_dir=cache_dir,
+        progress=progress,
+    )
+    return run(job, workspace, announce=False, check_first=False).result
+
+
 def open_cpu_target(workspace: Any, spec: str, **options: Any) -> Any:
     """``workspace.open_target(spec)`` on the CPU without progress bars (how every bench reads a model)."""
     return workspace.open_target(spec, device="cpu", progress=False, **options)

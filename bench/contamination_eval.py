@@ -49,6 +49,7 @@ from bench.common import (
     open_workspace,
     read_rows,
     revision,
+    run_method,
     stamped,
 )
 
@@ -120,7 +121,6 @@ def main(argv: list[str] | None = None) -> int:
     from dataclasses import replace
 
     from blackbox_audit.benchmarks import load_gsm8k
-    from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
     from blackbox_audit.sim.canary import CanaryOptions, default_train_config, draw_split
     from blackbox_audit.sim.corpora import corpus_samples
@@ -196,9 +196,10 @@ def main(argv: list[str] | None = None) -> int:
                     labels = [1] * n_m + [0] * n_m
                 bench = labelled(gsm, bench_idx, labels)
                 held = gsm.subset(held_idx)
-                res = Contamination(replace(cfg, seed=s)).run(
-                    AuditInputs(data=bench, target=target, sets={"heldout": held}, progress=s == 0)
-                )
+                res = run_method(
+                    Contamination(replace(cfg, seed=s)), workspace, target, data=bench, sets={"heldout": held},
+                    progress=s == 0,
+                )  # fmt: skip
                 v = res.verdict
                 truth = 1.0 if name.startswith("fine") else 0.0  # share of items the model was trained on
                 lo, hi = v.estimate["rate_ci"]
@@ -323,7 +324,6 @@ def synthetic_eval(a) -> int:
     import torch
 
     torch.set_num_threads(a.threads)
-    from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
 
     draws = SyntheticDraws(a)
@@ -341,9 +341,10 @@ def synthetic_eval(a) -> int:
             for s in todo:
                 bench = draws.benchmark(name, s)
                 t0, c0 = time.perf_counter(), time.process_time()
-                res = Contamination(replace_seed(cfg, s)).run(
-                    AuditInputs(data=bench, target=target, cache_dir=a.cache_dir, progress=False)
-                )
+                res = run_method(
+                    Contamination(replace_seed(cfg, s)), workspace, target, data=bench, cache_dir=a.cache_dir,
+                    progress=False,
+                )  # fmt: skip
                 v = res.verdict
                 row = {"model": name, "split": s, "generator": cfg.generator, "p": v.p_value,
                        "flagged": v.details["dataset_test"]["flagged"], "decision": v.decision,

@@ -33,7 +33,16 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
-from bench.common import announce, emulator, get_canary, labelled, load_backend, open_workspace, stamped
+from bench.common import (
+    announce,
+    emulator,
+    get_canary,
+    labelled,
+    load_backend,
+    open_workspace,
+    run_method,
+    stamped,
+)
 from bench.textonly_canary import Counting, patient  # the same counter and timeout
 
 PRICE_MODEL = "gpt-4o-mini"
@@ -78,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from blackbox_audit.benchmarks import load_gsm8k
     from blackbox_audit.engine import PricingTable
-    from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
     from blackbox_audit.planning.price import SAMPLING_PROMPT_OVERHEAD
     from blackbox_audit.sim.canary import CanaryOptions, default_train_config, draw_split
@@ -145,13 +153,13 @@ def main(argv: list[str] | None = None) -> int:
                         held_idx = [pool[j] for j in order[2 * n_m :]]
                     labels = [int(dirty and i in set(members)) for i in bench_idx]
                     before = (target.requests, target.prompt_tokens, target.completion_tokens)
-                    res = Contamination(replace(cfg, seed=s)).run(
-                        AuditInputs(
-                            data=labelled(gsm, bench_idx, labels),
-                            target=target,
-                            sets={"heldout": gsm.subset(held_idx)},
-                            progress=s == 0,
-                        )
+                    res = run_method(
+                        Contamination(replace(cfg, seed=s)),
+                        workspace,
+                        target,
+                        data=labelled(gsm, bench_idx, labels),
+                        sets={"heldout": gsm.subset(held_idx)},
+                        progress=s == 0,
                     )
                     v = res.verdict
                     n_items = len(bench_idx) + len(held_idx)

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
-from bench.common import announce, get_canary, labelled, open_cpu_target, open_workspace, stamped
+from bench.common import announce, get_canary, labelled, open_cpu_target, open_workspace, run_method, stamped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(a.threads)
     from blackbox_audit.benchmarks import load_gsm8k
-    from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
     from blackbox_audit.sim.canary import CanaryOptions, default_train_config
 
@@ -123,13 +122,13 @@ def main(argv: list[str] | None = None) -> int:
                 held_idx = [never[i] for i in pick[a.bench_size - n_mem : a.bench_size - n_mem + a.heldout_size]]
                 labels = [1] * n_mem + [0] * (a.bench_size - n_mem)
                 cfg = ContaminationConfig(score=a.score, part=a.part, confidence=a.confidence, seed=s)
-                res = Contamination(cfg).run(
-                    AuditInputs(
-                        data=labelled(gsm, bench_idx, labels),
-                        target=target,
-                        sets={"heldout": gsm.subset(held_idx)},
-                        progress=False,
-                    )
+                res = run_method(
+                    Contamination(cfg),
+                    workspace,
+                    target,
+                    data=labelled(gsm, bench_idx, labels),
+                    sets={"heldout": gsm.subset(held_idx)},
+                    progress=False,
                 )
                 v = res.verdict
                 lower = v.estimate["rate_lower_bound"]

@@ -36,7 +36,7 @@ from types import SimpleNamespace
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
-from bench.common import announce, emit, open_cpu_target, open_workspace, read_rows, revision
+from bench.common import announce, emit, open_cpu_target, open_workspace, read_rows, revision, run_method
 from bench.contamination_eval import SyntheticDraws  # the same canary, targets and benchmarks
 
 
@@ -192,7 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(a.threads)
-    from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
 
     draws = SyntheticDraws(a)
@@ -208,9 +207,10 @@ def main(argv: list[str] | None = None) -> int:
             for s in draws.todo:
                 t0 = time.process_time()
                 cfg = ContaminationConfig(heldout="synthetic", part="output", alpha=a.alpha, seed=s)
-                res = Contamination(cfg).run(
-                    AuditInputs(data=draws.benchmark(name, s), target=target, cache_dir=a.cache_dir, progress=False)
-                )
+                res = run_method(
+                    Contamination(cfg), workspace, target, data=draws.benchmark(name, s), cache_dir=a.cache_dir,
+                    progress=False,
+                )  # fmt: skip
                 row = {"model": name, "split": s, "reference": a.reference, "p": res.verdict.p_value,
                        **loss_gaps(captured, members), "cpu_s": round(time.process_time() - t0),
                        "revision": rev}  # fmt: skip

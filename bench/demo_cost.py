@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
-from bench.common import announce  # noqa: E402
+from bench.common import announce, open_workspace, run_method  # noqa: E402
 
 PREVIOUS_LEAVE_OUT = ("pac", "samia")  # cli/demo.py's SLOW_SCORES before issue 41
 
@@ -54,18 +54,15 @@ def score_step(canary: Any, names: list[str], texts: int | None = None) -> dict[
     """The demo's score step (``cli.demo._step_scores``) on a fresh cache: CPU-s and AUCs
     (on the first ``texts`` texts when given)."""
     from blackbox_audit.cli.demo import _dataset, canary_score_params
-    from blackbox_audit.methods.base import AuditInputs
     from blackbox_audit.methods.scoring import ScoreConfig, ScoreMethod
-    from blackbox_audit.workspace import Workspace
 
     data = _dataset(canary.dataset()[:texts], str(canary.dataset_path))
     params = {k: v for k, v in canary_score_params(canary).items() if k in names}
-    with tempfile.TemporaryDirectory() as tmp, Workspace.open(cache_dir=tmp) as ws:
+    with tempfile.TemporaryDirectory() as tmp, open_workspace(tmp) as ws:
         target = ws.open_target(canary.target_spec, progress=False)
         t0 = time.process_time()
-        result = ScoreMethod(ScoreConfig(scores=tuple(names), params=params, seed=0)).run(
-            AuditInputs(data=data, target=target, progress=False)
-        )
+        method = ScoreMethod(ScoreConfig(scores=tuple(names), params=params, seed=0))
+        result = run_method(method, ws, target, data=data, progress=False)
         cpu = time.process_time() - t0
     aucs = {k: round(m["auc"], 3) for k, m in result.metrics.items() if "auc" in m}
     return {"cpu_s": round(cpu, 1), "scores": names, "auc": aucs}

@@ -53,7 +53,16 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
-from bench.common import announce, auc, get_canary, hanley_mcneil_se, open_cpu_target, open_workspace, revision
+from bench.common import (
+    announce,
+    auc,
+    get_canary,
+    hanley_mcneil_se,
+    open_cpu_target,
+    open_workspace,
+    revision,
+    run_method,
+)
 
 SCORES = ("loss", "zlib", "lowercase", "min_k")  # the paper's four (Table 1)
 FT_KEYS = {"epochs": int, "lr": float, "batch_size": int, "lora_r": int, "warmup_steps": int, "schedule": str}
@@ -156,12 +165,11 @@ class Run:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def run_fsd(target, data, finetune, config, cache_dir: str, meta: dict[str, Any]) -> Run:
-    from blackbox_audit.methods.base import AuditInputs
+def run_fsd(workspace, target, data, finetune, config, cache_dir: str, meta: dict[str, Any]) -> Run:
     from blackbox_audit.methods.fsd import FSD
     from blackbox_audit.scores import compute_scores
 
-    result = FSD(config).run(AuditInputs(data=data, target=target, sets={"finetune": finetune}, progress=True))
+    result = run_method(FSD(config), workspace, target, data=data, sets={"finetune": finetune})
     ft_texts = list(finetune.texts)
     before = compute_scores(target, ft_texts, ["loss"], progress=False).scores["loss"]
     tuned = target.fine_tune(ft_texts, config.fine_tune_options(cache_dir), progress=False)  # the cached adapter
@@ -334,7 +342,7 @@ def main() -> None:
                         )
                         meta = {"setting": setting, "ft": label, "canary_seed": cseed, "ft_seed": seed}
                         print(f"-- canary {cseed}, {setting}, fine-tune {ft}, seed {seed} (target {spec})", flush=True)
-                        runs.append(run_fsd(target, data, finetune, config, cache_dir, meta))
+                        runs.append(run_fsd(workspace, target, data, finetune, config, cache_dir, meta))
     report(runs, args.bootstrap)
     if args.out:
         dump(runs, args.out)

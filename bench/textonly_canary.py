@@ -28,7 +28,16 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
-from bench.common import announce, auc_with_interval, emulator, get_canary, load_backend, open_workspace, stamped
+from bench.common import (
+    announce,
+    auc_with_interval,
+    emulator,
+    get_canary,
+    load_backend,
+    open_workspace,
+    run_method,
+    stamped,
+)
 
 #: gpt-4o-mini, USD per 1M tokens (engine/pricing.json)
 PRICE_MODEL = "gpt-4o-mini"
@@ -125,7 +134,6 @@ def main(argv: list[str] | None = None) -> int:
     from blackbox_audit.blind import blind_summary
     from blackbox_audit.data import Dataset, Sample
     from blackbox_audit.engine import PricingTable
-    from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.decop import Decop, DecopConfig
     from blackbox_audit.planning.price import SAMPLING_PROMPT_OVERHEAD
     from blackbox_audit.scores import compute_scores
@@ -178,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 quizzed = Dataset(
                     [s for s in data.samples if s.label == 1][:k] + [s for s in data.samples if s.label == 0][:k]
                 )
-                res = Decop(cfg).run(AuditInputs(data=quizzed, target=target, cache_dir=a.cache_dir))
+                res = run_method(Decop(cfg), workspace, target, data=quizzed, cache_dir=a.cache_dir)
                 m = auc_with_interval(res.scores["decop"], res.labels)
                 cost = per_text_cost(target.take(), len(quizzed), price)
                 row = {

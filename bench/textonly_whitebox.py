@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/X.py`: `bench` importable
-from bench.common import announce, get_canary
+from bench.common import announce, get_canary, open_workspace, run_method
 from bench.textonly_canary import draw_texts  # the same draw of texts as the text-only bench
 
 
@@ -42,7 +42,6 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(a.threads)
     from blackbox_audit.adapters import load_target
     from blackbox_audit.data import Dataset, Sample
-    from blackbox_audit.methods import AuditInputs
     from blackbox_audit.methods.decop import Decop, DecopConfig
     from blackbox_audit.metrics import bootstrap_auc, membership_metrics
     from blackbox_audit.scores import compute_scores
@@ -72,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         cfg = DecopConfig(paraphraser="smollm2", options=a.decop_options, orders="cyclic", source=a.source, blind=False)
         t0 = time.perf_counter()
-        res = Decop(cfg).run(AuditInputs(data=data, target=target, cache_dir=a.cache_dir))
+        with open_workspace(a.cache_dir) as workspace:  # the target is loaded already: the workspace only runs it
+            res = run_method(Decop(cfg), workspace, target, data=data, cache_dir=a.cache_dir)
         name = f"DE-COP white-box letter logprobs (K={a.decop_options}, cyclic, paraphrases by smollm2, {k} + {k})"
         report(name, np.asarray(res.scores["decop"], dtype=np.float64), np.asarray(res.labels))
         print(res.summary[-1])
