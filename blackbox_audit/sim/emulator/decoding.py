@@ -7,8 +7,8 @@ nucleus (``adapters.hf_decode.pick_token``). It stops at ``max_tokens``, at EOS 
 or once the text holds a stop sequence (the text is cut before it).
 
 Two ways to feed it rows (``Responder.decode``):
-- exact: each row is the view's cached full-forward ``log p(. | context)`` (``ModelView``), the
-  numbers ``/emulator/exact`` returns bit for bit. Used whenever an answer reports logprobs,
+- exact: each row is the view's cached single read ``log p(. | context)`` (``ModelView``), the
+  numbers ``/emulator/exact`` returns for that context bit for bit. Used whenever an answer reports logprobs,
   for one-token answers (the recovery ladder's requests, which reuse cached contexts) and for
   backends that cannot decode with a cache;
 - cached: rows from the backend's KV cache (``ModelView.decode_rows``), batched with every
