@@ -25,6 +25,7 @@ from blackbox_audit.cli.options import (
     fraction_or_none,
     positive_int,
 )
+from blackbox_audit.door_options import BENCHMARK_OPTIONS, defaults
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.contamination import Contamination, ContaminationConfig
 from blackbox_audit.methods.contamination.modes import split_heldout
@@ -44,10 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     b = p.add_argument_group("benchmark")
     b.add_argument("--benchmark", required=True, help="gsm8k, mmlu, mmlu:SUBJECT, or a .jsonl/.csv file")
-    b.add_argument("--question-field", default="question", help="file benchmarks: question field (default question)")
-    b.add_argument("--answer-field", default="answer", help="file benchmarks: answer field (default answer)")
-    b.add_argument("--id-field", default="id", help="file benchmarks: id field (default id; else the row number)")
-    b.add_argument("--label-field", default="label", help="optional 0/1 labels, for evaluation only (default label)")
+    d = defaults(BENCHMARK_OPTIONS)  # the one table every door reads (door_options)
+    q, a, i, lab = d["question_field"], d["answer_field"], d["id_field"], d["label_field"]
+    b.add_argument("--question-field", default=q, help=f"file benchmarks: question field (default {q})")
+    b.add_argument("--answer-field", default=a, help=f"file benchmarks: answer field (default {a})")
+    b.add_argument("--id-field", default=i, help=f"file benchmarks: id field (default {i}; else the row number)")
+    b.add_argument("--label-field", default=lab, help=f"optional 0/1 labels, for evaluation only (default {lab})")
     b.add_argument(
         "--prompt-template", help="file benchmarks: prompt format (default 'Question: {question}\\nAnswer:')"
     )
@@ -199,17 +202,6 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--probe chooses the item score: --score cannot be given with it", "pass one of them")
     probe = f"probe:{args.probe}" if args.probe else None
     method = Contamination(config_from_args(ContaminationConfig, args, heldout=mode, score=probe))  # fails here
-    fields = {
-        "question_field": args.question_field,
-        "answer_field": args.answer_field,
-        "id_field": args.id_field,
-        "label_field": args.label_field,
-    }
-    bench, sets = load_benchmark_sides(
-        args.benchmark,
-        heldout_file,
-        prompt_template=args.prompt_template,
-        output_template=args.output_template,
-        **fields,
-    )
+    options = {name: getattr(args, name) for name in BENCHMARK_OPTIONS}
+    bench, sets = load_benchmark_sides(args.benchmark, heldout_file, **options)
     return execute(args, "contamination", job_from_args(args, method, data=bench, sets=sets))
