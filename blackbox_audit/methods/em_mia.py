@@ -51,21 +51,20 @@ Cost: ``|pool| x |D|`` conditional scorings with self-pairs (``|pool| x (|D| - 1
 ``plan_calls`` lists them without a target, for dry-runs). White-box,
 ``HFTarget.conditional_logprobs`` encodes each prefix once and scores all texts against its
 key/value cache in batches.
+
+Modules, one job each: ``em_recall_matrix`` (step 1, the only model calls), ``em_iterations`` and
+``em_premise`` (step 2 and ``auto``'s gate), ``em_baselines`` (step 3); this one runs them end to end
+(``run_em_mia``) and is the method (``EMMIA``), re-exporting every part.
 """
 
 from __future__ import annotations
 
 import copy
-import logging
-import math
-import sys
-import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy.stats import rankdata
 
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import (
@@ -77,506 +76,80 @@ from blackbox_audit.methods.base import (
     check_positive,
     register_method,
 )
-from blackbox_audit.methods.sample_size import require
+from blackbox_audit.methods.em_baselines import (
+    AVGP_SIGN,
+    avg_scores,
+    avgp_scores,
+    rand_calls,
+    rand_prefix_texts,
+    rand_scores,
+)
+from blackbox_audit.methods.em_iterations import (
+    DEFAULT_TOPK,
+    UPDATES,
+    EMResult,
+    em_mia,
+    iteration_metrics,
+    prefix_scores,
+    resolve_update,
+    topk_recall,
+)
+from blackbox_audit.methods.em_premise import PREMISE_Z, PremiseCheck, premise_check
+from blackbox_audit.methods.em_recall_matrix import (
+    EM_SEP,
+    FIRST_TOKEN,
+    POOL_CAP,
+    SELF_PAIRS,
+    RecallMatrix,
+    _fill_records,
+    _means_target,
+    matrix_scorings,
+    plan_calls,
+    pool_indices,
+    recall_matrix,
+)
 from blackbox_audit.planning import CostPlan
 from blackbox_audit.results import MethodResult
-from blackbox_audit.scores.builtin import mean_logprob, mean_ratio
-from blackbox_audit.scores.compute import FetchCall
-from blackbox_audit.scores.recall import DEFAULT_SHOTS, build_prefix, check_sep, conditional_ll
-
-log = logging.getLogger(__name__)
-
-Update = Literal["auto", "neg-prefix", "topk-recall"]
-UPDATES = ("auto", "neg-prefix", "topk-recall")
-DEFAULT_TOPK = DEFAULT_SHOTS
-# The authors' conventions (module docstring); the alternatives are kept as options.
-SELF_PAIRS = True
-FIRST_TOKEN = False
-EM_SEP = "space"
-
-
-@dataclass(frozen=True)
-class RecallMatrix:
-    """``values[i, x] = ReCaLL_{texts[pool[i]]}(texts[x])``; NaN where ``pool[i] == x`` unless
-    ``self_pairs``. ``first_token``/``sep``: the conventions it was computed with."""
-
-    values: np.ndarray  # float64 [P, D]
-    pool: np.ndarray  # int64 [P], indices into the texts
-    ll: np.ndarray  # float64 [D], unconditional LL(x) (mean logprob over u_2..u_L)
-    self_pairs: bool = SELF_PAIRS
-    first_token: bool = FIRST_TOKEN
-    sep: str = EM_SEP
-
-    @property
-    def full_pool(self) -> bool:
-        return len(self.pool) == self.values.shape[1]
-
-
-#: Default prefix-pool cap: a data set larger than this uses a seeded subset of ``POOL_CAP`` texts
-#: as prefixes (``POOL_CAP x |D|`` conditional scorings instead of ``|D|^2``); smaller ones use every
-#: text. ``bench/em_mia_pool_cap.py`` measures what the cap costs in AUC (docs/em_mia.md).
-POOL_CAP = 200
-
-
-def pool_indices(n_texts: int, pool_size: int | None = None, *, seed: int = 0) -> np.ndarray:
-    """A seeded random subset of ``pool_size`` text indices (sorted); all texts when ``None``."""
-    if n_texts < 2:
-        require("EM-MIA", "texts", n_texts, 2, "a ranking needs two texts", "score a larger data set")
-    if pool_size is None or pool_size >= n_texts:
-        return np.arange(n_texts, dtype=np.int64)
-    if pool_size < 1:
-        raise UserError(f"prefix pool size must be >= 1, got {pool_size}", "pass --prefix-pool N with N >= 1")
-    rng = np.random.default_rng(seed)
-    return np.sort(rng.choice(n_texts, size=pool_size, replace=False)).astype(np.int64)
-
-
-def matrix_scorings(n_texts: int, n_pool: int, *, self_pairs: bool = SELF_PAIRS) -> int:
-    """Conditional scorings in a ReCaLL matrix: ``pool x texts``, less the diagonal without self-pairs."""
-    return n_pool * n_texts - (0 if self_pairs else n_pool)
-
-
-def _scored_by(p: int, n_texts: int, self_pairs: bool) -> list[int]:
-    """The texts scored against prefix ``p``: all of them, or all but ``p`` itself."""
-    return [j for j in range(n_texts) if self_pairs or j != p]
-
-
-def plan_calls(
-    texts: Sequence[str], pool: Sequence[int], *, self_pairs: bool = SELF_PAIRS, sep: str = EM_SEP
-) -> list[FetchCall]:
-    """The batched calls ``recall_matrix`` makes: one plain call, one conditional call per prefix
-    (the self-pair ``(p, p)`` is one of its records unless ``self_pairs=False``)."""
-    calls = [FetchCall("plain", tuple(texts))]
-    for p in pool:
-        scored = tuple(texts[j] for j in _scored_by(int(p), len(texts), self_pairs))
-        calls.append(FetchCall("conditional", scored, prefix=build_prefix([texts[int(p)]], sep)))
-    return calls
-
-
-def recall_matrix(
-    target: Any,
-    texts: Sequence[str],
-    pool: Sequence[int],
-    *,
-    self_pairs: bool = SELF_PAIRS,
-    first_token: bool = FIRST_TOKEN,
-    sep: str = EM_SEP,
-    progress: bool = True,
-) -> RecallMatrix:
-    """``R[p, x]`` over the pool (see module doc); one batched conditional call per prefix.
-
-    With ``progress``, the planned number of conditional scorings is printed (stderr) before the
-    fill starts, and the bar counts (prefix, text) pairs, so its total is that number.
-    """
-    from blackbox_audit.progress import progress_bar
-
-    check_sep(sep)
-    texts = list(texts)
-    pool = np.asarray(pool, dtype=np.int64)
-    plain = target.token_logprobs(texts, progress=progress)
-    ll = np.array([mean_logprob(r) for r in plain], dtype=np.float64)
-    values = np.full((len(pool), len(texts)), np.nan, dtype=np.float64)
-    planned = matrix_scorings(len(texts), len(pool), self_pairs=self_pairs)
-    if progress:
-        print(
-            f"EM-MIA: filling the ReCaLL matrix, {len(pool)} prefixes x {len(texts)} texts = "
-            f"{planned:,} conditional scorings (cached ones are re-read, not re-run)",
-            file=sys.stderr,
-            flush=True,
-        )
-    fill = _fill_means if _means_target(target) is not None else _fill_records
-    with progress_bar(total=planned, desc="ReCaLL matrix", unit="pair", disable=not progress) as bar:
-        fill(target, texts, pool, values, self_pairs=self_pairs, first_token=first_token, sep=sep, bar=bar)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        values /= ll[None, :]
-    return RecallMatrix(values=values, pool=pool, ll=ll, self_pairs=self_pairs, first_token=first_token, sep=sep)
-
-
-def _fill_records(
-    target: Any,
-    texts: list[str],
-    pool: np.ndarray,
-    values: np.ndarray,
-    *,
-    self_pairs: bool,
-    first_token: bool,
-    sep: str,
-    bar: Any,
-) -> None:
-    """``values[i, x] = LL(x | p_i)`` from per-token records, one conditional call per prefix (any
-    target: API targets and chat-conditioned ones; each record is cached by ``CachedTarget``)."""
-    for i, p in enumerate(pool):
-        cols = _scored_by(int(p), len(texts), self_pairs)
-        prefix = build_prefix([texts[p]], sep)
-        recs = target.conditional_logprobs(prefix, [texts[j] for j in cols], progress=False)
-        values[i, cols] = [conditional_ll(r, first_token=first_token) for r in recs]
-        bar.update(len(cols))
-
-
-def _means_target(target: Any) -> Any | None:
-    """The white-box target that computes ``LL(x | p)`` without records (``HFTarget.conditional_means``),
-    under a ``CachedTarget`` or bare; None when there is none (API, chat-conditioned)."""
-    inner = getattr(target, "inner", target)
-    if getattr(inner, "chat", None) is not None or not callable(getattr(inner, "conditional_means", None)):
-        return None
-    return inner
-
-
-#: ``kind`` of a cached ReCaLL-matrix row (one entry per prefix, keyed by every scored text's ids)
-ROW_KIND = "recall_row"
-
-
-def _fill_means(
-    target: Any,
-    texts: list[str],
-    pool: np.ndarray,
-    values: np.ndarray,
-    *,
-    self_pairs: bool,
-    first_token: bool,
-    sep: str,
-    bar: Any,
-) -> None:
-    """``values[i, x] = LL(x | p_i)`` from ``HFTarget.conditional_means``: the same forward passes and
-    numbers as ``_fill_records`` (bit for bit, ``tests/test_em_mia.py``) without a per-token record,
-    a tokenization and a cache entry per pair, which cost more than the model on small models (issue
-    41: 400 x 400 texts are 160,000 pairs). Texts are tokenized once; each prefix's row is cached as one
-    entry in the target's cache (a killed run resumes by rows; ``--no-cache``: nothing kept)."""
-    from blackbox_audit.cache import SCHEMA_VERSION, entry_key
-    from blackbox_audit.engine.envelope import UntrustedEntry, decode_value, encode_value
-
-    model = _means_target(target)
-    cache = getattr(target, "cache", None) if target is not model else None
-    ids = [[int(t) for t in model.tokenize(x)] for x in texts]
-    fp = model.fingerprint()
-    for i, p in enumerate(pool):
-        cols = _scored_by(int(p), len(texts), self_pairs)
-        prefix = build_prefix([texts[p]], sep)
-        key_inputs = {
-            "schema": SCHEMA_VERSION,
-            "kind": ROW_KIND,
-            "fingerprint": fp,
-            "prefix_ids": [int(t) for t in model.tokenize(prefix)],
-            "token_ids": [ids[j] for j in cols],
-            "options": {"first_token": bool(first_token)},
-        }
-        key = entry_key(key_inputs)
-        row = None
-        if cache is not None:
-            raw = cache.get(key)
-            try:
-                row = None if raw is None else np.asarray(decode_value(key, raw, inputs=key_inputs), dtype=np.float64)
-            except UntrustedEntry as exc:
-                log.warning("cached ReCaLL row %s is %s; recomputing it", key, exc)
-            if row is not None and row.shape != (len(cols),):
-                row = None
-        if row is None:
-            row = model.conditional_means(
-                prefix, [texts[j] for j in cols], first_token=first_token, text_ids=[ids[j] for j in cols]
-            )
-            if cache is not None and np.isfinite(row).all():
-                cache.set(key, encode_value(key, [float(v) for v in row]))
-        values[i, cols] = row
-        bar.update(len(cols))
-
-
-def _nanmean(values: np.ndarray, axis: int) -> np.ndarray:
-    """``np.nanmean`` where an all-NaN slice (a text scored by no prefix) is NaN without a warning."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(values, axis=axis)
-
-
-def _row_auc(row: np.ndarray, labels: np.ndarray) -> float:
-    """AUC of one prefix's ReCaLL values against 0/1 labels (NaN entries skipped; 0.5 if undefined)."""
-    ok = ~np.isnan(row)
-    y = labels[ok]
-    n1 = int(y.sum())
-    n0 = len(y) - n1
-    if n1 == 0 or n0 == 0:
-        return 0.5
-    ranks = rankdata(row[ok])  # average ranks for ties, as roc_auc_score
-    return float((ranks[y == 1].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
-
-
-def prefix_scores(matrix: RecallMatrix, f: np.ndarray) -> np.ndarray:
-    """``r(p) = AUC(R[p, :], 1[f > median f])`` for every prefix of the pool."""
-    f = np.asarray(f, dtype=np.float64)
-    ok = ~np.isnan(f)
-    labels = np.zeros(len(f), dtype=np.int64)
-    labels[ok] = f[ok] > np.median(f[ok])
-    vals = np.where(ok[None, :], matrix.values, np.nan)
-    return np.array([_row_auc(row, labels) for row in vals], dtype=np.float64)
-
-
-def topk_recall(matrix: RecallMatrix, r: np.ndarray, k: int) -> np.ndarray:
-    """Per text, the mean ReCaLL over the ``k`` best prefixes by ``r`` that scored it.
-
-    With self-pairs kept, a text that is itself a top prefix counts its self-pair among the k
-    (as the texts inside the authors' concatenated top-k prefix are scored against it).
-    Without them (NaN diagonal), the self-pair is skipped and the next prefix taken, so every
-    text still has ``k`` terms (a top prefix is not left with ``k - 1`` or, for ``k = 1``, none).
-    """
-    k = max(1, min(int(k), len(r)))
-    ordered = matrix.values[np.argsort(-np.asarray(r), kind="stable")]
-    valid = ~np.isnan(ordered)
-    take = valid & (np.cumsum(valid, axis=0) <= k)
-    n = take.sum(axis=0)
-    total = np.where(take, ordered, 0.0).sum(axis=0)
-    return np.where(n > 0, total / np.maximum(n, 1), np.nan)
-
-
-@dataclass(frozen=True)
-class PremiseCheck:
-    """Label-free test of neg-prefix's premise on the current scores (``premise_check``)."""
-
-    statistic: float  # AUC of the prefix scores against "the current scores call p a non-member"
-    threshold: float  # 0.5 + PREMISE_Z null standard deviations
-    n_pool: int
-
-    @property
-    def passed(self) -> bool:
-        return self.statistic > self.threshold
-
-    def to_json(self) -> dict[str, Any]:
-        return {"statistic": self.statistic, "threshold": self.threshold, "passed": self.passed, "n_pool": self.n_pool}
-
-
-#: auto's premise check passes when the statistic clears 0.5 by this many standard deviations of
-#: an AUC between unrelated scores (Mann-Whitney null), i.e. a one-sided ~2% false pass rate.
-PREMISE_Z = 2.0
-
-
-def premise_check(matrix: RecallMatrix, f: np.ndarray) -> PremiseCheck:
-    """Do the texts that ``f`` calls non-members make the more discriminative prefixes?
-
-    neg-prefix sets ``f(x) = -r(x)``: it rests on non-members being better prefixes than members
-    (paper §4). With pseudo-labels ``z = 1[f > median f]`` (the same split the prefix scores use),
-    the statistic is ``AUC(r(p), 1 - z(p))`` over the pool: how well a prefix's own score ranks
-    the pool texts that ``f`` calls non-members above those it calls members — equivalently the
-    agreement of the neg-prefix update with the split it was computed from. 0.5 = no relation
-    (the update would be noise), below 0.5 = the premise is reversed. Only the matrix and ``f``
-    are read, never labels. Self-pairs are left out of ``r`` here: a text scored against itself
-    is copied (``LL(p|p) ~ 0``), which puts it at the bottom of its own row and ties ``r(p)`` to
-    ``z(p)`` by construction rather than by evidence.
-    """
-    f = np.asarray(f, dtype=np.float64)
-    ok = ~np.isnan(f)
-    z = np.zeros(len(f), dtype=np.int64)
-    z[ok] = f[ok] > np.median(f[ok])
-    values = np.where(ok[None, :], matrix.values, np.nan)
-    values[np.arange(len(matrix.pool)), matrix.pool] = np.nan
-    r = np.array([_row_auc(row, z) for row in values], dtype=np.float64)
-    in_pool = ok[matrix.pool]
-    nonmember = 1 - z[matrix.pool][in_pool]
-    n1, n0 = int(nonmember.sum()), int(len(nonmember) - nonmember.sum())
-    stat = _row_auc(r[in_pool], nonmember)
-    sd = math.sqrt((n0 + n1 + 1) / (12.0 * n0 * n1)) if n0 and n1 else 0.5
-    return PremiseCheck(statistic=stat, threshold=0.5 + PREMISE_Z * sd, n_pool=n0 + n1)
-
-
-@dataclass
-class EMResult:
-    """``scores[t]``: membership scores after iteration t (``scores[0]`` = the initial score);
-    ``prefix[t]``: the prefix scores computed in iteration t+1. ``final`` = ``scores[-1]``.
-
-    ``premise[t]``: the premise check on ``scores[t]`` (``auto`` runs it before every update);
-    ``stopped``: why ``auto`` ended before the requested iterations (None if it did
-    not); ``warnings``: the same reasons, one line each, for the person running it.
-    """
-
-    scores: list[np.ndarray]
-    prefix: list[np.ndarray]
-    update: str
-    topk: int
-    params: dict[str, Any] = field(default_factory=dict)
-    premise: list[PremiseCheck] = field(default_factory=list)
-    stopped: str | None = None
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def final(self) -> np.ndarray:
-        return self.scores[-1]
-
-
-def resolve_update(update: str, matrix: RecallMatrix) -> str:
-    """The rule ``update`` names; ``auto`` stays ``auto`` (decided from evidence in ``em_mia``)."""
-    if update not in UPDATES:
-        raise UserError(f"unknown EM-MIA update '{update}'", f"use one of {', '.join(UPDATES)}")
-    if update == "neg-prefix" and not matrix.full_pool:
-        raise UserError(
-            f"the neg-prefix update scores only texts in the prefix pool ({len(matrix.pool)} of "
-            f"{matrix.values.shape[1]})",
-            "use --update topk-recall (or auto) with a pool smaller than the data, or pass --prefix-pool all",
-        )
-    return update
-
-
-def _update(matrix: RecallMatrix, f: np.ndarray, rule: str, topk: int) -> tuple[np.ndarray, np.ndarray]:
-    r = prefix_scores(matrix, f)
-    if rule == "neg-prefix":
-        out = np.full(matrix.values.shape[1], np.nan)
-        out[matrix.pool] = -r
-        return out, r
-    return topk_recall(matrix, r, topk), r
-
-
-def em_mia(
-    matrix: RecallMatrix,
-    init: np.ndarray,
-    *,
-    iterations: int = 10,
-    update: str = "auto",
-    topk: int = DEFAULT_TOPK,
-) -> EMResult:
-    """Run EM-MIA on a precomputed ReCaLL matrix from the initial scores ``init`` (higher = member).
-
-    Defaults follow the paper (§6.3): 10 iterations, AUC prefix scores against the median split.
-    ``neg-prefix`` / ``topk-recall`` run the named update every iteration. ``auto`` decides from
-    evidence, never from labels: before every update it runs ``premise_check`` on the current
-    scores; if the premise holds it runs the topk-recall update, else it stops there (keeping
-    the scores the premise last held for — the initial score if it never did) with a warning
-    naming the statistic. Where the texts the scores call non-members are not the better
-    prefixes, ``r`` does not carry membership (tiny canary, seed 11, 200 texts, init loss: the
-    check fails; topk-recall would reach 0.694 from 0.719, neg-prefix 0.480). Where it passes,
-    ``auto`` uses topk-recall, not neg-prefix: the check only shows that ``-r`` agrees with the
-    current split better than chance, and neg-prefix *replaces* the scores with ``-r`` (tiny
-    canary, seed 0, 200 texts, init loss 0.804: the check passed at 0.607, neg-prefix ended at
-    0.491, topk-recall at 0.845). neg-prefix runs when named (``--update neg-prefix``).
-    """
-    init = np.asarray(init, dtype=np.float64)
-    if init.shape != (matrix.values.shape[1],):
-        raise ValueError(f"init has shape {init.shape}, expected ({matrix.values.shape[1]},)")
-    if np.isnan(init).all():
-        raise UserError("the initial EM-MIA score is NaN for every text", "pick another --init score")
-    if iterations < 1:
-        raise UserError(f"iterations must be >= 1, got {iterations}", "pass --iterations 10")
-    rule = resolve_update(update, matrix)
-    auto = rule == "auto"
-    if auto:
-        rule = "topk-recall"  # see the docstring: neg-prefix measured below its start where the check passed
-    result = EMResult(scores=[init], prefix=[], update=rule, topk=topk, params={"iterations": iterations})
-    f = init
-    for t in range(iterations):
-        check = premise_check(matrix, f)
-        result.premise.append(check)
-        if auto and not check.passed:
-            where = "the initial score" if t == 0 else f"iteration {t}"
-            result.stopped = (
-                f"premise check failed on {where}: statistic {check.statistic:.3f} <= {check.threshold:.3f} "
-                f"(texts the scores call non-members are not the more discriminative prefixes, so the {rule} "
-                f"update would not carry membership); EM-MIA returns the scores of {where}"
-            )
-            result.warnings.append(f"EM-MIA stopped: {result.stopped}")
-            break
-        f, r = _update(matrix, f, rule, topk)
-        result.prefix.append(r)
-        result.scores.append(f)
-    else:
-        result.premise.append(premise_check(matrix, f))
-    return result
-
-
-# ---- label-free baselines (paper §6.2.1)
-
-
-def avg_scores(matrix: RecallMatrix) -> np.ndarray:
-    """``Avg(x) = mean_p ReCaLL_p(x)`` (higher = member, no conversion)."""
-    return _nanmean(matrix.values, axis=0)
-
-
-#: ``avgp`` = AVGP_SIGN * the authors' AvgP column (``emmia.py``: ``recall_all_scores.mean(1)``).
-AVGP_SIGN = 1.0
-
-
-def avgp_scores(matrix: RecallMatrix) -> np.ndarray:
-    """``AvgP(x) = mean_p' R[x, p']`` for texts in the pool (NaN elsewhere): the authors' column as is.
-
-    ``AvgP(p) = mean_x R[p, x]`` describes ``p`` as a prefix; the authors' ``emmia.py`` saves
-    ``recall_all_scores.mean(1)`` and evaluates it with higher = member, and their Table 1 gives
-    it an AUC above 0.5 in all 18 WikiMIA settings (55.4 to 95.1). Until issue 11 this project
-    negated it, reasoning that a high AvgP marks a non-member prefix like a high prefix score
-    ``r`` does; nothing supported that (``r`` measures how well a prefix separates texts, AvgP
-    only its mean level), and on the tiny canary the negated column scored AUC 0.47-0.48 against
-    0.52-0.53 for the authors' sign (100 texts, SE 0.06: weak, but the same direction as the
-    paper). So the authors' orientation is also the higher = member one, and no conversion is
-    applied (``AVGP_SIGN``; ``bench/conformance_auc.py`` prints both signs).
-    """
-    out = np.full(matrix.values.shape[1], np.nan)
-    out[matrix.pool] = AVGP_SIGN * _nanmean(matrix.values, axis=1)
-    return out
-
-
-def rand_prefix_texts(texts: Sequence[str], pool: Sequence[int], shots: int, seed: int) -> list[int]:
-    """``shots + 1`` pool texts (seeded): the first ``shots`` make the Rand prefix, the spare one
-    replaces a shot in the prefix of that shot itself when self-pairs are not allowed."""
-    rng = np.random.default_rng(seed)
-    pool = np.asarray(pool)
-    return [int(i) for i in rng.choice(pool, size=min(shots + 1, len(pool)), replace=False)]
-
-
-def _rand_groups(
-    texts: Sequence[str], pool: Sequence[int], shots: int, seed: int, self_pairs: bool, sep: str
-) -> dict[str, list[int]]:
-    """Rand prefix -> indices of the texts scored with it. With ``self_pairs`` every text shares
-    the one prefix (the authors' ``run.py``: the shots stay in the test set); without, a text
-    inside the prefix gets a prefix without itself (the spare draw replaces it)."""
-    chosen = rand_prefix_texts(texts, pool, shots, seed)
-    main = chosen[:shots]
-    groups: dict[str, list[int]] = {}
-    for j in range(len(texts)):
-        shots_j = main if self_pairs or j not in main else [c for c in chosen if c != j][:shots]
-        groups.setdefault(build_prefix([texts[c] for c in shots_j], sep), []).append(j)
-    return groups
-
-
-def rand_calls(
-    texts: Sequence[str],
-    pool: Sequence[int],
-    *,
-    shots: int = DEFAULT_SHOTS,
-    seed: int = 0,
-    self_pairs: bool = SELF_PAIRS,
-    sep: str = EM_SEP,
-) -> list[FetchCall]:
-    """The conditional calls of the Rand baseline (for dry-runs)."""
-    groups = _rand_groups(texts, pool, shots, seed, self_pairs, sep)
-    return [FetchCall("conditional", tuple(texts[j] for j in js), prefix=p) for p, js in groups.items()]
-
-
-def rand_scores(
-    target: Any,
-    texts: Sequence[str],
-    pool: Sequence[int],
-    ll: np.ndarray,
-    *,
-    shots: int = DEFAULT_SHOTS,
-    seed: int = 0,
-    self_pairs: bool = SELF_PAIRS,
-    first_token: bool = FIRST_TOKEN,
-    sep: str = EM_SEP,
-    progress: bool = False,
-) -> np.ndarray:
-    """``Rand``: ReCaLL with one prefix of ``shots`` random pool texts (higher = member)."""
-    out = np.full(len(texts), np.nan)
-    for prefix, js in _rand_groups(texts, pool, shots, seed, self_pairs, sep).items():
-        recs = target.conditional_logprobs(prefix, [texts[j] for j in js], progress=progress)
-        out[js] = [conditional_ll(r, first_token=first_token) for r in recs]
-    return np.array([mean_ratio(c, d) for c, d in zip(out, ll, strict=True)])
-
-
-def iteration_metrics(result: EMResult, labels: Sequence[int]) -> list[dict[str, Any]]:
-    """AUC/TPR of the membership scores after each iteration (reporting only; NaN texts dropped)."""
-    from blackbox_audit.metrics import membership_metrics
-
-    y = np.asarray(labels)
-    rows = []
-    for t, f in enumerate(result.scores):
-        ok = ~np.isnan(f)
-        m: dict[str, Any] = {"iteration": t, **membership_metrics(f[ok], y[ok])}
-        if not ok.all():
-            m["n_nan_dropped"] = int((~ok).sum())
-        rows.append(m)
-    return rows
+from blackbox_audit.scores.recall import DEFAULT_SHOTS, check_sep
+
+#: The method's parts, each in the module of its job, re-exported: this module is EM-MIA's one
+#: door (the CLI, the benches and the tests reach every part as ``em_mia.NAME``).
+__all__ = [
+    "AVGP_SIGN",
+    "BASELINES",
+    "DEFAULT_TOPK",
+    "EMMIA",
+    "EM_SEP",
+    "FIRST_TOKEN",
+    "POOL_CAP",
+    "PREMISE_Z",
+    "SELF_PAIRS",
+    "UPDATES",
+    "EMMIAConfig",
+    "EMResult",
+    "EMRun",
+    "PremiseCheck",
+    "RecallMatrix",
+    "_fill_records",
+    "_means_target",
+    "avg_scores",
+    "avgp_scores",
+    "default_init",
+    "em_mia",
+    "iteration_metrics",
+    "matrix_scorings",
+    "plan_calls",
+    "pool_indices",
+    "prefix_scores",
+    "premise_check",
+    "rand_calls",
+    "rand_prefix_texts",
+    "rand_scores",
+    "recall_matrix",
+    "resolve_update",
+    "run_em_mia",
+    "topk_recall",
+]
 
 
 # ---- one call for the whole method (what ``blackbox-audit em-mia`` runs)
