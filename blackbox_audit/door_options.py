@@ -73,7 +73,7 @@ def canary_options(given: Mapping[str, Any]) -> Any:
     as ``canary build`` and an audit spec's ``[canaries.NAME]`` build it."""
     from dataclasses import replace
 
-    from blackbox_audit.sim.canary import CanaryOptions, default_train_config
+    from blackbox_audit.sim.canary_options import CanaryOptions, default_train_config
 
     unknown = sorted(set(given) - set(CANARY_KEYS))
     if unknown:

@@ -11,16 +11,9 @@ import pytest
 
 from blackbox_audit.cli import main
 from blackbox_audit.errors import UserError
-from blackbox_audit.sim.canary import (
-    CanaryOptions,
-    TrainConfig,
-    build_canary,
-    default_train_config,
-    draw_shifted,
-    draw_split,
-    heldout_texts,
-    load_canary,
-)
+from blackbox_audit.sim.canary import build_canary, load_canary
+from blackbox_audit.sim.canary_options import CanaryOptions, TrainConfig, default_train_config
+from blackbox_audit.sim.canary_split import draw_shifted, draw_split, heldout_texts
 from blackbox_audit.sim.corpora import corpus_samples, count_units, split_samples
 
 # Small enough to build in well under a minute on an idle 2-core machine, big enough that the
@@ -253,7 +246,7 @@ def test_top_layer_training_reads_the_cache_exactly_and_freezes_the_rest() -> No
     """Cached lower-layer outputs give the same loss as the full model; only the top layers move."""
     import torch
 
-    from blackbox_audit.sim.canary import train_top_layers
+    from blackbox_audit.sim.canary_training import train_top_layers
     from blackbox_audit.sim.tiny_models import sample_texts
 
     model, tok = _tiny_llama()
