@@ -77,7 +77,7 @@ def draw(rng: np.random.Generator, n: int, rate: float, true: dict[str, float], 
 
 def choose_plan(setup_: dict, n_left: tuple[int, int], budget: float, aucs: dict[str, float] | None, alpha: float):
     """The product's pricing and choice on the remaining items (in the check's interleaved order)."""
-    from blackbox_audit.methods.contamination.check import interleave
+    from blackbox_audit.methods.contamination import interleave
     from blackbox_audit.methods.contamination.score_plans import choose, plan_row
 
     order = interleave(*n_left)
@@ -94,7 +94,7 @@ def choose_plan(setup_: dict, n_left: tuple[int, int], budget: float, aucs: dict
 
 def test_rest(b: np.ndarray, h: np.ndarray, usd: float, budget: float, alpha: float) -> tuple[bool, bool, int]:
     """Buy the items in the interleaved order until ``budget``; (sequential flag, fixed flag, items)."""
-    from blackbox_audit.methods.contamination.check import Contamination, ContaminationConfig, interleave
+    from blackbox_audit.methods.contamination import Contamination, ContaminationConfig, interleave
     from blackbox_audit.methods.contamination.sequential import SequentialRankTest
     from blackbox_audit.methods.contamination.stats import rank_test
 

@@ -21,17 +21,10 @@ Planning helpers live here rather than in ``blackbox_audit.planning`` because on
 them; they import planning's generic pieces (views, counting, prices) and nothing above methods.
 """
 
-from .check import (
-    ASSUMED_ITEM_AUC,
-    AUTO,
-    MIN_ITEMS,
-    Contamination,
-    ContaminationConfig,
-    SideScores,
-    as_benchmark,
-    interleave,
-    rate_statement,
-)
+from .check import ASSUMED_ITEM_AUC, Contamination, ContaminationConfig
+from .contract import AUTO
+from .known_verdict import MIN_ITEMS, rate_statement
+from .sides import SideScores, as_benchmark, interleave
 
 __all__ = [
     "ASSUMED_ITEM_AUC",

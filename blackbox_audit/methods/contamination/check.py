@@ -76,23 +76,11 @@ from blackbox_audit.results import MethodResult
 
 from .contract import AUTO, ContaminationTest
 from .known import sequential_design
-from .known_verdict import MIN_ITEMS, rate_statement
 from .modes import HeldoutMode, order_test_config, provisional_needs, test_class, test_for
 from .probes import is_probe
 from .sequential import SequentialDesign
-from .sides import SideScores, as_benchmark, interleave
 
-__all__ = [
-    "ASSUMED_ITEM_AUC",
-    "AUTO",
-    "MIN_ITEMS",
-    "Contamination",
-    "ContaminationConfig",
-    "SideScores",
-    "as_benchmark",
-    "interleave",
-    "rate_statement",
-]
+__all__ = ["ASSUMED_ITEM_AUC", "Contamination", "ContaminationConfig"]
 
 #: per-item AUC the futility rule assumes unless told (``item_auc``)
 ASSUMED_ITEM_AUC = 0.8
