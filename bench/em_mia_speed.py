@@ -67,7 +67,7 @@ def run(path: str, target: Any, texts: list[str]) -> tuple[Any, float, float]:
             values = np.full((len(pool), len(texts)), np.nan)
             bar = type("Bar", (), {"update": lambda self, n: None})()
             kw = {"self_pairs": em.SELF_PAIRS, "first_token": em.FIRST_TOKEN, "sep": em.EM_SEP}
-            em._fill_records(cached, texts, pool, values, bar=bar, **kw)
+            em.fill_records(cached, texts, pool, values, bar=bar, **kw)
             ll = np.array([float(np.mean(r.logprobs)) for r in cached.token_logprobs(texts, progress=False)])
             matrix = em.RecallMatrix(values=values / ll[None, :], pool=pool, ll=ll)
         cpu, wall = time.process_time() - t0, time.perf_counter() - w0

@@ -346,7 +346,7 @@ def _matrix_from_records(target, texts, pool, **conventions) -> np.ndarray:
     """The ReCaLL matrix the way it was filled before issue 41: a per-token record per pair."""
     values = np.full((len(pool), len(texts)), np.nan)
     bar = SimpleNamespace(update=lambda n: None)
-    em._fill_records(target, list(texts), np.asarray(pool), values, bar=bar, **conventions)
+    em.fill_records(target, list(texts), np.asarray(pool), values, bar=bar, **conventions)
     ll = np.array([float(np.mean(r.logprobs)) for r in target.token_logprobs(texts, progress=False)])
     return values / ll[None, :]
 
@@ -368,7 +368,7 @@ def test_matrix_without_records_equals_the_record_path_bit_for_bit(tiny_target, 
     texts = sample_texts(10)
     pool = [0, 3, 4, 7, 9]
     cached = CachedTarget(tiny_target, open_cache(str(tmp_path / "cache")))
-    assert em._means_target(cached) is tiny_target
+    assert em.means_target(cached) is tiny_target
     fast = em.recall_matrix(cached, texts, pool, progress=False, **conventions)
     slow = _matrix_from_records(tiny_target, texts, pool, **conventions)
     assert np.isnan(fast.values).sum() == (0 if conventions["self_pairs"] else len(pool))
@@ -389,5 +389,5 @@ def test_matrix_without_records_equals_the_record_path_bit_for_bit(tiny_target, 
 
 def test_chat_targets_and_api_targets_keep_the_record_path(tiny_target) -> None:
     """Only a raw white-box model skips records: a chat-conditioned view scores rendered turns."""
-    assert em._means_target(SimpleNamespace(conditional_logprobs=None)) is None
-    assert em._means_target(SimpleNamespace(chat=object(), conditional_means=tiny_target.conditional_means)) is None
+    assert em.means_target(SimpleNamespace(conditional_logprobs=None)) is None
+    assert em.means_target(SimpleNamespace(chat=object(), conditional_means=tiny_target.conditional_means)) is None

@@ -50,29 +50,26 @@ from .calibrated_options import (
     RECOMMENDED_TEST_PAIRS,
     SELF_BASELINE,
     CalibratedOptions,
-    _check_sizes,
     validate_options,
 )
 from .features import default_features, feature_matrix
 from .generator import LocalGenerator
-from .heldout import HeldoutSet, _clock, _since, build_heldout, inference_items
-from .seed_test import _prepare_features, head_test, pair_mean_test, run_seed, text_feature
+from .heldout import HeldoutSet, build_heldout, elapsed_since, start_clock
+from .seed_test import head_test, pair_mean_test, prepare_features, run_seed, text_feature
 from .self_baseline import self_baseline_check
 from .stats import COMBINATION_TEXT, COMBINATIONS, auc_null_se
 
-#: Names whose home moved with the split, re-exported for importers outside ``di`` (the contamination
-#: check's held-out set and the heads bench); ``baseline_lm_matrix`` and ``feature_matrix`` stay
-#: looked up here by ``calibrate``, so a bench can replace them on this module.
+#: Names whose home moved with the split, re-exported for the heads bench (``head_test``, ``text_feature``);
+#: ``baseline_lm_matrix`` and ``feature_matrix`` stay looked up here by ``calibrate``, so a bench can replace
+#: them on this module.
 __all__ = [
     "CalibratedDIResult",
-    "_check_sizes",
     "baseline_lm_matrix",
     "calibrate",
     "calibrated_di",
     "family_warning",
     "feature_matrix",
     "head_test",
-    "inference_items",
     "shift_check",
     "text_feature",
 ]
@@ -195,17 +192,17 @@ def calibrate(
     n = len(heldout.pairs)
     prefixes = [p.prefix for p in heldout.pairs] * 2 if conditional else None
     timings: dict[str, Any] = {}
-    t = _clock()
+    t = start_clock()
     texts = heldout.real + heldout.generated
     ids = [f"{p.seq_id}/real" for p in heldout.pairs] + [f"{p.seq_id}/generated" for p in heldout.pairs]
     x, feat_info = feature_matrix(
         target, texts, names, reference=reference, bounded=opts.bounded, progress=progress, ids=ids, prefixes=prefixes
     )
-    timings["mia_scores"] = _since(t)
+    timings["mia_scores"] = elapsed_since(t)
     raw_sus, raw_val = x[:n], x[n:]
     rel = x
     if opts.baseline_lm:
-        t = _clock()
+        t = start_clock()
         own = [j for j, name in enumerate(feat_info["names"]) if name != "reference"]
         own_names = [feat_info["names"][j] for j in own]
         if opts.baseline_lm == SELF_BASELINE:
@@ -216,15 +213,15 @@ def calibrate(
             )
         rel = x.copy()
         rel[:, own] -= base  # the 'reference' feature (a target-vs-reference score already) is kept as is
-        timings["baseline_lm_scores"] = _since(t)
-    f_sus, f_val = _prepare_features(rel[:n], rel[n:], opts.clip_frac)
+        timings["baseline_lm_scores"] = elapsed_since(t)
+    f_sus, f_val = prepare_features(rel[:n], rel[n:], opts.clip_frac)
 
-    t = _clock()
+    t = start_clock()
     per_seed = [
         run_seed(s, heldout, f_sus, f_val, generator, opts, store, feat_info["names"], progress)
         for s in range(opts.seeds)
     ]
-    timings["classifiers_and_tests"] = _since(t)
+    timings["classifiers_and_tests"] = elapsed_since(t)
     p_pair_mean = pair_mean_test(per_seed, n) if opts.crossfit else None
     if opts.combine == "pair_mean":
         p = p_pair_mean
@@ -245,11 +242,11 @@ def calibrate(
     }
     shift["mia_score_gap"] = gap
     if opts.self_baseline and heldout.train_texts:
-        t = _clock()
+        t = start_clock()
         shift["self_baseline"] = self_baseline_check(
             heldout.train_texts, heldout.real, heldout.generated, store, seed=opts.seed
         )
-        timings["self_baseline"] = _since(t)
+        timings["self_baseline"] = elapsed_since(t)
     shift["mia_score_gap_note"] = (
         "raw scores, higher = member: a positive gap means generated suffixes look more member-like to the "
         "target than the real ones (the safe direction under the weight constraint)"
@@ -337,10 +334,10 @@ def calibrated_di(
         store = ArtifactStore((Path(cache_dir) if cache_dir else default_cache_dir()) / "di")
     try:
         gen = generator or LocalGenerator(options.generator.model, progress=progress)
-        t = _clock()
+        t = start_clock()
         heldout = build_heldout(gen, documents=documents, items=items, options=options, store=store)
         result = calibrate(target, heldout, gen, options=options, store=store, reference=reference, progress=progress)
-        result.info["timings"] = {**heldout.info.pop("timings"), **result.info["timings"], "total": _since(t)}
+        result.info["timings"] = {**heldout.info.pop("timings"), **result.info["timings"], "total": elapsed_since(t)}
         return result
     finally:
         if own_store:

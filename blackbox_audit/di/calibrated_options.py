@@ -104,7 +104,8 @@ def minimum_sequences(gen_train_fraction: float, test_fraction: float, crossfit:
     raise UserError("the split fractions leave no room for every split", "use fractions between 0.2 and 0.8")
 
 
-def _check_sizes(n_sequences: int, opts: CalibratedOptions, what: str) -> None:
+def check_sizes(n_sequences: int, opts: CalibratedOptions, what: str) -> None:
+    """Refuse too few sequences for the splits ``opts`` asks for (one ``UserError`` that says how many)."""
     need = minimum_sequences(opts.gen_train_fraction, opts.test_fraction, opts.crossfit)
     if n_sequences < need:
         splits = "each of the three crossfit folds" if opts.crossfit else "each of the classifier-train and test splits"

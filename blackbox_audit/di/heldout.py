@@ -18,7 +18,7 @@ import numpy as np
 from blackbox_audit.errors import UserError
 
 from .artifacts import ArtifactStore
-from .calibrated_options import DEFAULT_OPTIONS, METHOD, CalibratedOptions, _check_sizes
+from .calibrated_options import DEFAULT_OPTIONS, METHOD, CalibratedOptions, check_sizes
 from .generator import LocalGenerator
 from .segment import Pair, cut, fixed_pairs, segment, shuffle_split
 
@@ -37,11 +37,13 @@ class HeldoutSet:
         return [p.suffix for p in self.pairs]
 
 
-def _clock() -> tuple[float, float]:
+def start_clock() -> tuple[float, float]:
+    """Wall and CPU clocks now, for ``elapsed_since`` (the timings a result records)."""
     return time.perf_counter(), time.process_time()
 
 
-def _since(t: tuple[float, float]) -> dict[str, float]:
+def elapsed_since(t: tuple[float, float]) -> dict[str, float]:
+    """Wall and CPU seconds since ``start_clock`` gave ``t``."""
     return {"wall_s": round(time.perf_counter() - t[0], 2), "cpu_s": round(time.process_time() - t[1], 2)}
 
 
@@ -61,7 +63,7 @@ def build_heldout(
     if (documents is None) == (items is None):
         raise ValueError("give either documents or items")
     opts = options
-    t = _clock()
+    t = start_clock()
     info: dict[str, Any] = {"generator": generator.describe(), "timings": {}}
     if documents is not None:
         segs, counts = segment(
@@ -86,26 +88,26 @@ def build_heldout(
                 f"the shortest sequence that holds a prefix and a suffix",
                 "give longer texts, or lower --min-seq-tokens (at least 8)",
             )
-        _check_sizes(len(segs), opts, "sequences after segmentation")
+        check_sizes(len(segs), opts, "sequences after segmentation")
         train, infer = shuffle_split(segs, opts.gen_train_fraction, opts.seed)
         train_ids = [s.ids for s in train]
         pairs = [cut(s, generator.decode, opts.prefix_ratio) for s in infer]
     else:
         assert items is not None
-        _check_sizes(len(items), opts, "items")
+        check_sizes(len(items), opts, "items")
         train_ids, pairs = inference_items(items, opts, generator)
         info["segmentation"] = {"items": len(items), "fixed_splits": True, "max_suffix_tokens": opts.max_suffix_tokens}
     info["split"] = {"generator_train": len(train_ids), "generator_inference": len(pairs)}
-    info["timings"]["segment"] = _since(t)
+    info["timings"]["segment"] = elapsed_since(t)
 
-    t = _clock()
+    t = start_clock()
     adapter_dir, adapter_info = generator.ensure_adapter(train_ids, opts.generator, opts.seed, store)
     info["adapter"] = adapter_info
-    info["timings"]["generator_training"] = _since(t)
-    t = _clock()
+    info["timings"]["generator_training"] = elapsed_since(t)
+    t = start_clock()
     generated, gen_info = generator.generate(adapter_dir, adapter_info["key"], pairs, opts.generator, opts.seed, store)
     info["generation"] = gen_info
-    info["timings"]["generation"] = _since(t)
+    info["timings"]["generation"] = elapsed_since(t)
     train_texts = [generator.decode(ids) for ids in train_ids]
     return HeldoutSet(pairs=pairs, generated=generated, info=info, train_texts=train_texts)
 

@@ -23,7 +23,7 @@ from .stats import clip_outliers, normalise, paired_greater
 from .text_classifier import train_and_predict
 
 
-def _prepare_features(suspect: np.ndarray, heldout: np.ndarray, clip_frac: float) -> tuple[np.ndarray, np.ndarray]:
+def prepare_features(suspect: np.ndarray, heldout: np.ndarray, clip_frac: float) -> tuple[np.ndarray, np.ndarray]:
     """Clip each feature per side, normalise with the suspect side, orient towards held-out."""
     s = np.column_stack([clip_outliers(suspect[:, j], clip_frac) for j in range(suspect.shape[1])])
     h = np.column_stack([clip_outliers(heldout[:, j], clip_frac) for j in range(heldout.shape[1])])

@@ -409,7 +409,7 @@ class CalibratedDI(Method):
         not exist before generation; they have the real suffix's number of generator tokens, so
         a copy of the real suffix prices them closely.
         """
-        from blackbox_audit.di.calibrated_options import _check_sizes
+        from blackbox_audit.di.calibrated_options import check_sizes
         from blackbox_audit.di.segment import cut, segment, shuffle_split
         from blackbox_audit.scores import FetchCall, plan_requests
 
@@ -425,7 +425,7 @@ class CalibratedDI(Method):
             max_per_doc=opts.max_per_doc,
             seed=opts.seed,
         )
-        _check_sizes(len(segs), opts, "sequences after segmentation")
+        check_sizes(len(segs), opts, "sequences after segmentation")
         _, infer = shuffle_split(segs, opts.gen_train_fraction, opts.seed)
         real = [cut(s, gen.decode, opts.prefix_ratio).suffix for s in infer]
         plan = plan_requests(real, _feature_names(self.config.features, inputs.reference))

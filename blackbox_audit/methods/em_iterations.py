@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from blackbox_audit.errors import UserError
-from blackbox_audit.methods.em_premise import PremiseCheck, _row_auc, premise_check
+from blackbox_audit.methods.em_premise import PremiseCheck, premise_check, row_auc
 from blackbox_audit.methods.em_recall_matrix import RecallMatrix
 from blackbox_audit.scores.recall import DEFAULT_SHOTS
 
@@ -35,7 +35,7 @@ def prefix_scores(matrix: RecallMatrix, f: np.ndarray) -> np.ndarray:
     labels = np.zeros(len(f), dtype=np.int64)
     labels[ok] = f[ok] > np.median(f[ok])
     vals = np.where(ok[None, :], matrix.values, np.nan)
-    return np.array([_row_auc(row, labels) for row in vals], dtype=np.float64)
+    return np.array([row_auc(row, labels) for row in vals], dtype=np.float64)
 
 
 def topk_recall(matrix: RecallMatrix, r: np.ndarray, k: int) -> np.ndarray:

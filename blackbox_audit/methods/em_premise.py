@@ -17,7 +17,7 @@ from scipy.stats import rankdata
 from blackbox_audit.methods.em_recall_matrix import RecallMatrix
 
 
-def _row_auc(row: np.ndarray, labels: np.ndarray) -> float:
+def row_auc(row: np.ndarray, labels: np.ndarray) -> float:
     """AUC of one prefix's ReCaLL values against 0/1 labels (NaN entries skipped; 0.5 if undefined)."""
     ok = ~np.isnan(row)
     y = labels[ok]
@@ -69,10 +69,10 @@ def premise_check(matrix: RecallMatrix, f: np.ndarray) -> PremiseCheck:
     z[ok] = f[ok] > np.median(f[ok])
     values = np.where(ok[None, :], matrix.values, np.nan)
     values[np.arange(len(matrix.pool)), matrix.pool] = np.nan
-    r = np.array([_row_auc(row, z) for row in values], dtype=np.float64)
+    r = np.array([row_auc(row, z) for row in values], dtype=np.float64)
     in_pool = ok[matrix.pool]
     nonmember = 1 - z[matrix.pool][in_pool]
     n1, n0 = int(nonmember.sum()), int(len(nonmember) - nonmember.sum())
-    stat = _row_auc(r[in_pool], nonmember)
+    stat = row_auc(r[in_pool], nonmember)
     sd = math.sqrt((n0 + n1 + 1) / (12.0 * n0 * n1)) if n0 and n1 else 0.5
     return PremiseCheck(statistic=stat, threshold=0.5 + PREMISE_Z * sd, n_pool=n0 + n1)

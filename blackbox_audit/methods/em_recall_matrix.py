@@ -125,7 +125,7 @@ def recall_matrix(
             file=sys.stderr,
             flush=True,
         )
-    fill = _fill_means if _means_target(target) is not None else _fill_records
+    fill = _fill_means if means_target(target) is not None else fill_records
     with progress_bar(total=planned, desc="ReCaLL matrix", unit="pair", disable=not progress) as bar:
         fill(target, texts, pool, values, self_pairs=self_pairs, first_token=first_token, sep=sep, bar=bar)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -133,7 +133,7 @@ def recall_matrix(
     return RecallMatrix(values=values, pool=pool, ll=ll, self_pairs=self_pairs, first_token=first_token, sep=sep)
 
 
-def _fill_records(
+def fill_records(
     target: Any,
     texts: list[str],
     pool: np.ndarray,
@@ -154,7 +154,7 @@ def _fill_records(
         bar.update(len(cols))
 
 
-def _means_target(target: Any) -> Any | None:
+def means_target(target: Any) -> Any | None:
     """The white-box target that computes ``LL(x | p)`` without records (``HFTarget.conditional_means``),
     under a ``CachedTarget`` or bare; None when there is none (API, chat-conditioned)."""
     inner = getattr(target, "inner", target)
@@ -179,14 +179,14 @@ def _fill_means(
     bar: Any,
 ) -> None:
     """``values[i, x] = LL(x | p_i)`` from ``HFTarget.conditional_means``: the same forward passes and
-    numbers as ``_fill_records`` (bit for bit, ``tests/test_em_mia.py``) without a per-token record,
+    numbers as ``fill_records`` (bit for bit, ``tests/test_em_mia.py``) without a per-token record,
     a tokenization and a cache entry per pair, which cost more than the model on small models (issue
     41: 400 x 400 texts are 160,000 pairs). Texts are tokenized once; each prefix's row is cached as one
     entry in the target's cache (a killed run resumes by rows; ``--no-cache``: nothing kept)."""
     from blackbox_audit.cache import SCHEMA_VERSION, entry_key
     from blackbox_audit.engine.envelope import UntrustedEntry, decode_value, encode_value
 
-    model = _means_target(target)
+    model = means_target(target)
     cache = getattr(target, "cache", None) if target is not model else None
     ids = [[int(t) for t in model.tokenize(x)] for x in texts]
     fp = model.fingerprint()

@@ -131,7 +131,7 @@ class CanaryOptions:
     def key(self) -> str:
         """Stable hash of the options and of the corpus content (a file may change under its name)."""
         opts = self.resolved()
-        payload = {"format": CANARY_FORMAT, **asdict(opts), "corpus_id": _corpus_id(opts.corpus)}
+        payload = {"format": CANARY_FORMAT, **asdict(opts), "corpus_id": corpus_id(opts.corpus)}
         if not opts.file_order:  # keys of canaries built before these options existed stay the same
             payload.pop("file_order")
             payload.pop("duplicates")
@@ -140,7 +140,8 @@ class CanaryOptions:
         return content_key(payload, length=16, spaced=True)
 
 
-def _corpus_id(corpus: str) -> str:
+def corpus_id(corpus: str) -> str:
+    """The corpus by its content (items, file hash or package version), so a changed corpus is a new canary."""
     if corpus.startswith(BENCHMARK_CORPUS):  # the items as formatted now: a format change is a new canary
         return "benchmark:" + hashlib.sha256("\x00".join(benchmark_samples(corpus)).encode()).hexdigest()
     path = Path(corpus)

@@ -227,7 +227,7 @@ def _build_smollm2(
     return losses
 
 
-_BUILDERS: dict[str, Callable[..., list[float]]] = {
+BUILDERS: dict[str, Callable[..., list[float]]] = {
     "tiny": _build_tiny,
     "smollm2": _build_smollm2,
 }

@@ -177,13 +177,14 @@ def calibrated_options(config: Any) -> Any:
 def plan_synthetic(bench: Benchmark, config: Any, part: str) -> CostPlan:
     """The dry-run of the synthetic side: the target scores the inference half's real answers and
     their generated twins (priced as copies: same generator tokens), given the question."""
-    from blackbox_audit.di.calibrated import _check_sizes, inference_items
+    from blackbox_audit.di.calibrated_options import check_sizes
     from blackbox_audit.di.generator import GeneratorConfig, LocalGenerator
+    from blackbox_audit.di.heldout import inference_items
     from blackbox_audit.scores.output import plan_output_calls
 
     opts = calibrated_options(config)
     items = synthetic_items(bench, part)
-    _check_sizes(len(items), opts, "benchmark items")
+    check_sizes(len(items), opts, "benchmark items")
     gen = LocalGenerator(opts.generator.model, progress=False)
     train, infer = inference_items(items, opts, gen)
     prefixes = [p.prefix for p in infer]
