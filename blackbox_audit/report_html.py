@@ -37,10 +37,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from blackbox_audit.report_compare import _compare
-from blackbox_audit.report_ledger import _ledger, _provenance, _run_section
-from blackbox_audit.report_markup import CSS, _e, _num, _table
-from blackbox_audit.report_scores import _column_key, _iterations, _membership, _pvalues
+from blackbox_audit.report_compare import compare_section
+from blackbox_audit.report_ledger import ledger_section, provenance_section, run_section
+from blackbox_audit.report_markup import CSS, esc, fmt_num, html_table
+from blackbox_audit.report_scores import column_key, iterations_section, membership_section, pvalues_section
 from blackbox_audit.results import MethodResult, read_result, read_run, result_folders, write_text
 
 #: fewest members and non-members for "What to conclude" to read an AUC (a smaller sample is only shown)
@@ -54,15 +54,15 @@ def _verdict(result: MethodResult) -> str:
     if v is None:
         return ""
     cls = "verdict" if v.decision in GOOD_DECISIONS else "verdict warn"
-    bits = [f"<strong>{_e(v.decision)}</strong> — {_e(v.statement)}"]
+    bits = [f"<strong>{esc(v.decision)}</strong> — {esc(v.statement)}"]
     extra = []
     if v.p_value is not None:
-        extra.append(f"p-value {_num(v.p_value, 4)}")
+        extra.append(f"p-value {fmt_num(v.p_value, 4)}")
     if v.alpha is not None:
-        extra.append(f"level {_num(v.alpha)}")
+        extra.append(f"level {fmt_num(v.alpha)}")
     for k, val in (v.estimate or {}).items():
         if isinstance(val, int | float | str) or val is None:
-            extra.append(f"{_e(k.replace('_', ' '))} {_num(val)}")
+            extra.append(f"{esc(k.replace('_', ' '))} {fmt_num(val)}")
     if extra:
         bits.append(f'<div class="muted">{"; ".join(extra)}</div>')
     return f'<div class="{cls}">{"".join(bits)}</div>'
@@ -73,16 +73,21 @@ def _result_section(folder: Path, result: MethodResult, drawn: dict[str, tuple[s
 
     cls = METHODS.get(result.method)
     title = cls.title if cls is not None else result.method
-    parts = [f'<section id="{_e(folder.name)}"><h2>{_e(folder.name)} <span class="muted">— {_e(title)}</span></h2>']
+    parts = [f'<section id="{esc(folder.name)}"><h2>{esc(folder.name)} <span class="muted">— {esc(title)}</span></h2>']
     parts.append(_verdict(result))
     n = len(result.ids)
     labelled = "with labels (used for evaluation only)" if result.labels is not None else "without labels"
     if n:
         parts.append(f'<p class="muted">{n} texts, {labelled}.</p>')
     for w in result.warnings:
-        parts.append(f'<p class="warn-text">warning: {_e(w)}</p>')
-    parts += [_membership(result, folder.name, drawn), _iterations(result), _pvalues(result), _compare(result)]
-    parts += [_ledger(result), _provenance(result), "</section>"]
+        parts.append(f'<p class="warn-text">warning: {esc(w)}</p>')
+    parts += [
+        membership_section(result, folder.name, drawn),
+        iterations_section(result),
+        pvalues_section(result),
+        compare_section(result),
+    ]
+    parts += [ledger_section(result), provenance_section(result), "</section>"]
     return "".join(parts)
 
 
@@ -95,14 +100,14 @@ def _overview(entries: Sequence[tuple[Path, MethodResult]]) -> str:
         best = max(per_score, key=lambda kv: kv[1]) if per_score else None
         rows.append(
             [
-                f'<a href="#{_e(folder.name)}">{_e(folder.name)}</a>',
-                _e(r.method),
+                f'<a href="#{esc(folder.name)}">{esc(folder.name)}</a>',
+                esc(r.method),
                 str(len(r.ids)),
-                "–" if best is None else f"{_e(best[0])} {best[1]:.3f}",
-                "–" if r.verdict is None else f"<strong>{_e(r.verdict.decision)}</strong>: {_e(r.verdict.statement)}",
+                "–" if best is None else f"{esc(best[0])} {best[1]:.3f}",
+                "–" if r.verdict is None else f"<strong>{esc(r.verdict.decision)}</strong>: {esc(r.verdict.statement)}",
             ]
         )
-    return "<h2>Overview</h2>" + _table(["step", "method", "texts", "best AUC", "verdict"], rows)
+    return "<h2>Overview</h2>" + html_table(["step", "method", "texts", "best AUC", "verdict"], rows)
 
 
 def _side_by_side(top: Mapping[str, Any] | None) -> str:
@@ -114,14 +119,16 @@ def _side_by_side(top: Mapping[str, Any] | None) -> str:
     sample = top.get("api_sample") or {}  # type: ignore[union-attr]
     out = [
         '<section id="side-by-side"><h2>White-box vs API, side by side</h2>'
-        f'<p class="muted">On a sample of {_e(sample.get("texts"))} texts ({_e(sample.get("members"))} members): '
+        f'<p class="muted">On a sample of {esc(sample.get("texts"))} texts ({esc(sample.get("members"))} members): '
         "AUCs on so few texts are noisy. 'chat' scores each token in the chat turn the API conditions on (the "
         "comparable white-box number).</p>"
     ]
     head = ["score", "AUC white-box (all texts)", "AUC white-box (sample)", "AUC white-box chat", "AUC API", "Spearman"]
     keys = ["auc_whitebox_all", "auc_whitebox_sample", "auc_whitebox_chat_sample", "auc_api_sample"]
-    rows = [[_e(r.get("score")), *(_num(r.get(k)) for k in keys), _num(r.get("spearman_chat_vs_api"))] for r in side]
-    out.append(_table(head, rows))
+    rows = [
+        [esc(r.get("score")), *(fmt_num(r.get(k)) for k in keys), fmt_num(r.get("spearman_chat_vs_api"))] for r in side
+    ]
+    out.append(html_table(head, rows))
     out.append("</section>")
     return "".join(out)
 
@@ -142,8 +149,8 @@ def _membership_conclusion(folder: Path, result: MethodResult) -> str | None:
     ci = st["ci"]
     low = ci[0]
     auc = f"AUC {best['auc']:.3f} [95% CI {ci[0]:.3f}, {ci[1]:.3f}]"
-    link = f'<a href="#{_e(folder.name)}">{_e(folder.name)}</a>'
-    head = f"{link}: the best score (members vs non-members) is {_e(name)}, {auc}"
+    link = f'<a href="#{esc(folder.name)}">{esc(folder.name)}</a>'
+    head = f"{link}: the best score (members vs non-members) is {esc(name)}, {auc}"
     blind = metrics.get("blind")
     if isinstance(blind, Mapping) and blind.get("auc") is not None:
         b = float(blind["auc"])
@@ -169,7 +176,7 @@ def _conclusions(entries: Sequence[tuple[Path, MethodResult]], top: Mapping[str,
     seen: set[str] = set()
     for folder, result in entries:
         metrics = result.metrics if isinstance(result.metrics, Mapping) else {}
-        keys = {_column_key(result, k) for k in result.scores if k in metrics}
+        keys = {column_key(result, k) for k in result.scores if k in metrics}
         if keys and not keys <= seen:  # scores already summed up (PTDI's test scores are the score step's)
             line = _membership_conclusion(folder, result)
             if line:
@@ -177,12 +184,12 @@ def _conclusions(entries: Sequence[tuple[Path, MethodResult]], top: Mapping[str,
         seen |= keys
         v = result.verdict
         if v is not None:
-            link = f'<a href="#{_e(folder.name)}">{_e(folder.name)}</a>'
-            items.append(f"{link} — <strong>{_e(v.decision)}</strong>: {_e(v.statement)}")
+            link = f'<a href="#{esc(folder.name)}">{esc(folder.name)}</a>'
+            items.append(f"{link} — <strong>{esc(v.decision)}</strong>: {esc(v.statement)}")
     side = (top or {}).get("side_by_side")
     if isinstance(side, list) and side:
         rhos = [
-            f"{_e(r.get('score'))} {_num(r.get('spearman_chat_vs_api'), 2)}"
+            f"{esc(r.get('score'))} {fmt_num(r.get('spearman_chat_vs_api'), 2)}"
             for r in side
             if r.get("spearman_chat_vs_api") is not None
         ]
@@ -210,13 +217,13 @@ def render_report(folder: str | Path) -> str:
             f"{folder} holds no method results", "pass the --out folder of score, compare, audit, demo, ..."
         )
     top = read_run(folder)
-    drawn: dict[str, tuple[str, str]] = {}  # each score column's figures are drawn once (``_membership``)
+    drawn: dict[str, tuple[str, str]] = {}  # each score column's figures are drawn once (``membership_section``)
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     parts = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>blackbox-audit report: {_e(folder.name)}</title><style>{CSS}</style></head><body><main>",
-        f'<h1>blackbox-audit report</h1><p class="muted">{_e(folder.resolve())} — generated {now}. Every score is '
+        f"<title>blackbox-audit report: {esc(folder.name)}</title><style>{CSS}</style></head><body><main>",
+        f'<h1>blackbox-audit report</h1><p class="muted">{esc(folder.resolve())} — generated {now}. Every score is '
         "oriented higher = more member-like; labels are used for evaluation only.</p>",
         _conclusions(entries, top),
         _overview(entries),
@@ -224,7 +231,7 @@ def render_report(folder: str | Path) -> str:
         *(_result_section(p, r, drawn) for p, r in entries),
     ]
     if top is not None:
-        parts.append(_run_section(top))
+        parts.append(run_section(top))
     parts.append("</main></body></html>")
     return "\n".join(parts)
 

@@ -30,11 +30,13 @@ details summary{cursor:pointer;color:#345}
 """
 
 
-def _e(x: Any) -> str:
+def esc(x: Any) -> str:
+    """Text made safe inside HTML (None: empty)."""
     return html.escape(str(x))
 
 
-def _num(x: Any, digits: int = 3) -> str:
+def fmt_num(x: Any, digits: int = 3) -> str:
+    """A number as the report shows it (ints with thousands separators, floats to ``digits`` places; None: a dash)."""
     if x is None:
         return "–"
     if isinstance(x, bool):
@@ -45,15 +47,17 @@ def _num(x: Any, digits: int = 3) -> str:
         if not np.isfinite(x):
             return "–"
         return f"{x:.{digits}g}" if abs(x) < 1e-3 and x != 0 else f"{x:.{digits}f}"
-    return _e(x)
+    return esc(x)
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+def html_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """An HTML table of ``rows`` under ``header`` (cells escaped by the caller)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _figure(svg: str, caption: str, kind: str) -> str:
-    cap = f'<figcaption class="muted">{_e(caption)}</figcaption>'
+def html_figure(svg: str, caption: str, kind: str) -> str:
+    """An inline SVG figure with its caption (``kind``: the figure's CSS class)."""
+    cap = f'<figcaption class="muted">{esc(caption)}</figcaption>'
     return f'<figure class="plot {kind}" data-kind="{kind}">{svg}{cap}</figure>'

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from blackbox_audit.report_markup import _e, _figure, _num, _table
+from blackbox_audit.report_markup import esc, fmt_num, html_figure, html_table
 from blackbox_audit.results import MethodResult
 
 
-def _column_key(result: MethodResult, column: str) -> str:
+def column_key(result: MethodResult, column: str) -> str:
     """Identity of a score column's content (ids, labels, values): equal keys draw the same figures."""
     import hashlib
 
@@ -28,10 +28,10 @@ def _column_key(result: MethodResult, column: str) -> str:
     return h.hexdigest()
 
 
-def _membership(result: MethodResult, name: str, drawn: dict[str, tuple[str, str]]) -> str:
+def membership_section(result: MethodResult, name: str, drawn: dict[str, tuple[str, str]]) -> str:
     """Metrics table, ROC curves and histograms of the result's score columns.
 
-    ``drawn`` maps a column's content (``_column_key``) to the section and column that already
+    ``drawn`` maps a column's content (``column_key``) to the section and column that already
     show it (e.g. PTDI's test scores, which are the score step's): those get a link, not a second
     copy of the same ROC curves."""
     from blackbox_audit.metrics import AUC_BOOTSTRAP, AUC_CI_LEVEL, F1_FIT_SHARE
@@ -44,12 +44,12 @@ def _membership(result: MethodResult, name: str, drawn: dict[str, tuple[str, str
     stats = {}
     columns: dict[str, Any] = {}
     for col, values in result.scores.items():
-        key = _column_key(result, col)
+        key = column_key(result, col)
         if key in drawn:
             where, other = drawn[key]
             out.append(
-                f'<p class="muted">{_e(col)}: the same scores of the same texts as <a href="#{_e(where)}">'
-                f"{_e(where)}</a>'s {_e(other)}; its metrics, ROC curves and histograms are shown there.</p>"
+                f'<p class="muted">{esc(col)}: the same scores of the same texts as <a href="#{esc(where)}">'
+                f"{esc(where)}</a>'s {esc(other)}; its metrics, ROC curves and histograms are shown there.</p>"
             )
             continue
         drawn[key] = (name, col)
@@ -66,16 +66,16 @@ def _membership(result: MethodResult, name: str, drawn: dict[str, tuple[str, str
         rows = []
         for col, st in stats.items():
             tprs = [
-                _num(st["tpr"][f"{lvl:g}"]) + ("" if st["resolvable"][f"{lvl:g}"] else "*")
+                fmt_num(st["tpr"][f"{lvl:g}"]) + ("" if st["resolvable"][f"{lvl:g}"] else "*")
                 for lvl in (0.001, 0.01, 0.05)
             ]
             rows.append(
                 [
-                    _e(col),
+                    esc(col),
                     f"{st['auc']:.3f}",
                     f"[{st['ci'][0]:.3f}, {st['ci'][1]:.3f}]",
                     *tprs,
-                    _num(st["f1_accuracy"]),
+                    fmt_num(st["f1_accuracy"]),
                     f"{st['n'][0]} / {st['n'][1]}",
                 ]
             )
@@ -87,15 +87,15 @@ def _membership(result: MethodResult, name: str, drawn: dict[str, tuple[str, str
                     f"{blind['auc']:.3f}",
                     f"[{blind['auc_ci'][0]:.3f}, {blind['auc_ci'][1]:.3f}]" if blind.get("auc_ci") else "",
                     "",
-                    _num(blind.get("tpr_at_1pct_fpr")),
-                    _num(blind.get("tpr_at_5pct_fpr")),
+                    fmt_num(blind.get("tpr_at_1pct_fpr")),
+                    fmt_num(blind.get("tpr_at_5pct_fpr")),
                     "",
-                    _num(blind.get("n")),
+                    fmt_num(blind.get("n")),
                 ]
             )
         out.append("<h3>Membership scores (higher = member)</h3>")
         out.append(
-            _table(
+            html_table(
                 [
                     "score",
                     "AUC",
@@ -111,7 +111,7 @@ def _membership(result: MethodResult, name: str, drawn: dict[str, tuple[str, str
         )
         n0 = min(st["n"][1] for st in stats.values())
         if isinstance(blind, Mapping) and blind.get("skipped"):
-            about_blind = f"No blind (text-only) baseline: {_e(blind['skipped'])}."
+            about_blind = f"No blind (text-only) baseline: {esc(blind['skipped'])}."
         else:
             about_blind = (
                 "The blind baseline classifies the texts alone, without the model: model scores are evidence of "
@@ -128,21 +128,23 @@ def _membership(result: MethodResult, name: str, drawn: dict[str, tuple[str, str
             out.append(
                 '<p class="warn-text">The blind baseline is high: members and non-members differ in content.</p>'
             )
-        out.append(_figure(roc_figure(stats), f"{name}: ROC curves", "roc"))
-    out.append(_figure(histogram_figure(columns, labels), f"{name}: score histograms", "histogram"))
+        out.append(html_figure(roc_figure(stats), f"{name}: ROC curves", "roc"))
+    out.append(html_figure(histogram_figure(columns, labels), f"{name}: score histograms", "histogram"))
     return "".join(out)
 
 
-def _iterations(result: MethodResult) -> str:
+def iterations_section(result: MethodResult) -> str:
+    """The AUC after each iteration (EM-MIA), when the result has them."""
     from blackbox_audit.report_plots import iteration_figure
 
     rows = result.metrics.get("per_iteration") if isinstance(result.metrics, Mapping) else None
     if not rows:
         return ""
-    return "<h3>Per iteration</h3>" + _figure(iteration_figure(rows), "AUC after each iteration", "iterations")
+    return "<h3>Per iteration</h3>" + html_figure(iteration_figure(rows), "AUC after each iteration", "iterations")
 
 
-def _pvalues(result: MethodResult) -> str:
+def pvalues_section(result: MethodResult) -> str:
+    """The selection (when the result has p-values): estimates, FDP and power when labelled, the p-values."""
     from blackbox_audit.report_plots import pvalue_figure
 
     p = result.fields.get("p_value")
@@ -153,13 +155,13 @@ def _pvalues(result: MethodResult) -> str:
     out = ["<h3>Selection</h3>"]
     if result.verdict is not None and result.verdict.estimate:
         est = result.verdict.estimate
-        items = [[_e(k.replace("_", " ")), _num(v)] for k, v in est.items() if not isinstance(v, Mapping | list)]
-        out.append(_table(["estimate", "value"], items))
+        items = [[esc(k.replace("_", " ")), fmt_num(v)] for k, v in est.items() if not isinstance(v, Mapping | list)]
+        out.append(html_table(["estimate", "value"], items))
     sel = result.metrics.get("selection") if isinstance(result.metrics, Mapping) else None
     if isinstance(sel, Mapping):
         out.append(
-            f"<p>With the labels (evaluation only): realised false discovery proportion {_num(sel.get('fdp'))}, "
-            f"power {_num(sel.get('power'))}.</p>"
+            f"<p>With the labels (evaluation only): realised false discovery proportion {fmt_num(sel.get('fdp'))}, "
+            f"power {fmt_num(sel.get('power'))}.</p>"
         )
-    out.append(_figure(pvalue_figure(p, selected, alpha), "sorted p-values; selected texts in red", "pvalues"))
+    out.append(html_figure(pvalue_figure(p, selected, alpha), "sorted p-values; selected texts in red", "pvalues"))
     return "".join(out)
