@@ -33,7 +33,7 @@ from blackbox_audit.cli.options import add_common_arguments, add_engine_argument
 from blackbox_audit.methods.em_mia import DEFAULT_TOPK, EMMIA, POOL_CAP, UPDATES, EMMIAConfig, pool_indices
 from blackbox_audit.pipeline import TargetRef
 from blackbox_audit.planning import price_plan, view_of_target
-from blackbox_audit.results import RunRecorder, print_result, print_usage, write_result
+from blackbox_audit.results import RunRecorder, print_result, print_usage
 
 _C = EMMIAConfig
 
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         rows = cost_rows(prepared, inputs, view_of_target(loaded, pricing=getattr(args, "pricing", None)))
         print_cost(rows, loaded.name)
         outcome = pipeline.run(job, workspace, check_first=False)
-        paths = write_result(outcome.result, out_dir, recorder=recorder, target=loaded, extra={"cost": rows[0]})
+        paths = pipeline.write_outcome(outcome, out_dir, recorder=recorder, extra={"cost": rows[0]})
         print_result(outcome.result, paths)
         print_usage(loaded)
     return 0
