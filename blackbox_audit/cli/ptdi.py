@@ -18,7 +18,7 @@ from blackbox_audit.cli.options import fraction
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.ptdi import METHODS, PTDI, PTDIConfig
 from blackbox_audit.pipeline import Job
-from blackbox_audit.results import RunRecorder, print_result, read_scored, require_label, write_result
+from blackbox_audit.results import RunRecorder, print_result, read_scored, require_label
 from blackbox_audit.workspace import Workspace
 
 
@@ -63,6 +63,6 @@ def run(args: argparse.Namespace) -> int:
         )
     out_dir = prepare_out_dir(args.out)
     with Workspace(None) as workspace:  # scores only: no target, no cache
-        result = pipeline.run(Job(method=method, scored=scored), workspace).result
-    print_result(result, write_result(result, out_dir, recorder=recorder))
+        outcome = pipeline.run(Job(method=method, scored=scored), workspace)
+    print_result(outcome.result, pipeline.write_outcome(outcome, out_dir, recorder=recorder))
     return 0
