@@ -82,6 +82,7 @@ def test_every_front_doors_dry_run_sends_nothing(tiny_target, tiny_lm_dir, input
             "decop": ["decop", *target, *data, "--paraphrases", str(inputs["paraphrases"]), "--options", "3"],
             "fsd": ["fsd", *target, *data, "--finetune", str(inputs["finetune"])],
             "contamination (order)": bench,
+            "contamination (order, named)": [*bench, "--heldout", "order"],
             "contamination (held-out file)": [*bench, "--heldout", str(inputs["bench_heldout"])],
             "contamination (synthetic)": ["contamination", "--benchmark", "gsm8k", *target, "--heldout", "synthetic"],
             "contamination (also order)": [*bench, "--heldout", str(inputs["bench_heldout"]), "--also-order"],
