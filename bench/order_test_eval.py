@@ -93,15 +93,40 @@ def test_block(target: Any, bench: Any, args: argparse.Namespace, offset: int, s
         row[stat] = {
             "p_exact": stats.p_exact,
             "p_t": stats.p_t,
+            "p_sum": stats.p_sum,
             "mean_diff": float(stats.diffs.mean()),
             "flag_exact": bool(stats.p_exact <= args.alpha),
             "flag_t": bool(stats.p_t <= args.alpha),
+            "flag_sum": bool(stats.p_sum <= args.alpha),
             "diffs": stats.diffs.tolist(),
             "cpu_s": time.process_time() - t0,
+            "fewer_shuffles": fewer_shuffles(stats, args),
+            "shards": [[float(c), [float(x) for x in q]] for c, q in zip(stats.canonical, stats.permuted, strict=True)],
         }
     first = row[statistics(args)[0]]
     row.update({k: first[k] for k in ("p_exact", "p_t", "mean_diff", "flag_exact", "flag_t", "diffs")})
     return row
+
+
+def fewer_shuffles(stats: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The same reads tested with only each shard's first ``k`` shuffles (``--fewer-shuffles``): the shuffles
+    are independent seeded draws, so their first ``k`` are a ``k``-shuffle design read for ``(1 + k) / (1 + m)``
+    of the reads. Per ``k``: the exact rank-sum and the sum-permutation p-values and their flags."""
+    from blackbox_audit.methods.contamination.order import OrderStats
+
+    out: dict[str, Any] = {}
+    for k in args.fewer_shuffles:
+        if k >= min(len(q) for q in stats.permuted):
+            continue
+        sub = OrderStats(stats.canonical, [q[:k] for q in stats.permuted])
+        out[str(k)] = {
+            "p_exact": sub.p_exact,
+            "p_sum": sub.p_sum,
+            "flag_exact": bool(sub.p_exact <= args.alpha),
+            "flag_sum": bool(sub.p_sum <= args.alpha),
+            "read_share": (1 + k) / (1 + min(len(q) for q in stats.permuted)),
+        }
+    return out
 
 
 def flag_rates(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[tuple[str, str, float, float, float]]:
@@ -109,7 +134,7 @@ def flag_rates(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[tup
     out = []
     for stat in statistics(args):
         cpu = sum(r[stat]["cpu_s"] for r in rows) / max(1, len(rows))
-        for key in ("flag_exact", "flag_t"):
+        for key in ("flag_exact", "flag_t", "flag_sum"):
             p, se = rate([r[stat][key] for r in rows])
             out.append((stat, key, p, se, cpu))
     return out
@@ -176,7 +201,13 @@ def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
             target = load(canary.target_spec)
             rows.append(test_block(target, bench, args, off + args.block_start, seed))
             ps = "; ".join(
-                f"{st}: p_exact={rows[-1][st]['p_exact']:.3g} p_t={rows[-1][st]['p_t']:.3g}" for st in statistics(args)
+                f"{st}: p_exact={rows[-1][st]['p_exact']:.3g} p_t={rows[-1][st]['p_t']:.3g} "
+                f"p_sum={rows[-1][st]['p_sum']:.3g}"
+                + "".join(
+                    f" | {k} shuffles: p_exact={f['p_exact']:.3g} p_sum={f['p_sum']:.3g}"
+                    for k, f in rows[-1][st]["fewer_shuffles"].items()
+                )
+                for st in statistics(args)
             )
             print(f"  {args.base} dups={dups} seed={seed}: {ps}", flush=True)
         emit_rates(emit, rows, args, part="canary", base=args.base, dups=dups, canary_format=args.canary_format)
@@ -405,7 +436,7 @@ def summarise(path: str) -> None:
         cost = f"{r['cpu_s']:.0f} CPU-s" if "cpu_s" in r else ""
         if r["part"] == "api":
             cost = f"${r['usd_per_item']:.5f}/item, {r['requests_per_item']:.1f} requests/item"
-        test = "exact" if r["test"] == "flag_exact" else "t-test"
+        test = {"flag_exact": "exact", "flag_t": "t-test", "flag_sum": "sum-permutation"}[r["test"]]
         print(
             f"| {r['part']} | {case}, {r['settings']['items']} items | {r.get('statistic')} | {test} | "
             f"{flagged}/{r['n']} | {r['rate']:.2f} ± {r['se']:.2f} | {cost} | `{r['command']}` @ {r['revision']} |"
@@ -453,6 +484,13 @@ def main(argv: list[str] | None = None) -> int:
         "--canary-format", default="jsonl", choices=("jsonl", "qa"), help="canary: the serialisation trained on"
     )
     p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument(
+        "--fewer-shuffles",
+        type=int,
+        nargs="*",
+        default=[2, 3, 4],
+        help="also test each block on only the first K shuffles of each shard, read off the same reads (default 2 3 4)",
+    )
     p.add_argument("--clean-target", default="smollm2")
     p.add_argument("--cache", default=None, help="canary cache folder")
     p.add_argument("--out", help="append JSON rows here")
