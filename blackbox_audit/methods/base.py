@@ -242,7 +242,7 @@ class Needs:
             for r, d in inputs.sets.items()
             if r not in (*self.sets, *self.optional_sets)
         ]
-        readable = (*self.scored, *(self.sets if self.scored_ok else ()))
+        readable = self.readable_scores()
         out += [(f"'{r}' scores", AuditInputs(scored={r: s})) for r, s in inputs.scored.items() if r not in readable]
         if inputs.reference is not None and not self.reference:
             out.append(("a reference target", AuditInputs(reference=inputs.reference)))
@@ -253,10 +253,15 @@ class Needs:
         ]
         return out
 
+    def readable_scores(self) -> tuple[str, ...]:
+        """The roles whose precomputed scores it reads: ``scored``, and its required sets where scores may
+        stand for them (``scored_ok``), each once."""
+        return tuple(dict.fromkeys((*self.scored, *(self.sets if self.scored_ok else ()))))
+
     def reads(self) -> str:
         """What a method with these needs reads, for the fix of an unread-input error."""
         parts = [f"data sets {', '.join(s)}" for s in [(*self.sets, *self.optional_sets)] if s]
-        parts += [f"scores {', '.join(s)}" for s in [(*self.scored, *(self.sets if self.scored_ok else ()))] if s]
+        parts += [f"scores {', '.join(s)}" for s in [self.readable_scores()] if s]
         parts += ["a reference target"] if self.reference else []
         parts += [f"targets {', '.join(t)}" for t in [(*self.targets, *self.optional_targets)] if t]
         return "; ".join(parts) or "its data and target only"
