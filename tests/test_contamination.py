@@ -331,6 +331,9 @@ def test_contaminated_benchmark_is_flagged_with_rate_and_list() -> None:
     assert "PAC-style" in " ".join(res.summary) and "WARNING" in " ".join(res.summary)
     assert v.details["budget"]["stopped"] is None and v.details["part"] == "output"
     assert v.details["premise"]["auc"] is not None and not v.details["premise"]["confounded"]
+    from blackbox_audit.methods.contamination.known import KnownHeldout
+
+    assert v.details["detects"] == res.provenance["contamination"]["detects"] == KnownHeldout.detects  # its reach
 
 
 def test_a_heldout_side_that_differs_by_text_alone_is_named() -> None:

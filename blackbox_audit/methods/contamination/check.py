@@ -247,6 +247,9 @@ class Contamination(Method):
         self.check(inputs)
         test = self.test_on(inputs)
         result = test.run(inputs)
+        result.provenance.setdefault("contamination", {})["detects"] = test.detects  # its reach, in run.json
+        if result.verdict is not None:
+            result.verdict.details.setdefault("detects", test.detects)
         if test.beside is not None:
             result = self.with_beside(test.beside, inputs, result)
         return result
