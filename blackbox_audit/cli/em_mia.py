@@ -168,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
         job = job_from_args(args, method, data=data, target=TargetRef(ref.spec, ref.options, opener=lambda _: loaded))
         inputs = job.inputs(target=loaded)
         prepared = method.prepare(inputs, pipeline.Preparation.of_target(loaded))
+        prepared.check(inputs)  # the loaded target's own refusal (a probe verdict of no logprobs) before pricing
         rows = cost_rows(prepared, inputs, view_of_target(loaded, pricing=getattr(args, "pricing", None)))
         print_cost(rows, loaded.name)
         outcome = pipeline.run(job, workspace, check_first=False)
