@@ -11,7 +11,9 @@ Parts (``--only``, comma-separated):
   tested, so the four pairings measure each serialisation's power and what one misses of the other.
 - ``clean``: the unmodified ``--clean-target`` (default ``smollm2``) on ``--blocks`` random GSM8K
   blocks; a flagged block is re-checked with its items re-ordered by a fresh seed (an order no model
-  has seen: a true null by construction), as issue 40 asks.
+  has seen: a true null by construction), as issue 40 asks. ``--clean-order shuffled`` draws the blocks
+  from GSM8K's lines in a seeded order instead, so that every flag is false by construction (the
+  unmodified model may have seen the published file); ``--block-slice`` splits a run across processes.
 - ``api``: the default ``contamination`` run (no ``--heldout``: the order test, statistic chosen by
   access) through the emulator's ``--profiles`` (``vllm``: prompt logprobs, the full statistic;
   ``openai-chat``: the successor with top-20 reads; ``anthropic``: greedy continuations) at
@@ -213,17 +215,44 @@ def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
         emit_rates(emit, rows, args, part="canary", base=args.base, dups=dups, canary_format=args.canary_format)
 
 
+def shuffled_file(bench: Any, seed: int, folder: Path) -> Any:
+    """GSM8K's jsonl lines in an order drawn by ``seed``: a file no model was trained on in this order, so
+    every flag on it is a false flag by construction (``--clean-order shuffled``)."""
+    import numpy as np
+
+    from blackbox_audit.benchmarks import load_qa_file
+
+    lines = Path(bench.path).read_text(encoding="utf-8").splitlines()
+    perm = np.random.default_rng([seed, 4242]).permutation(len(lines))
+    path = folder / f"gsm8k-shuffled-{seed}.jsonl"
+    path.write_text("".join(lines[i] + "\n" for i in perm), encoding="utf-8")
+    return load_qa_file(path)
+
+
 def part_clean(args: argparse.Namespace, bench: Any, emit: Any) -> None:
+    import tempfile
+
     target = load(args.clean_target)
     if args.benchmark == "mmlu":  # the file is sorted by subject: permuted within subjects (strata)
         from blackbox_audit.benchmarks import load_mmlu
 
         bench = load_mmlu()
+    tmp = tempfile.TemporaryDirectory()
+    if args.clean_order == "shuffled":
+        if args.benchmark != "gsm8k":
+            raise SystemExit("--clean-order shuffled writes GSM8K's jsonl lines only")
+        bench = shuffled_file(bench, args.clean_order_seed, Path(tmp.name))
     rows = []
-    for k, off in enumerate(free_offsets(len(bench), args.items, range(0), args.blocks, 1)):
+    offsets = list(enumerate(free_offsets(len(bench), args.items, range(0), args.blocks, 1)))
+    start, _, stop = (args.block_slice or ":").partition(":")
+    for k, off in offsets[int(start or 0) : int(stop) if stop else None]:
         row = test_block(target, bench, args, off, k)
-        if row["flag_exact"] and args.benchmark != "gsm8k":
-            row["recheck"] = "not run: the re-ordered file is written from GSM8K's jsonl lines only"
+        if row["flag_exact"] and (args.benchmark != "gsm8k" or args.clean_order == "shuffled"):
+            row["recheck"] = (
+                "not run: already a seeded order no model saw"
+                if args.clean_order == "shuffled"
+                else "not run: the re-ordered file is written from GSM8K's jsonl lines only"
+            )
         elif row["flag_exact"]:  # re-check on an order no model has seen: the items shuffled by a fresh seed
             import tempfile
 
@@ -238,8 +267,15 @@ def part_clean(args: argparse.Namespace, bench: Any, emit: Any) -> None:
                 path.write_text("".join(lines[i] + "\n" for i in perm), encoding="utf-8")
                 row["recheck"] = test_block(target, load_qa_file(path), args, 0, k)
         rows.append(row)
-        print(f"  {args.clean_target} {bench.name} block {off}: p_exact={row['p_exact']:.3g}", flush=True)
-    emit_rates(emit, rows, args, part="clean", target=args.clean_target, benchmark=bench.name)
+        first = row[statistics(args)[0]]
+        print(
+            f"  {args.clean_target} {bench.name} block {off}: p_exact={row['p_exact']:.3g} p_sum={first['p_sum']:.3g}",
+            flush=True,
+        )
+    tmp.cleanup()
+    emit_rates(
+        emit, rows, args, part="clean", target=args.clean_target, benchmark=bench.name, clean_order=args.clean_order
+    )
 
 
 def authors_shard_logprob(model: Any, tokenizer: Any, items: list[str]) -> float:
@@ -492,6 +528,17 @@ def main(argv: list[str] | None = None) -> int:
         help="also test each block on only the first K shuffles of each shard, read off the same reads (default 2 3 4)",
     )
     p.add_argument("--clean-target", default="smollm2")
+    p.add_argument(
+        "--clean-order",
+        default="file",
+        choices=("file", "shuffled"),
+        help="clean: blocks of the benchmark file as published (file), or of GSM8K's lines in a seeded order no "
+        "model was trained on (shuffled: every flag is false by construction)",
+    )
+    p.add_argument("--clean-order-seed", type=int, default=0, help="clean --clean-order shuffled: the order's seed")
+    p.add_argument(
+        "--block-slice", help="clean: test only these of the --blocks random blocks (START:STOP), to split a run"
+    )
     p.add_argument("--cache", default=None, help="canary cache folder")
     p.add_argument("--out", help="append JSON rows here")
     p.add_argument("--summarise", metavar="JSONL", help="print a markdown table of the rows in JSONL and stop")
