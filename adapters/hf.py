@@ -183,6 +183,11 @@ class HFTarget(PackedForward, ChatScoring, Target):
             self._set_chat(chat)
 
     # ---- identity
+    @property
+    def n_parameters(self) -> int:
+        """The model's parameter count: a dry-run scales its expected CPU time by it."""
+        return int(self.model.num_parameters())
+
     def fingerprint(self) -> str:
         """Hash of weight files (content), tokenizer (serialized), dtype and ``ADAPTER_VERSION``."""
         if self._fingerprint is None:

@@ -198,7 +198,10 @@ def test_verdict_wording_both_ways(gsm8k) -> None:
     canon = _lines(gsm8k, 1319)
     flagged = _method().run(AuditInputs(data=gsm8k, target=OrderAware(canon, lift=3.0)))
     assert flagged.verdict.decision == "contaminated"
-    assert "trained on this file in this order (exact p = " in flagged.verdict.statement
+    assert "trained on this file in this order (permutation p (sum of per-shard differences) = " in (
+        flagged.verdict.statement
+    )
+    assert "exact rank-sum p = " in flagged.verdict.statement
     assert "outside this test's reach" in flagged.verdict.statement
     assert flagged.verdict.details["order_test"]["p_t_test_rule"].endswith("asymptotic")
     quiet = _method().run(AuditInputs(data=gsm8k, target=OrderAware(canon, lift=0.0)))
@@ -206,6 +209,35 @@ def test_verdict_wording_both_ways(gsm8k) -> None:
     for v in (flagged, quiet):
         assert "clean" not in v.verdict.statement.lower()
         assert len(v.ids) == 6 and v.provenance["contamination"]["heldout"]["kind"] == "order"
+    ranked = _method(order_combine="rank-sum").run(AuditInputs(data=gsm8k, target=OrderAware(canon, lift=3.0)))
+    assert "trained on this file in this order (exact p = " in ranked.verdict.statement
+
+
+def test_the_verdict_reads_the_combination_it_names(gsm8k) -> None:
+    """The full statistic's verdict reads the sum-permutation p-value by default, the rank-sum when asked;
+    both are in verdict.json, and run.json records which one the verdict read."""
+    canon = _lines(gsm8k, 1319)
+    target = OrderAware(canon, lift=0.5)
+    by_sum = _method().run(AuditInputs(data=gsm8k, target=target))
+    by_rank = _method(order_combine="rank-sum").run(AuditInputs(data=gsm8k, target=target))
+    got = by_sum.verdict.details["order_test"]
+    assert by_sum.verdict.p_value == got["p_sum_permutation"] and got["combine"] == "sum"
+    assert by_rank.verdict.p_value == by_rank.verdict.details["order_test"]["p_exact"]
+    assert by_sum.provenance["contamination"]["heldout"]["combine"] == "sum"
+    assert by_rank.provenance["contamination"]["heldout"]["combine"] == "rank-sum"
+    assert by_sum.verdict.p_value != by_rank.verdict.p_value
+
+
+def test_defaults_read_two_shuffles_per_shard_and_the_sum(gsm8k) -> None:
+    """The full statistic's default: 10-item shards read in 3 orders (2 shuffles), the sum of differences."""
+    from blackbox_audit.methods.contamination.order_run import combine_of, design_of
+
+    cfg = ContaminationConfig(heldout="order", order_statistic="full")
+    assert (design_of(cfg).shard_items, design_of(cfg).permutations, combine_of(cfg)) == (10, 2, "sum")
+    succ = ContaminationConfig(heldout="order", order_statistic="successor")
+    assert (design_of(succ).permutations, combine_of(succ)) == (999, "rank-sum")
+    with pytest.raises(UserError, match="order_combine"):
+        ContaminationConfig(heldout="order", order_combine="fisher").validate()
 
 
 def test_plan_prices_every_order_and_budget_stop(gsm8k) -> None:
@@ -219,10 +251,32 @@ def test_plan_prices_every_order_and_budget_stop(gsm8k) -> None:
     text = method.prepare(inputs, Preparation(view=view, budget_usd=None)).price(inputs, view, None).format()
     assert "6 shards" in text and "60 full-text reads" in text and "strata: none" in text
     assert "outside this test's reach" in text
+    assert "reach: not measured at this design (full (exact), 5-item shards, 9 shuffles, sum" in text
     canon = _lines(gsm8k, 1319)
     stopped = method.run(AuditInputs(data=gsm8k, target=OrderAware(canon, lift=3.0, fail_after=3)))
     assert len(stopped.ids) == 3 and stopped.provenance["contamination"]["stopped"]
     assert any("budget cap" in w for w in stopped.warnings)
+
+
+def test_a_local_dry_run_states_its_cpu_time_and_a_quiet_verdict_its_reach(gsm8k) -> None:
+    from dataclasses import replace
+
+    from blackbox_audit.planning import local_view
+
+    method = Contamination(ContaminationConfig(heldout="order", items=20, sequential=False))
+    inputs = AuditInputs(data=gsm8k)
+    view = local_view(OrderAware([]))
+    assert view.parameters is None
+    sized = replace(view, parameters=135_000_000)
+    text = method.prepare(inputs, Preparation(view=sized, budget_usd=None)).price(inputs, sized, None).format()
+    assert "expected CPU time: about" in text and "on a 135M-parameter model" in text
+    assert "reach: flagged at least 80% of canaries trained 2 times" in text
+    plain = method.prepare(inputs, Preparation(view=view, budget_usd=None)).price(inputs, view, None).format()
+    assert "expected CPU time" not in plain  # no model size known: no guess
+    quiet = method.run(AuditInputs(data=gsm8k, target=OrderAware(_lines(gsm8k, 1319), lift=0.0)))
+    assert quiet.verdict.decision == "not detected"
+    assert "reach: flagged at least 80% of canaries trained 2 times" in quiet.verdict.statement
+    assert quiet.provenance["contamination"]["heldout"]["reach"]["smallest_passes"] == 2
 
 
 def test_rerun_is_served_by_the_cache(gsm8k, tmp_path: Path) -> None:
@@ -392,7 +446,9 @@ def test_cli_dry_run_prices_the_order_test(tmp_path: Path, capsys, monkeypatch) 
     args += ["full", "--target", "openai:gpt-4o-mini", "--budget-usd", "1", "--dry-run", "--out", str(tmp_path / "o")]
     assert main([*args, "--cache-dir", str(tmp_path / "c")]) == 0
     out = capsys.readouterr().out
-    assert "40 items in 4 shards" in out and "124 full-text reads" in out and "cost:" in out
+    assert "40 items in 4 shards" in out and "12 full-text reads" in out and "cost:" in out
+    assert "reach: flagged at least 80% of canaries trained 2 times in file order" in out
+    assert "this run reads 40 items" in out
     assert "of 4 shards" in out and "outside this test's reach" in out
     # without --heldout and --order-statistic, a chat endpoint gets the successor statistic's top-n reads
     args = ["contamination", "--benchmark", "gsm8k", "--items", "40", "--target", "openai:gpt-4o-mini"]
@@ -401,3 +457,4 @@ def test_cli_dry_run_prices_the_order_test(tmp_path: Path, capsys, monkeypatch) 
     out = capsys.readouterr().out
     assert "order test (successor statistic): 40 items in 8 shards of 5-5 items; 160 pair reads (censored" in out
     assert "640 position(s) read without recovery" in out and "999 shuffles per shard" in out
+    assert "reach: no measured power at this access (4 passes: 0/1" in out and "--heldout FILE" in out

@@ -101,8 +101,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"successor: tokens (greedy: words) of the next item read per pair (default {_C.order_successor_tokens})",
     )
     o.add_argument("--order-shard-items", type=positive_int, help="items per shard (default 10 full, 5 successor)")
+    o.add_argument("--order-permutations", type=positive_int, help="shuffles per shard (default 2 full, 999 successor)")
     o.add_argument(
-        "--order-permutations", type=positive_int, help="shuffles per shard (default 30 full, 999 successor)"
+        "--order-combine",
+        choices=("auto", "rank-sum", "sum"),
+        help="the verdict's p-value: sum = the sum of per-shard differences against joint re-labellings of the "
+        "shards' orders (Monte Carlo, valid); rank-sum = the exact law of the sum of per-shard ranks; auto "
+        "(default): sum for full, rank-sum for successor",
     )
     o.add_argument("--order-format", choices=("auto", "jsonl", "qa"), help="serialisation (default auto)")
     o.add_argument("--order-strata", help="auto (MMLU: by subject), none, or a field name (default auto)")

@@ -41,7 +41,8 @@ class PlanningView:
     read through ``measured``; ``prior``: the run will centre bisection on a proxy model's prior;
     ``batch``: the run buys its independent requests through the provider's batch API (``--batch``),
     so a plan that counts what a budget buys prices them at the batch price (``Estimate.batch_cost_usd``);
-    ``batch_rounds``: with it, the bisection rounds too (``EngineOptions.batch_rounds``).
+    ``batch_rounds``: with it, the bisection rounds too (``EngineOptions.batch_rounds``);
+    ``parameters``: a local model's parameter count, so a dry-run can state the CPU time it expects.
     """
 
     name: str
@@ -60,6 +61,7 @@ class PlanningView:
     prior: bool = False
     batch: bool = False
     batch_rounds: bool = True
+    parameters: int | None = None  # a local model's parameter count (what its CPU time scales with)
 
     def measured(self, eps: float | None = None) -> MeasuredRecovery | None:
         """This endpoint's measured recovery at bisection tolerance ``eps`` (default: the shape's),
@@ -143,7 +145,13 @@ def _overhead(
 
 def local_view(target: Any) -> PlanningView:
     """A local (white-box) model's view: it sends no requests, so only token positions are counted."""
-    return PlanningView(name=target.name, model=target.name, tokenize=target.tokenize, api=False)
+    return PlanningView(
+        name=target.name,
+        model=target.name,
+        tokenize=target.tokenize,
+        api=False,
+        parameters=getattr(target, "n_parameters", None),
+    )
 
 
 def view_of_target(target: Any, *, pricing: str | None = None) -> PlanningView:

@@ -7,6 +7,8 @@
 - ``probe_test``: that test with a text-only probe as the item score;
 - ``heldout``: the synthetic held-out side (calibrated dataset inference on question/answer items);
 - ``order``, ``order_run``, ``order_successor``: the order test (the same items in other orders);
+- ``order_reach`` (+ ``order_reach.json``): the order test's measured power by design, stated by its
+  dry-run and verdict, and a local read's expected CPU time;
 - ``multiplicity``: several tests in one run, one verdict by Holm's correction;
 - ``sides``: the benchmark and held-out side, sampled, interleaved, and their scores;
 - ``calculator_notes``: GSM8K's ``<<a*b=c>>`` notes in generated answers (share wrong, target penalty);

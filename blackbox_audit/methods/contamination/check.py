@@ -142,6 +142,8 @@ class ContaminationConfig(MethodConfig):
     order_statistic: Literal["auto", "full", "successor"] = "auto"
     order_read: Literal["auto", "exact", "censored", "greedy"] = "auto"
     order_successor_tokens: int = 4
+    # how per-shard statistics make one p-value (``order.COMBINES``); auto: ``order_run.DEFAULT_COMBINE``
+    order_combine: Literal["auto", "rank-sum", "sum"] = "auto"
     order_also: bool = False  # with known non-members: also the order test, one verdict by Holm (``multiplicity``)
 
     def validate(self) -> None:

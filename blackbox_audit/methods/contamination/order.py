@@ -45,8 +45,12 @@ each shard's say at one rank, so a few shards with a strong signal (those whose 
 the training sequences started) are outvoted by the null ones. This p-value sums the per-shard
 differences themselves and refers the sum to random joint re-labellings (each shard's "canonical"
 order drawn uniformly among its orders, independently): a Monte Carlo permutation p-value, valid at
-any number of draws thanks to its +1. It is reported beside the exact rank-sum; the verdict reads the
-rank-sum until its power is measured on canaries.
+any number of draws thanks to its +1 (the observed relabelling is one draw of the same law, so
+``P(p <= a) <= a`` for every ``a``). It is what the full statistic's verdict reads by default
+(``combine = "sum"``): with 2 shuffles per shard its rank-sum has little resolution (each rank is 1, 2
+or 3), while the sum keeps each shard's margin. ``bench/order_test_eval.py`` measured both on SmolLM2
+canaries (``order_reach.json``, docs/contamination.md). The successor statistic keeps the rank-sum, the
+combination its power was measured with (``combine = "rank-sum"``).
 
 What it cannot see: training on shuffled items, or on a reformatted copy of the file. Every
 verdict says so; "not detected" is never "clean".
@@ -67,6 +71,9 @@ from blackbox_audit.results import Verdict
 
 FORMATS = ("auto", "jsonl", "qa")
 LIMIT = "shuffled or reformatted training is outside this test's reach"
+#: how the per-shard statistics become one p-value (``combined_p``): the exact rank-sum, or the sum of
+#: differences under joint re-labellings
+COMBINES = ("rank-sum", "sum")
 NOT_DETECTED = f"no evidence of verbatim in-order training; {LIMIT}"
 #: Monte Carlo draws of ``sum_permutation_p`` (its smallest p-value is ``1 / (1 + SUM_DRAWS)``)
 SUM_DRAWS = 19_999
@@ -306,6 +313,12 @@ class OrderStats:
     def p_sum(self) -> float:
         return sum_permutation_p(self.canonical, self.permuted)
 
+    def p_value(self, combine: str) -> float:
+        """The verdict's p-value under ``combine`` (``COMBINES``)."""
+        if combine not in COMBINES:
+            raise UserError(f"unknown order_combine '{combine}'", f"use one of auto, {', '.join(COMBINES)}")
+        return self.p_sum if combine == "sum" else self.p_exact
+
     def to_json(self) -> dict[str, Any]:
         return {
             "p_exact": self.p_exact,
@@ -315,7 +328,7 @@ class OrderStats:
             "p_sum_permutation": self.p_sum,
             "p_sum_permutation_rule": (
                 f"sum of per-shard differences against {SUM_DRAWS:,} joint re-labellings of every shard's orders "
-                "(Monte Carlo, valid with its +1; reported beside the exact rank-sum, not yet its power measured)"
+                "(Monte Carlo, valid with its +1)"
             ),
             "mean_diff_nats": float(np.mean(self.diffs)) if len(self.diffs) else None,
             "shards": [
@@ -325,26 +338,40 @@ class OrderStats:
         }
 
 
-def order_verdict(stats: OrderStats, alpha: float, name: str, n_items: int, statistic: str = "full") -> Verdict:
-    """The verdict in the issue's words; the limit is stated whichever way it goes, and never "clean"."""
-    p, pt = stats.p_exact, stats.p_t
+def order_verdict(
+    stats: OrderStats,
+    alpha: float,
+    name: str,
+    n_items: int,
+    statistic: str = "full",
+    combine: str = "rank-sum",
+    reach: str | None = None,
+) -> Verdict:
+    """The verdict in the issue's words, on the ``combine`` p-value; the limit is stated whichever way it
+    goes, and never "clean". ``reach``: what the test flagged on canaries at this design (``order_reach``),
+    stated with "no evidence" so that it comes with what the test could have seen."""
+    p, pt = stats.p_value(combine), stats.p_t
     t_text = "n/a" if np.isnan(pt) else f"{pt:.3g}"
-    statistic = f"{statistic} statistic; "
+    which = "exact p" if combine == "rank-sum" else "permutation p (sum of per-shard differences)"
+    others = f"asymptotic t-test p = {t_text}"
+    if combine == "sum":
+        others = f"exact rank-sum p = {stats.p_exact:.3g}; {others}"
+    shards = f"{statistic} statistic; {len(stats.canonical)} shards, {n_items} items"
+    what = f"{which} = {p:.3g}, level {alpha:g}; {others}; {shards}"
     flagged = p <= alpha
     if flagged:
-        statement = (
-            f"{name}: trained on this file in this order (exact p = {p:.3g}, level {alpha:g}; asymptotic t-test "
-            f"p = {t_text}; {statistic}{len(stats.canonical)} shards, {n_items} items); {LIMIT}"
-        )
+        statement = f"{name}: trained on this file in this order ({what}); {LIMIT}"
     else:
-        statement = (
-            f"{name}: {NOT_DETECTED} (exact p = {p:.3g}, level {alpha:g}; asymptotic t-test p = {t_text}; "
-            f"{statistic}{len(stats.canonical)} shards, {n_items} items)"
-        )
+        statement = f"{name}: {NOT_DETECTED} ({what})"
+        if reach:
+            statement += f"; {reach}"
+    details: dict[str, Any] = {"order_test": {**stats.to_json(), "combine": combine}, "limit": LIMIT}
+    if reach:
+        details["reach"] = reach
     return Verdict(
         decision="contaminated" if flagged else "not detected",
         statement=statement,
         alpha=alpha,
         p_value=p,
-        details={"order_test": stats.to_json(), "limit": LIMIT},
+        details=details,
     )

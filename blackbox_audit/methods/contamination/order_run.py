@@ -27,6 +27,7 @@ from blackbox_audit.engine.errors import answers_note
 from blackbox_audit.errors import UserError
 from blackbox_audit.methods.base import AuditInputs, Needs, Preparation, score_needs
 from blackbox_audit.methods.contamination.order import (
+    COMBINES,
     LIMIT,
     OrderDesign,
     OrderLayout,
@@ -44,20 +45,30 @@ from blackbox_audit.planning import CostPlan, PlanningView, price_plan
 from blackbox_audit.results import MethodResult, Verdict
 
 from .contract import ContaminationTest, refuse_also_order
+from .order_reach import DesignKey, Reach, expected_cpu_s, reach_of
 from .sides import benchmark_of
 
 #: fewest fully read shards a verdict is computed on
 MIN_SHARDS = 2
 STATISTICS = ("auto", "full", "successor")
 #: default items per shard and shuffles per shard, by statistic: the successor's shuffles cost nothing
-#: (its reads grow with the square of the shard, so its shards are smaller)
+#: (its reads grow with the square of the shard, so its shards are smaller). The full statistic reads
+#: 2 shuffles per shard: 3 reads of the block instead of 31, with the sum of differences as its
+#: p-value (``DEFAULT_COMBINE``); measured in docs/contamination.md ("Fewer shuffles") and ``order_reach.json``
 DEFAULT_SHARD_ITEMS = {"full": 10, "successor": 5}
-DEFAULT_PERMUTATIONS = {"full": 30, "successor": 999}
+DEFAULT_PERMUTATIONS = {"full": 2, "successor": 999}
+#: the p-value each statistic's verdict reads (``order.COMBINES``): the one its power was measured with
+DEFAULT_COMBINE = {"full": "sum", "successor": "rank-sum"}
 
 
 def statistic_of(config: Any) -> str:
     """The configured statistic (``auto`` is read as ``full`` until ``resolve_access`` chooses)."""
     return "full" if config.order_statistic == "auto" else config.order_statistic
+
+
+def combine_of(config: Any) -> str:
+    """The configured combination of per-shard statistics (``auto``: ``DEFAULT_COMBINE`` by statistic)."""
+    return DEFAULT_COMBINE[statistic_of(config)] if config.order_combine == "auto" else config.order_combine
 
 
 def design_of(config: Any) -> OrderDesign:
@@ -91,6 +102,8 @@ def validate_order(config: Any) -> None:
         )
     if config.order_read not in ("auto", *READS):
         raise UserError(f"unknown order_read '{config.order_read}'", f"use one of auto, {', '.join(READS)}")
+    if config.order_combine not in ("auto", *COMBINES):
+        raise UserError(f"unknown order_combine '{config.order_combine}'", f"use one of auto, {', '.join(COMBINES)}")
     if config.order_successor_tokens < 1:
         raise UserError(f"order_successor_tokens={config.order_successor_tokens} is too small", "use e.g. 4")
     design_of(config).validate()
@@ -170,6 +183,34 @@ def describe_line(lay: OrderLayout, successor: SuccessorLayout | None = None) ->
     )
 
 
+def reach_for(config: Any, lay: OrderLayout, successor: SuccessorLayout | None, items: int) -> Reach:
+    """The measured reach of this design (``order_reach``) for a run of ``items`` items."""
+    key = DesignKey(
+        statistic="full" if successor is None else "successor",
+        read="exact" if successor is None else successor.read,
+        shard_items=lay.design.shard_items,
+        shuffles=lay.design.permutations,
+        combine=combine_of(config),
+        order_format=lay.order_format,
+        successor_tokens=None if successor is None else successor.tokens,
+    )
+    return reach_of(key, items)
+
+
+def cpu_line(positions: int, parameters: int | None) -> str | None:
+    """The CPU time a local read should take (``order_reach.expected_cpu_s``), or None without a model size."""
+    got = expected_cpu_s(positions, parameters)
+    if got is None:
+        return None
+    cpu_s, m = got
+    return (
+        f"expected CPU time: about {cpu_s / 60:,.0f} CPU-minutes ({positions:,} token positions on a "
+        f"{parameters / 1e6:,.0f}M-parameter model, scaled from {m['cpu_s_per_block']:,} CPU-s for "
+        f"{m['positions_per_block']:,} positions on {m['parameters'] / 1e6:,.0f}M parameters, "
+        f"bench/order_test_eval.py @ {m['revision']}); the wall time is at best this divided by the threads used"
+    )
+
+
 @dataclass
 class OrderPlan:
     """The dry-run of ``--heldout order``: the layout and its price (nothing sent)."""
@@ -179,6 +220,8 @@ class OrderPlan:
     budget_usd: float | None
     successor: SuccessorLayout | None = None
     choices: list[str] = field(default_factory=list)  # what prepare chose and why, one line each
+    reach: Reach | None = None
+    cpu: str | None = None  # a local read's expected CPU time
 
     def affordable_shards(self) -> tuple[int, int] | None:
         """Shards the budget buys at the estimate's high and low ends (None: no cap or no price)."""
@@ -196,7 +239,11 @@ class OrderPlan:
                 f"--budget-usd {self.budget_usd:g} buys {n[0]} to {n[1]} of {len(self.layout.canonical)} shards "
                 "(high to low cost end); the verdict is read on the shards fully bought"
             )
-        lines.append(f"reach: {OrderTest.detects}; {LIMIT}")
+        if self.cpu is not None:
+            lines.append(self.cpu)
+        lines.append(f"what it detects: {OrderTest.detects}; {LIMIT}")
+        if self.reach is not None:
+            lines.append(self.reach.text())
         return "\n".join(lines)
 
 
@@ -211,7 +258,17 @@ def price_order(
     chosen = [
         f"{label}: {choices[k]['chosen']} ({choices[k]['rule']})" for k, label in names.items() if k in (choices or {})
     ]
-    return OrderPlan(layout=lay, estimate=estimate, budget_usd=budget_usd, successor=successor, choices=chosen)
+    items = sum(len(ids) for ids in lay.item_ids)
+    cpu = None if view.api else cpu_line(estimate.scoring.positions, view.parameters)
+    return OrderPlan(
+        layout=lay,
+        estimate=estimate,
+        budget_usd=budget_usd,
+        successor=successor,
+        choices=chosen,
+        reach=reach_for(config, lay, successor, items),
+        cpu=cpu,
+    )
 
 
 def log_likelihoods(target: Any, texts: list[str], bounded: str) -> np.ndarray:
@@ -229,19 +286,22 @@ def log_likelihoods(target: Any, texts: list[str], bounded: str) -> np.ndarray:
     return np.asarray(out)
 
 
-def read_shards(target: Any, lay: OrderLayout, bounded: str) -> tuple[OrderStats, str | None]:
+def read_shards(target: Any, lay: OrderLayout, bounded: str, progress: bool = False) -> tuple[OrderStats, str | None]:
     """Read shard by shard until done or a budget cap; the stats cover the shards fully read."""
     from blackbox_audit.engine.budget import BudgetExceeded
+    from blackbox_audit.progress import progress_bar
 
     canonical, permuted, stopped = [], [], None
-    for c, ps in zip(lay.canonical, lay.permuted, strict=True):
-        try:
-            ll = log_likelihoods(target, [c, *ps], bounded)
-        except BudgetExceeded as exc:
-            stopped = exc.problem
-            break
-        canonical.append(ll[0])
-        permuted.append(ll[1:])
+    with progress_bar(total=len(lay.canonical), desc="order test", unit="shard", disable=not progress) as bar:
+        for c, ps in zip(lay.canonical, lay.permuted, strict=True):
+            try:
+                ll = log_likelihoods(target, [c, *ps], bounded)
+            except BudgetExceeded as exc:
+                stopped = exc.problem
+                break
+            canonical.append(ll[0])
+            permuted.append(ll[1:])
+            bar.update(1)
     return OrderStats(np.asarray(canonical), permuted), stopped
 
 
@@ -260,7 +320,7 @@ def run_order(method: OrderTest, inputs: AuditInputs, bench: Benchmark) -> Metho
         stats, stopped = read_successor(inputs.target, successor, progress=True)
     else:
         lay = layout(bench, design_of(cfg))
-        stats, stopped = read_shards(inputs.target, lay, cfg.bounded)
+        stats, stopped = read_shards(inputs.target, lay, cfg.bounded, progress=True)
     n = len(stats.canonical)
     n_items = sum(len(ids) for ids in lay.item_ids[:n])
     about = lay.describe()
@@ -288,6 +348,10 @@ def run_order(method: OrderTest, inputs: AuditInputs, bench: Benchmark) -> Metho
     if successor is not None:
         what = "successor statistic T"
         unit = "matched words" if successor.read == "greedy" else "nats"
+    combine = combine_of(cfg)
+    reach = reach_for(cfg, lay, successor, n_items)
+    provenance["contamination"]["heldout"]["combine"] = combine
+    provenance["contamination"]["heldout"]["reach"] = reach.to_json()
     if n < MIN_SHARDS:
         verdict = Verdict(
             decision="inconclusive",
@@ -297,11 +361,15 @@ def run_order(method: OrderTest, inputs: AuditInputs, bench: Benchmark) -> Metho
         )
     else:
         label = "full" if successor is None else f"successor ({successor.read})"
-        verdict = order_verdict(stats, cfg.alpha, bench.name, n_items, label)
+        verdict = order_verdict(stats, cfg.alpha, bench.name, n_items, label, combine, reach.text())
+        reads = "the verdict's" if combine == "sum" else "beside it"
         summary += [
-            f"exact permutation p = {stats.p_exact:.3g} (sum of per-shard ranks); asymptotic t-test p = "
-            f"{stats.p_t:.3g} (Oren et al.); mean canonical - permuted {what} {np.mean(stats.diffs):+.3f} {unit}",
-            f"reach: {LIMIT}",
+            f"exact permutation p = {stats.p_exact:.3g} (sum of per-shard ranks); permutation p of the sum of "
+            f"per-shard differences = {stats.p_sum:.3g} ({reads}); asymptotic t-test p = {stats.p_t:.3g} (Oren "
+            f"et al.); mean canonical - permuted {what} {np.mean(stats.diffs):+.3f} {unit}",
+            f"the verdict reads the {combine} p-value (order_combine)",
+            f"what it detects: {LIMIT}",
+            reach.text(),
         ]
     key = "ll" if successor is None else "T"
     fields = {
