@@ -24,6 +24,11 @@ Parts (``--only``, comma-separated):
   lists concatenated, the sum of log-softmax over tokens[1:]) against ours on one canary, same shards
   and shuffles: the largest absolute difference in nats.
 
+``--statistic window`` reads the window statistic (``order_window``: each item's first ``--successor-tokens``
+tokens after every item before it, in each bought order); ``--successor-read censored`` keeps what a
+top-20 endpoint would return; ``--chat chatml`` reads the local target under the chat conditioning of the
+emulator's ``openai-chat`` profile, so a framing is measured white-box before it is bought.
+
 Every line printed and every JSON row (``--out``) carries the revision (``git rev-parse --short HEAD``)
 and the exact command. ``--help`` imports no torch.
 """
@@ -83,12 +88,16 @@ def test_block(target: Any, bench: Any, args: argparse.Namespace, offset: int, s
     from blackbox_audit.methods.contamination.order import layout
     from blackbox_audit.methods.contamination.order_run import read_shards
     from blackbox_audit.methods.contamination.order_successor import read_successor, successor_layout
+    from blackbox_audit.methods.contamination.order_window import read_window, window_layout
 
     row: dict[str, Any] = {"offset": offset, "seed": seed}
     for stat in statistics(args):
         t0 = time.process_time()
         if stat == "full":
             stats, _ = read_shards(target, layout(bench, design(args, offset, seed, stat)), "error")
+        elif stat == "window":
+            lay = layout(bench, design(args, offset, seed, stat), texts=False)
+            stats, _ = read_window(target, window_layout(lay, args.successor_read, args.successor_tokens))
         else:
             lay = layout(bench, design(args, offset, seed, stat), texts=False)
             stats, _ = read_successor(target, successor_layout(lay, args.successor_read, args.successor_tokens))
@@ -167,10 +176,12 @@ def build(base: str, seed: int, dups: int, members: int, cache: str, file_format
     return build_canary(opts, cache_dir=cache, progress=False)
 
 
-def load(spec: str) -> Any:
+def load(spec: str, chat: str | None = None) -> Any:
+    """A local target; ``chat``: read it under a chat template's conditioning (``--chat``), each position
+    after a user turn holding the text so far, as a chat API reads it."""
     from blackbox_audit.adapters.registry import load_target
 
-    return load_target(spec)
+    return load_target(spec, chat=chat) if chat else load_target(spec)
 
 
 def free_offsets(n: int, items: int, avoid: range, k: int, seed: int) -> list[int]:
@@ -200,7 +211,7 @@ def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
         for seed in args.seeds:
             canary = build(args.base, seed, dups, args.members, args.cache, args.canary_format)
             off = canary.card["file_order"]["offset"]
-            target = load(canary.target_spec)
+            target = load(canary.target_spec, args.chat)
             rows.append(test_block(target, bench, args, off + args.block_start, seed))
             ps = "; ".join(
                 f"{st}: p_exact={rows[-1][st]['p_exact']:.3g} p_t={rows[-1][st]['p_t']:.3g} "
@@ -232,7 +243,7 @@ def shuffled_file(bench: Any, seed: int, folder: Path) -> Any:
 def part_clean(args: argparse.Namespace, bench: Any, emit: Any) -> None:
     import tempfile
 
-    target = load(args.clean_target)
+    target = load(args.clean_target, args.chat)
     if args.benchmark == "mmlu":  # the file is sorted by subject: permuted within subjects (strata)
         from blackbox_audit.benchmarks import load_mmlu
 
@@ -501,9 +512,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--null-seed", type=int, default=0, help="null-tiny: the seed of the tiny model's own block")
     p.add_argument("--shard-items", type=int, help="items per shard (default: the check's, by statistic)")
     p.add_argument("--permutations", type=int, help="shuffles per shard (default: the check's, by statistic)")
-    p.add_argument("--statistic", default="both", choices=("full", "successor", "both"), help="order statistic(s) read")
+    p.add_argument(
+        "--statistic", default="both", choices=("full", "successor", "window", "both"), help="order statistic(s) read"
+    )
+    p.add_argument(
+        "--chat",
+        choices=("chatml", "template"),
+        help="canary, clean: read the local target under chat conditioning (chatml: the rendering of the emulator's "
+        "openai-chat profile; template: the model's own), as a chat API conditions each position",
+    )
     p.add_argument("--successor-read", default="exact", choices=("exact", "censored", "greedy"))
-    p.add_argument("--successor-tokens", type=int, default=4, help="successor: tokens of the next item per pair")
+    p.add_argument(
+        "--successor-tokens", type=int, default=4, help="successor, window: tokens of each item read (default 4)"
+    )
     p.add_argument("--benchmark", default="gsm8k", choices=("gsm8k", "mmlu"), help="clean: the benchmark tested")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument(
@@ -567,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
                 "statistic": args.statistic,
                 "successor_read": args.successor_read,
                 "successor_tokens": args.successor_tokens,
+                "chat": args.chat,
                 "format": args.format,
                 "alpha": args.alpha,
             },

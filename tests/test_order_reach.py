@@ -21,11 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _default_key(statistic: str, read: str) -> DesignKey:
-    from blackbox_audit.methods.contamination.order_run import combine_of, design_of
+    from blackbox_audit.methods.contamination.order_run import combine_of, design_of, tokens_of
 
     cfg = ContaminationConfig(heldout="order", order_statistic=statistic, order_read="auto")
     d = design_of(cfg)
-    tokens = None if statistic == "full" else cfg.order_successor_tokens
+    tokens = None if statistic == "full" else tokens_of(cfg)
     return DesignKey(statistic, read, d.shard_items, d.permutations, combine_of(cfg), "jsonl", tokens)
 
 

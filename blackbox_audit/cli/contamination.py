@@ -84,30 +84,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     o = p.add_argument_group("order test (--heldout order, the default without --heldout FILE)")
     o.add_argument(
         "--order-statistic",
-        choices=("auto", "full", "successor"),
+        choices=("auto", "full", "successor", "window"),
         help="full = every shard read whole in every order (Oren et al.); successor = the start of each item read "
-        "after each other item of its shard, shuffles computed from those pairs; auto (default): full on local "
-        "models and echo endpoints, successor elsewhere",
+        "after each other item of its shard, shuffles computed from those pairs; window = the first tokens of each "
+        "item read after every item before it, in each order; auto (default): full on local models and echo "
+        "endpoints, successor elsewhere",
     )
     o.add_argument(
         "--order-read",
         choices=("auto", "exact", "censored", "greedy"),
-        help="successor: exact logprobs, censored top-20 reads (one request per position, no recovery), or greedy "
-        "continuations (text-only endpoints); auto by the target",
+        help="successor, window: exact logprobs, censored top-20 reads (one request per position, no recovery), or "
+        "greedy continuations (text-only endpoints); auto by the target",
     )
     o.add_argument(
         "--order-successor-tokens",
         type=positive_int,
-        help=f"successor: tokens (greedy: words) of the next item read per pair (default {_C.order_successor_tokens})",
+        help="successor, window: tokens (greedy: words) of each item read (default 4 successor, 16 window)",
     )
-    o.add_argument("--order-shard-items", type=positive_int, help="items per shard (default 10 full, 5 successor)")
-    o.add_argument("--order-permutations", type=positive_int, help="shuffles per shard (default 2 full, 999 successor)")
+    o.add_argument(
+        "--order-shard-items", type=positive_int, help="items per shard (default 10 full and window, 5 successor)"
+    )
+    o.add_argument(
+        "--order-permutations", type=positive_int, help="shuffles per shard (default 2 full and window, 999 successor)"
+    )
     o.add_argument(
         "--order-combine",
         choices=("auto", "rank-sum", "sum"),
         help="the verdict's p-value: sum = the sum of per-shard differences against joint re-labellings of the "
         "shards' orders (Monte Carlo, valid); rank-sum = the exact law of the sum of per-shard ranks; auto "
-        "(default): sum for full, rank-sum for successor",
+        "(default): sum for full and window, rank-sum for successor",
     )
     o.add_argument("--order-format", choices=("auto", "jsonl", "qa"), help="serialisation (default auto)")
     o.add_argument("--order-strata", help="auto (MMLU: by subject), none, or a field name (default auto)")

@@ -139,9 +139,9 @@ class ContaminationConfig(MethodConfig):
     order_format: Literal["auto", "jsonl", "qa"] = "auto"
     order_strata: str = "auto"
     order_offset: int = 0
-    order_statistic: Literal["auto", "full", "successor"] = "auto"
+    order_statistic: Literal["auto", "full", "successor", "window"] = "auto"
     order_read: Literal["auto", "exact", "censored", "greedy"] = "auto"
-    order_successor_tokens: int = 4
+    order_successor_tokens: int | None = None  # None: by statistic (``order_run.DEFAULT_TOKENS``)
     # how per-shard statistics make one p-value (``order.COMBINES``); auto: ``order_run.DEFAULT_COMBINE``
     order_combine: Literal["auto", "rank-sum", "sum"] = "auto"
     order_also: bool = False  # with known non-members: also the order test, one verdict by Holm (``multiplicity``)

@@ -1,11 +1,13 @@
 """The order test wired into the contamination check (``heldout = "order"``): plan, dry-run, run.
 
-Two statistics read the same shards (``order_statistic``):
+Three statistics read the same shards (``order_statistic``):
 
 - ``full`` (``order``): one full-text read per shard and order (``Target.token_logprobs``), priced
   as tokens x permutations;
 - ``successor`` (``order_successor``): the start of each item read after each other item of its
-  shard; the shuffles are computed from that pair matrix, not bought.
+  shard; the shuffles are computed from that pair matrix, not bought;
+- ``window`` (``order_window``): the first k tokens of each item read after every item before it, in
+  each bought order (chosen only when asked for, until its power is measured through each access).
 
 ``auto`` takes what the target's access affords (``resolve_access``): ``full`` where a whole text is
 one request or free (a local model, an echo or prompt-logprobs endpoint), ``successor`` with censored
@@ -41,6 +43,7 @@ from blackbox_audit.methods.contamination.order_successor import (
     read_successor,
     successor_layout,
 )
+from blackbox_audit.methods.contamination.order_window import WindowLayout, read_window, window_layout
 from blackbox_audit.planning import CostPlan, PlanningView, price_plan
 from blackbox_audit.results import MethodResult, Verdict
 
@@ -50,15 +53,18 @@ from .sides import benchmark_of
 
 #: fewest fully read shards a verdict is computed on
 MIN_SHARDS = 2
-STATISTICS = ("auto", "full", "successor")
+STATISTICS = ("auto", "full", "successor", "window")
 #: default items per shard and shuffles per shard, by statistic: the successor's shuffles cost nothing
 #: (its reads grow with the square of the shard, so its shards are smaller). The full statistic reads
 #: 2 shuffles per shard: 3 reads of the block instead of 31, with the sum of differences as its
 #: p-value (``DEFAULT_COMBINE``); measured in docs/contamination.md ("Fewer shuffles") and ``order_reach.json``
-DEFAULT_SHARD_ITEMS = {"full": 10, "successor": 5}
-DEFAULT_PERMUTATIONS = {"full": 2, "successor": 999}
+DEFAULT_SHARD_ITEMS = {"full": 10, "successor": 5, "window": 10}
+DEFAULT_PERMUTATIONS = {"full": 2, "successor": 999, "window": 2}
 #: the p-value each statistic's verdict reads (``order.COMBINES``): the one its power was measured with
-DEFAULT_COMBINE = {"full": "sum", "successor": "rank-sum"}
+#: (the window's shuffles are bought and few, as the full statistic's)
+DEFAULT_COMBINE = {"full": "sum", "successor": "rank-sum", "window": "sum"}
+#: tokens (greedy: words) of each item read, by statistic (``order_successor_tokens``)
+DEFAULT_TOKENS = {"successor": 4, "window": 16}
 
 
 def statistic_of(config: Any) -> str:
@@ -69,6 +75,13 @@ def statistic_of(config: Any) -> str:
 def combine_of(config: Any) -> str:
     """The configured combination of per-shard statistics (``auto``: ``DEFAULT_COMBINE`` by statistic)."""
     return DEFAULT_COMBINE[statistic_of(config)] if config.order_combine == "auto" else config.order_combine
+
+
+def tokens_of(config: Any) -> int:
+    """Tokens of each item the successor or window statistic reads (None: ``DEFAULT_TOKENS``)."""
+    if config.order_successor_tokens is not None:
+        return int(config.order_successor_tokens)
+    return DEFAULT_TOKENS.get(statistic_of(config), DEFAULT_TOKENS["successor"])
 
 
 def design_of(config: Any) -> OrderDesign:
@@ -97,14 +110,14 @@ def validate_order(config: Any) -> None:
         raise UserError(f"unknown order_statistic '{config.order_statistic}'", f"use one of {', '.join(STATISTICS)}")
     if config.order_read != "auto" and config.order_statistic == "full":
         raise UserError(
-            f"order_read={config.order_read} chooses how the successor statistic reads, not the full one",
-            "leave order_read out, or use order_statistic successor",
+            f"order_read={config.order_read} chooses how the successor or window statistic reads, not the full one",
+            "leave order_read out, or use order_statistic successor or window",
         )
     if config.order_read not in ("auto", *READS):
         raise UserError(f"unknown order_read '{config.order_read}'", f"use one of auto, {', '.join(READS)}")
     if config.order_combine not in ("auto", *COMBINES):
         raise UserError(f"unknown order_combine '{config.order_combine}'", f"use one of auto, {', '.join(COMBINES)}")
-    if config.order_successor_tokens < 1:
+    if config.order_successor_tokens is not None and config.order_successor_tokens < 1:
         raise UserError(f"order_successor_tokens={config.order_successor_tokens} is too small", "use e.g. 4")
     design_of(config).validate()
 
@@ -117,6 +130,9 @@ def resolve_access(config: Any, view: Any) -> tuple[Any, dict[str, str]]:
     stat, read = config.order_statistic, config.order_read
     if view is None or (stat != "auto" and (stat == "full" or read != "auto")):
         return config, {}
+    if stat == "window":  # the read follows the access; the statistic was chosen by the user
+        read = "exact" if not view.api else "censored" if view.logprobs else "greedy"
+        return replace(config, order_read=read), {"chosen": f"window ({read})", "rule": "as configured"}
     if not view.api:
         how = ("full", "exact", "local model: a whole text is one forward pass, nothing is billed")
     elif not view.logprobs:
@@ -141,28 +157,35 @@ def resolve_access(config: Any, view: Any) -> tuple[Any, dict[str, str]]:
             "use order_statistic successor (greedy continuations) or leave it to auto",
         )
     chosen = replace(config, order_statistic=stat, order_read=read)
-    label = stat if stat == "full" else f"successor ({read})"
+    label = stat if stat == "full" else f"{stat} ({read})"
     rule = how[2] if config.order_statistic == "auto" and config.order_read == "auto" else "as configured"
     return chosen, {"chosen": label, "rule": rule}
 
 
-def successor_of(bench: Benchmark, config: Any) -> SuccessorLayout:
+def successor_of(bench: Benchmark, config: Any) -> SuccessorLayout | WindowLayout | None:
+    """The item reads of the successor or window statistic (None: the full statistic reads whole texts)."""
+    stat = statistic_of(config)
+    if stat == "full":
+        return None
     read = "exact" if config.order_read == "auto" else config.order_read
-    return successor_layout(layout(bench, design_of(config), texts=False), read, config.order_successor_tokens)
+    order = layout(bench, design_of(config), texts=False)
+    make = window_layout if stat == "window" else successor_layout
+    return make(order, read, tokens_of(config))
 
 
 def plan_order(bench: Benchmark, config: Any) -> CostPlan:
     """Every read of the run: each shard in its canonical order and its shuffles (plain reads), or
-    the successor statistic's pair reads / continuations."""
+    the successor statistic's pair reads / continuations, or the window statistic's reads."""
     from blackbox_audit.scores.compute import FetchCall
 
-    if statistic_of(config) == "successor":
-        return CostPlan(calls=successor_of(bench, config).fetch_calls())
+    reads = successor_of(bench, config)
+    if reads is not None:
+        return CostPlan(calls=reads.fetch_calls())
     lay = layout(bench, design_of(config))
     return CostPlan(calls=[FetchCall("plain", tuple(lay.texts()))])
 
 
-def describe_line(lay: OrderLayout, successor: SuccessorLayout | None = None) -> str:
+def describe_line(lay: OrderLayout, successor: SuccessorLayout | WindowLayout | None = None) -> str:
     d = lay.describe()
     shards = f"{d['items']} items in {d['shards']} shards of {d['items_per_shard'][0]}-{d['items_per_shard'][1]} items"
     tail = f"serialisation {d['format']}; strata: {d['strata']} ({d['n_strata']} stratum/strata)"
@@ -170,6 +193,14 @@ def describe_line(lay: OrderLayout, successor: SuccessorLayout | None = None) ->
         return (
             f"order test (full statistic): {shards}, {lay.design.permutations} shuffles each + the canonical order = "
             f"{d['requests']} full-text reads; {tail}"
+        )
+    if isinstance(successor, WindowLayout):
+        values = {"greedy": "greedy continuations", "censored": "censored top-20 reads", "exact": "exact reads"}
+        return (
+            f"order test (window statistic): {shards}, {lay.design.permutations} shuffles each + the canonical "
+            f"order; {successor.n_requests} {values[successor.read]} of each item's first {successor.tokens} "
+            f"{'words' if successor.read == 'greedy' else 'tokens'} after every item before it; lead "
+            f"{successor.lead!r} moved into the context; {tail}"
         )
     if successor.read == "greedy":
         how = f"{successor.n_requests} greedy continuations of {successor.max_new_tokens} tokens (one per item)"
@@ -183,10 +214,10 @@ def describe_line(lay: OrderLayout, successor: SuccessorLayout | None = None) ->
     )
 
 
-def reach_for(config: Any, lay: OrderLayout, successor: SuccessorLayout | None, items: int) -> Reach:
+def reach_for(config: Any, lay: OrderLayout, successor: SuccessorLayout | WindowLayout | None, items: int) -> Reach:
     """The measured reach of this design (``order_reach``) for a run of ``items`` items."""
     key = DesignKey(
-        statistic="full" if successor is None else "successor",
+        statistic=statistic_of(config),
         read="exact" if successor is None else successor.read,
         shard_items=lay.design.shard_items,
         shuffles=lay.design.permutations,
@@ -251,7 +282,7 @@ def price_order(
     bench: Benchmark, config: Any, view: PlanningView, budget_usd: float | None, choices: Any = None
 ) -> OrderPlan:
     """The order test's reads priced on ``view``, with what ``prepare`` chose (one line each)."""
-    successor = successor_of(bench, config) if statistic_of(config) == "successor" else None
+    successor = successor_of(bench, config)
     lay = successor.order if successor is not None else layout(bench, design_of(config))
     estimate = price_plan(plan_order(bench, config), view)
     names = {"heldout": "held-out side", "order_statistic": "order statistic"}
@@ -314,10 +345,11 @@ def run_order(method: OrderTest, inputs: AuditInputs, bench: Benchmark) -> Metho
         from blackbox_audit.planning import run_view
 
         cfg = resolve_access(cfg, run_view(inputs.target)[0])[0]
-    successor = successor_of(bench, cfg) if statistic_of(cfg) == "successor" else None
+    successor = successor_of(bench, cfg)
     if successor is not None:
         lay = successor.order
-        stats, stopped = read_successor(inputs.target, successor, progress=True)
+        read = read_window if isinstance(successor, WindowLayout) else read_successor
+        stats, stopped = read(inputs.target, successor, progress=True)
     else:
         lay = layout(bench, design_of(cfg))
         stats, stopped = read_shards(inputs.target, lay, cfg.bounded, progress=True)
@@ -333,10 +365,10 @@ def run_order(method: OrderTest, inputs: AuditInputs, bench: Benchmark) -> Metho
             "choices": dict(method.choices),
         }
     }
-    if successor is not None:
-        provenance["contamination"]["heldout"]["successor"] = successor.describe()
+    if successor is not None:  # under "successor" or "window"
+        reads = provenance["contamination"]["heldout"][statistic_of(cfg)] = successor.describe()
         if successor.read == "greedy":  # how each item was continued: prefill, raw completion, instruction
-            provenance["contamination"]["heldout"]["successor"]["continuation"] = continuation_of(inputs.target)
+            reads["continuation"] = continuation_of(inputs.target)
     summary = [describe_line(lay, successor)]
     warnings = []
     if stopped:
@@ -346,7 +378,7 @@ def run_order(method: OrderTest, inputs: AuditInputs, bench: Benchmark) -> Metho
         )
     what, unit = "log-likelihood", "nats"
     if successor is not None:
-        what = "successor statistic T"
+        what = f"{statistic_of(cfg)} statistic T"
         unit = "matched words" if successor.read == "greedy" else "nats"
     combine = combine_of(cfg)
     reach = reach_for(cfg, lay, successor, n_items)
@@ -360,7 +392,7 @@ def run_order(method: OrderTest, inputs: AuditInputs, bench: Benchmark) -> Metho
             details={"limit": LIMIT},
         )
     else:
-        label = "full" if successor is None else f"successor ({successor.read})"
+        label = "full" if successor is None else f"{statistic_of(cfg)} ({successor.read})"
         verdict = order_verdict(stats, cfg.alpha, bench.name, n_items, label, combine, reach.text())
         reads = "the verdict's" if combine == "sum" else "beside it"
         summary += [
@@ -368,7 +400,7 @@ def run_order(method: OrderTest, inputs: AuditInputs, bench: Benchmark) -> Metho
             f"per-shard differences = {stats.p_sum:.3g} ({reads}); asymptotic t-test p = {stats.p_t:.3g} (Oren "
             f"et al.); mean canonical - permuted {what} {np.mean(stats.diffs):+.3f} {unit}",
             f"the verdict reads the {combine} p-value (order_combine)",
-            f"what it detects: {LIMIT}",
+            f"what it detects: {OrderTest.detects}; {LIMIT}",
             reach.text(),
         ]
     key = "ll" if successor is None else "T"
