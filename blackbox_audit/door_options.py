@@ -55,6 +55,7 @@ CANARY_KEYS: dict[str, tuple[str, type]] = {
     "file_order": ("file_order", bool),
     "duplicates": ("duplicates", int),
     "file_format": ("file_format", str),
+    "chat_tune": ("chat_tune", int),  # 0 = off: the raw canary, its key unchanged (``sim.canary_chat``)
 }
 
 

@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b = sub.add_parser(
         "build",
         help="split a corpus and train a target on the members -> OUT/model, members/nonmembers/calibration/"
-        "dataset/shifted.jsonl, card.json",
+        "dataset/shifted.jsonl, card.json (--chat-tune N: then instruction-tuned on N chat conversations)",
     )
     add_canary_arguments(b)
     b.add_argument("--out", required=True, help="folder for the canary (model/ is loadable as hf:OUT/model)")
@@ -37,6 +37,13 @@ def run_build(args: argparse.Namespace) -> int:
     card = canary.card
     print(json.dumps({k: card[k] for k in ("corpus", "base", "seed", "sizes", "epochs", "final_train_loss")}))
     print(f"build took {card['wall_time_s']:.0f} s wall, {card['cpu_time_s']:.0f} s CPU (build id {card['build_id']})")
+    chat = card.get("chat_tune")
+    if chat:
+        print(
+            f"chat-tuned on {chat['conversations']} {chat['source']} conversations ({chat['rendering']}): "
+            f"{chat['steps']} steps, train loss {chat['train_loss']:.3f}; the raw canary is build id "
+            f"{chat['raw_build_id']}"
+        )
     shifted = ", shifted.jsonl" if canary.shifted else ""
     files = f"dataset.jsonl, calibration.jsonl{shifted}, card.json"
     print(f"-> {canary.path}: model/ (target {canary.target_spec}), {files}")

@@ -319,6 +319,7 @@ def add_canary_arguments(parser: argparse.ArgumentParser, *, defaults: dict[str,
     parsing (``options_from_args``); ``None`` here means "the base's default".
     """
     from blackbox_audit.sim.canary import BASE_DEFAULTS, BASES, DEFAULT_SHIFT_CORPUS, CanaryOptions
+    from blackbox_audit.sim.canary_chat import SUGGESTED_CHAT_TUNE
 
     tiny, smol = BASE_DEFAULTS["tiny"], BASE_DEFAULTS["smollm2"]
     given = {flag: (defaults or {}).get(flag) for flag in ("members", "nonmembers", "calibration")}
@@ -415,6 +416,18 @@ def add_canary_arguments(parser: argparse.ArgumentParser, *, defaults: dict[str,
         help="--file-order: the serialisation trained on, the file's jsonl lines or Question/Answer blocks "
         "(test a qa canary with --order-format qa; default: jsonl)",
     )
+    g.add_argument(
+        "--chat-tune",
+        type=nonnegative_int,
+        nargs="?",
+        const=SUGGESTED_CHAT_TUNE,
+        default=CanaryOptions.chat_tune,
+        metavar="N",
+        help=f"after the training above, instruction-tune on N chat conversations unrelated to the benchmark "
+        f"(MMLU questions answered in the base's chat template), as a provider tunes a pretrained model; the "
+        f"flag alone: {SUGGESTED_CHAT_TUNE}, a good value (a short stage); 0 = the raw canary "
+        f"(default: {CanaryOptions.chat_tune}); see docs/canary.md",
+    )
     g.add_argument("--rebuild", action="store_true", help="ignore a cached build with the same options")
     g.add_argument("--cache-dir", help="cache folder (default: $BLACKBOX_AUDIT_CACHE or ~/.cache/blackbox-audit)")
     add_threads_argument(g)
@@ -439,5 +452,6 @@ def options_from_args(args: argparse.Namespace) -> Any:
         "file_order": getattr(args, "file_order", None),
         "duplicates": getattr(args, "duplicates", None),
         "file_format": getattr(args, "file_format", None),
+        "chat_tune": getattr(args, "chat_tune", None),
     }
     return canary_options(given)

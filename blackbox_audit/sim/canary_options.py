@@ -97,6 +97,9 @@ class CanaryOptions:
     file_order: bool = False
     duplicates: int = 1
     file_format: str = "jsonl"  # the serialisation trained on: the file's jsonl lines, or "qa" blocks
+    # after the training above, an instruction-tuning pass on this many unrelated chat conversations
+    # (``canary_chat``; 0 = off, the raw canary)
+    chat_tune: int = 0
 
     def resolved(self) -> CanaryOptions:
         """A copy with every ``None`` replaced by the base's default (what is hashed and built)."""
@@ -122,6 +125,8 @@ class CanaryOptions:
             # batch (8 or 16) a 100-item block (13 sequences) was 1-2 steps per pass and left no trace
             fields["train"] = replace(fields["train"], epochs=self.duplicates, n_positions=ctx, batch_size=1)
             fields["n_shifted"] = 0
+        if self.chat_tune:
+            _check_chat_tune(self.chat_tune, self.corpus)
         for name in ("n_members", "n_nonmembers", "n_calibration", "n_shifted"):
             least = 0 if name in ("n_calibration", "n_shifted") else 2
             if fields[name] < least:
@@ -137,7 +142,29 @@ class CanaryOptions:
             payload.pop("duplicates")
         if opts.file_format == "jsonl":  # likewise for file-order canaries built before "qa" existed
             payload.pop("file_format")
+        if opts.chat_tune:  # the chat data's version and the stage's format too; off: the raw canary's key
+            from .canary_chat import chat_data_id
+
+            payload["chat_data"] = chat_data_id()
+        else:
+            payload.pop("chat_tune")
         return content_key(payload, length=16, spaced=True)
+
+
+def _check_chat_tune(n: int, corpus: str) -> None:
+    """``chat_tune`` is a count of conversations MMLU holds, and MMLU is not the canary's own corpus."""
+    from blackbox_audit.benchmarks import MMLU_ROWS
+
+    from .canary_chat import SUGGESTED_CHAT_TUNE, check_chat_corpus
+
+    if n < 0:
+        raise UserError(
+            f"--chat-tune {n} is negative",
+            f"use 0 (no chat stage) or a count of conversations, e.g. {SUGGESTED_CHAT_TUNE}",
+        )
+    if n > MMLU_ROWS:
+        raise UserError(f"--chat-tune {n} is more than MMLU's {MMLU_ROWS} questions", f"use at most {MMLU_ROWS}")
+    check_chat_corpus(corpus)
 
 
 def corpus_id(corpus: str) -> str:
