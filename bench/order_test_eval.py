@@ -159,7 +159,11 @@ def emit_rates(emit: Any, rows: list[dict[str, Any]], args: argparse.Namespace, 
         )
 
 
-def build(base: str, seed: int, dups: int, members: int, cache: str, file_format: str = "jsonl") -> Any:
+def build(
+    base: str, seed: int, dups: int, members: int, cache: str, file_format: str = "jsonl", chat_tune: int = 0
+) -> Any:
+    """A file-order canary (cached in ``cache``); ``chat_tune``: then instruction-tuned on that many chat
+    conversations (``canary build --chat-tune``), as a deployed chat model is."""
     from blackbox_audit.sim.canary import CanaryOptions, build_canary
 
     opts = CanaryOptions(
@@ -172,6 +176,7 @@ def build(base: str, seed: int, dups: int, members: int, cache: str, file_format
         n_members=members,
         n_nonmembers=20,
         n_calibration=0,
+        chat_tune=chat_tune,
     )
     return build_canary(opts, cache_dir=cache, progress=False)
 
@@ -209,7 +214,7 @@ def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
     for dups in args.dups:
         rows = []
         for seed in args.seeds:
-            canary = build(args.base, seed, dups, args.members, args.cache, args.canary_format)
+            canary = build(args.base, seed, dups, args.members, args.cache, args.canary_format, args.chat_tune)
             off = canary.card["file_order"]["offset"]
             target = load(canary.target_spec, args.chat)
             rows.append(test_block(target, bench, args, off + args.block_start, seed))
@@ -223,7 +228,16 @@ def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
                 for st in statistics(args)
             )
             print(f"  {args.base} dups={dups} seed={seed}: {ps}", flush=True)
-        emit_rates(emit, rows, args, part="canary", base=args.base, dups=dups, canary_format=args.canary_format)
+        emit_rates(
+            emit,
+            rows,
+            args,
+            part="canary",
+            base=args.base,
+            dups=dups,
+            canary_format=args.canary_format,
+            chat_tune=args.chat_tune,
+        )
 
 
 def shuffled_file(bench: Any, seed: int, folder: Path) -> Any:
@@ -390,6 +404,10 @@ def api_block(
         argv = ["contamination", "--benchmark", str(bench_path), "--target", spec, "--tokenizer", tokenizer]
         argv += ["--pricing", str(prices), "--cache-dir", str(tmp / f"cache-{profile}"), "--out", str(out)]
         argv += ["--order-successor-tokens", str(args.successor_tokens)]
+        if args.statistic in ("full", "successor", "window"):  # else (both): the access chooses (auto)
+            argv += ["--order-statistic", args.statistic]
+        if args.permutations:
+            argv += ["--order-permutations", str(args.permutations)]
         if cli_main(argv) != 0:
             raise RuntimeError(f"contamination through {profile} failed")
         verdict = json.loads((out / "verdict.json").read_text())
@@ -422,7 +440,7 @@ def part_api(args: argparse.Namespace, bench: Any, emit: Any) -> None:
 
     cases = []
     for seed in args.seeds:
-        canary = build(args.base, seed, args.dups[0], args.members, args.cache)
+        canary = build(args.base, seed, args.dups[0], args.members, args.cache, chat_tune=args.chat_tune)
         off = canary.card["file_order"]["offset"] + args.block_start
         cases.append(("canary", seed, canary.target_spec, str(canary.model_dir), off))
     for k, off in enumerate(free_offsets(len(bench), args.items, range(0), args.blocks, 1)):
@@ -547,6 +565,9 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=[2, 3, 4],
         help="also test each block on only the first K shuffles of each shard, read off the same reads (default 2 3 4)",
+    )
+    p.add_argument(
+        "--chat-tune", type=int, default=0, help="canary: instruction-tune each canary on N chat conversations (0: raw)"
     )
     p.add_argument("--clean-target", default="smollm2")
     p.add_argument(
