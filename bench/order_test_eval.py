@@ -93,15 +93,17 @@ def test_block(target: Any, bench: Any, args: argparse.Namespace, offset: int, s
     row: dict[str, Any] = {"offset": offset, "seed": seed}
     for stat in statistics(args):
         t0 = time.process_time()
+        chosen = design(args, offset, seed, stat)  # the defaults resolved: the row says what was read
         if stat == "full":
-            stats, _ = read_shards(target, layout(bench, design(args, offset, seed, stat)), "error")
+            stats, _ = read_shards(target, layout(bench, chosen), "error")
         elif stat == "window":
-            lay = layout(bench, design(args, offset, seed, stat), texts=False)
+            lay = layout(bench, chosen, texts=False)
             stats, _ = read_window(target, window_layout(lay, args.successor_read, args.successor_tokens))
         else:
-            lay = layout(bench, design(args, offset, seed, stat), texts=False)
+            lay = layout(bench, chosen, texts=False)
             stats, _ = read_successor(target, successor_layout(lay, args.successor_read, args.successor_tokens))
         row[stat] = {
+            "design": chosen.to_json(),
             "p_exact": stats.p_exact,
             "p_t": stats.p_t,
             "p_sum": stats.p_sum,
