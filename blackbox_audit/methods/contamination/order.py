@@ -71,7 +71,7 @@ from blackbox_audit.results import Verdict
 
 FORMATS = ("auto", "jsonl", "qa")
 LIMIT = "shuffled or reformatted training is outside this test's reach"
-#: how the per-shard statistics become one p-value (``combined_p``): the exact rank-sum, or the sum of
+#: how the per-shard statistics become one p-value (``OrderStats.p_value``): the exact rank-sum, or the sum of
 #: differences under joint re-labellings
 COMBINES = ("rank-sum", "sum")
 NOT_DETECTED = f"no evidence of verbatim in-order training; {LIMIT}"
