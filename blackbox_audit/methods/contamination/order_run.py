@@ -394,10 +394,10 @@ def run_order(method: OrderTest, inputs: AuditInputs, bench: Benchmark) -> Metho
     else:
         label = "full" if successor is None else f"{statistic_of(cfg)} ({successor.read})"
         verdict = order_verdict(stats, cfg.alpha, bench.name, n_items, label, combine, reach.text())
-        reads = "the verdict's" if combine == "sum" else "beside it"
+        role = "the verdict's" if combine == "sum" else "beside it"
         summary += [
             f"exact permutation p = {stats.p_exact:.3g} (sum of per-shard ranks); permutation p of the sum of "
-            f"per-shard differences = {stats.p_sum:.3g} ({reads}); asymptotic t-test p = {stats.p_t:.3g} (Oren "
+            f"per-shard differences = {stats.p_sum:.3g} ({role}); asymptotic t-test p = {stats.p_t:.3g} (Oren "
             f"et al.); mean canonical - permuted {what} {np.mean(stats.diffs):+.3f} {unit}",
             f"the verdict reads the {combine} p-value (order_combine)",
             f"what it detects: {OrderTest.detects}; {LIMIT}",
