@@ -338,6 +338,27 @@ class OrderStats:
         }
 
 
+def read_by_shard(shards: int, read_one: Any, desc: str, progress: bool = False) -> tuple[OrderStats, str | None]:
+    """Every statistic's reading loop: ``read_one(s)`` gives shard ``s``'s canonical value and its shuffles'
+    values, shard by shard until done or a budget cap; the stats cover the shards fully read (a shard
+    half-read says nothing), and ``stopped`` is the cap's message."""
+    from blackbox_audit.engine.budget import BudgetExceeded
+    from blackbox_audit.progress import progress_bar
+
+    canonical, permuted, stopped = [], [], None
+    with progress_bar(total=shards, desc=desc, unit="shard", disable=not progress) as bar:
+        for s in range(shards):
+            try:
+                c, p = read_one(s)
+            except BudgetExceeded as exc:
+                stopped = exc.problem
+                break
+            canonical.append(float(c))
+            permuted.append(np.asarray(p))
+            bar.update(1)
+    return OrderStats(np.asarray(canonical), permuted), stopped
+
+
 def order_verdict(
     stats: OrderStats,
     alpha: float,

@@ -36,6 +36,7 @@ from blackbox_audit.methods.contamination.order import (
     OrderStats,
     layout,
     order_verdict,
+    read_by_shard,
 )
 from blackbox_audit.methods.contamination.order_successor import (
     READS,
@@ -319,21 +320,12 @@ def log_likelihoods(target: Any, texts: list[str], bounded: str) -> np.ndarray:
 
 def read_shards(target: Any, lay: OrderLayout, bounded: str, progress: bool = False) -> tuple[OrderStats, str | None]:
     """Read shard by shard until done or a budget cap; the stats cover the shards fully read."""
-    from blackbox_audit.engine.budget import BudgetExceeded
-    from blackbox_audit.progress import progress_bar
 
-    canonical, permuted, stopped = [], [], None
-    with progress_bar(total=len(lay.canonical), desc="order test", unit="shard", disable=not progress) as bar:
-        for c, ps in zip(lay.canonical, lay.permuted, strict=True):
-            try:
-                ll = log_likelihoods(target, [c, *ps], bounded)
-            except BudgetExceeded as exc:
-                stopped = exc.problem
-                break
-            canonical.append(ll[0])
-            permuted.append(ll[1:])
-            bar.update(1)
-    return OrderStats(np.asarray(canonical), permuted), stopped
+    def one(s: int) -> tuple[float, np.ndarray]:
+        ll = log_likelihoods(target, [lay.canonical[s], *lay.permuted[s]], bounded)
+        return ll[0], ll[1:]
+
+    return read_by_shard(len(lay.canonical), one, "order test", progress)
 
 
 def run_order(method: OrderTest, inputs: AuditInputs, bench: Benchmark) -> MethodResult:

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from blackbox_audit.errors import UserError
-from blackbox_audit.methods.contamination.order import OrderLayout, OrderStats, shard_permutations
+from blackbox_audit.methods.contamination.order import OrderLayout, OrderStats, read_by_shard, shard_permutations
 from blackbox_audit.reads import PositionSample, ReadOptions
 
 READS = ("exact", "censored", "greedy")
@@ -130,11 +130,16 @@ class SuccessorLayout:
         return {"read": self.read, "tokens": self.tokens, "lead": self.lead, "reads": self.n_requests}
 
 
-def successor_layout(order: OrderLayout, read: str, tokens: int) -> SuccessorLayout:
+def check_read(statistic: str, read: str, tokens: int, example: int = 4) -> None:
+    """The successor's and the window's one check of their read and tokens per item."""
     if read not in READS:
-        raise UserError(f"unknown successor read '{read}'", f"use one of {', '.join(READS)}")
+        raise UserError(f"unknown {statistic} read '{read}'", f"use one of {', '.join(READS)}")
     if tokens < 1:
-        raise UserError(f"order_successor_tokens={tokens} is too small", "use at least 1 (e.g. 4)")
+        raise UserError(f"order_successor_tokens={tokens} is too small", f"use at least 1 (e.g. {example})")
+
+
+def successor_layout(order: OrderLayout, read: str, tokens: int) -> SuccessorLayout:
+    check_read("successor", read, tokens)
     units = [u for shard in order.units for u in shard]
     return SuccessorLayout(order=order, read=read, tokens=tokens, lead=lead_of(units))
 
@@ -199,21 +204,9 @@ def shard_statistics(matrix: np.ndarray, permutations: int, seed: int, s: int) -
 
 def read_successor(target: Any, lay: SuccessorLayout, progress: bool = False) -> tuple[OrderStats, str | None]:
     """Read shard by shard until done or a budget cap; the stats cover the shards fully read."""
-    from blackbox_audit.engine.budget import BudgetExceeded
-    from blackbox_audit.progress import progress_bar
-
-    canonical, permuted, stopped = [], [], None
     design = lay.order.design
-    shards = len(lay.order.units)
-    with progress_bar(total=shards, desc="order test (successor)", unit="shard", disable=not progress) as bar:
-        for s in range(len(lay.order.units)):
-            try:
-                matrix = pair_matrix(target, lay, s)
-            except BudgetExceeded as exc:
-                stopped = exc.problem
-                break
-            c, p = shard_statistics(matrix, design.permutations, design.seed, s)
-            canonical.append(c)
-            permuted.append(p)
-            bar.update(1)
-    return OrderStats(np.asarray(canonical), permuted), stopped
+
+    def one(s: int) -> tuple[float, np.ndarray]:
+        return shard_statistics(pair_matrix(target, lay, s), design.permutations, design.seed, s)
+
+    return read_by_shard(len(lay.order.units), one, "order test (successor)", progress)

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from blackbox_audit.methods.contamination.order import OrderLayout, OrderStats, shard_permutations
-from blackbox_audit.methods.contamination.order_successor import READS, TOP_N, lead_of, snippet
+from blackbox_audit.methods.contamination.order import OrderLayout, OrderStats, read_by_shard, shard_permutations
+from blackbox_audit.methods.contamination.order_successor import TOP_N, check_read, lead_of, snippet
 from blackbox_audit.reads import PositionSample, ReadOptions
 
 
@@ -99,12 +99,7 @@ class WindowLayout:
 
 
 def window_layout(order: OrderLayout, read: str, tokens: int) -> WindowLayout:
-    from blackbox_audit.errors import UserError
-
-    if read not in READS:
-        raise UserError(f"unknown window read '{read}'", f"use one of {', '.join(READS)}")
-    if tokens < 1:
-        raise UserError(f"order_successor_tokens={tokens} is too small", "use at least 1 (e.g. 16)")
+    check_read("window", read, tokens, example=16)
     units = [u for shard in order.units for u in shard]
     return WindowLayout(order=order, read=read, tokens=tokens, lead=lead_of(units))
 
@@ -133,19 +128,9 @@ def order_value(target: Any, lay: WindowLayout, s: int, order: np.ndarray) -> fl
 
 def read_window(target: Any, lay: WindowLayout, progress: bool = False) -> tuple[OrderStats, str | None]:
     """Read shard by shard until done or a budget cap; the stats cover the shards fully read."""
-    from blackbox_audit.engine.budget import BudgetExceeded
-    from blackbox_audit.progress import progress_bar
 
-    canonical, permuted, stopped = [], [], None
-    shards = len(lay.order.units)
-    with progress_bar(total=shards, desc="order test (window)", unit="shard", disable=not progress) as bar:
-        for s in range(shards):
-            try:
-                values = [order_value(target, lay, s, o) for o in lay.orders(s)]
-            except BudgetExceeded as exc:
-                stopped = exc.problem
-                break
-            canonical.append(values[0])
-            permuted.append(np.asarray(values[1:]))
-            bar.update(1)
-    return OrderStats(np.asarray(canonical), permuted), stopped
+    def one(s: int) -> tuple[float, np.ndarray]:
+        values = [order_value(target, lay, s, o) for o in lay.orders(s)]
+        return values[0], np.asarray(values[1:])
+
+    return read_by_shard(len(lay.order.units), one, "order test (window)", progress)
