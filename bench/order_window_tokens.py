@@ -18,8 +18,10 @@ from the same reads the p-values of several statistics:
 
 Each is a function of the order alone, computed the same way for every order, so the canonical order's
 value is exchangeable with its shuffles' under the null and every p-value stays exact. Choose ``K`` on
-tuning canaries (``--seeds 100 101 102``) and report it on others. ``--dump DIR`` keeps each block's token
-logprobs (json.gz) so further statistics can be computed without reading again.
+tuning canaries (``--seeds 100 101 102``) and report it on others. ``--reversals`` reads only the
+canonical order and the first shuffle backwards, for the designs of ``bench/order_designs.py``.
+``--dump DIR`` keeps each block's token logprobs (json.gz) so further statistics can be computed without
+reading again.
 
 Parts: ``canary`` (file-order canaries on their own block) and ``clean`` (the unmodified base on random
 blocks of the published file). Rows (``--out``) carry the revision and the command.
@@ -110,7 +112,9 @@ def read_block(target: Any, bench: Any, args: argparse.Namespace, offset: int, s
         lead = lead_of(units)
         perms = shard_permutations(len(units), lay.design.permutations, lay.design.seed, s)
         orders = [np.arange(len(units)), *perms]
-        texts = [lay.canonical[s], *lay.permuted[s]]
+        if args.reversals:  # only the canonical order and the first shuffle, each read backwards
+            orders = [orders[0][::-1], orders[1][::-1]]
+        texts = ["".join(units[int(j)] for j in order) for order in orders]
         records = target.token_logprobs(texts, progress=False)
         shards.append(
             [
@@ -119,13 +123,9 @@ def read_block(target: Any, bench: Any, args: argparse.Namespace, offset: int, s
             ]
         )
     cpu = time.process_time() - t0
-    row = {
-        "offset": offset,
-        "seed": seed,
-        "cpu_s": cpu,
-        "design": lay.design.to_json(),
-        **statistics_of(shards, args.alpha),
-    }
+    row = {"offset": offset, "seed": seed, "cpu_s": cpu, "design": lay.design.to_json(), "reversals": args.reversals}
+    if not args.reversals:
+        row.update(statistics_of(shards, args.alpha))
     if args.dump:
         Path(args.dump).mkdir(parents=True, exist_ok=True)
         name = f"{args.tag}-off{offset}-seed{seed}.json.gz"
@@ -135,6 +135,9 @@ def read_block(target: Any, bench: Any, args: argparse.Namespace, offset: int, s
 
 
 def show(label: str, row: dict[str, Any]) -> None:
+    if row["reversals"]:
+        print(f"  {label} ({row['cpu_s']:.0f} CPU-s): reversals read", flush=True)
+        return
     cells = "  ".join(
         f"{k}: {row[k]['p_sum']:.3g}/{row[k]['p_exact']:.3g}"
         for k in ("full", "after-first", *(f"window-{w}" for w in WINDOWS))
@@ -188,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--clean-target", default="smollm2")
     p.add_argument("--cache", default=None, help="canary cache folder")
+    p.add_argument(
+        "--reversals",
+        action="store_true",
+        help="read only the canonical order and the first shuffle backwards (dumped; bench/order_designs.py "
+        "combines them with a run's canonical and shuffled reads)",
+    )
     p.add_argument("--dump", help="keep each block's token logprobs here (json.gz)")
     p.add_argument("--tag", default="block", help="dump file prefix")
     p.add_argument("--out", help="append JSON rows here")
