@@ -153,7 +153,8 @@ def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
         for seed in args.seeds:
             canary = build(args.base, seed, dups, args.members, args.cache)
             target = load(canary.target_spec)
-            rows.append(read_block(target, bench, args, canary.card["file_order"]["offset"], seed))
+            offset = canary.card["file_order"]["offset"] + args.block_start
+            rows.append(read_block(target, bench, args, offset, seed))
             show(f"{args.base} dups={dups} seed={seed}", rows[-1])
         emit({"part": "canary", "base": args.base, "dups": dups, "rows": rows})
 
@@ -182,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[100, 101, 102])
     p.add_argument("--members", type=int, default=100)
     p.add_argument("--items", type=int, default=100)
+    p.add_argument(
+        "--block-start",
+        type=int,
+        default=0,
+        help="canary: test from this item of its block (odd: no shard starts where a training sequence starts)",
+    )
     p.add_argument("--blocks", type=int, default=20, help="clean: random blocks")
     p.add_argument("--block-slice", help="clean: A:B, only these of the blocks (split a run across processes)")
     p.add_argument("--shard-items", type=int, default=10)
