@@ -19,8 +19,12 @@ and reports per block and per group the p-values of each design:
 - ``reverse-pairs``: the canonical order, its reversal, the first shuffle and its reversal (4 reads);
 
 under each value of an order (``full``: every token; ``tail-K``: each item's tokens after its first ``K``
-tokens past the items' common lead). The verdict's p-value is the sum of per-shard differences against
-joint re-labellings (``order.sum_permutation_p``); the exact rank-sum is printed beside it.
+tokens past the items' common lead), whose p-value is the sum of per-shard differences against joint
+re-labellings (``order.sum_permutation_p``), and under ``items``: the sum of each item's clipped contrast
+with its mean over the shard's other orders (``order.item_contrasts``, ``order_combine items``; the
+``items-C`` variants clip at ``C`` nats, ``+openers`` keeps the items that open some order), and under
+``sum-items``: the smaller of the sum's and the items' p-values, referred to the same re-labellings
+(``order.relabel_min_p``). The exact rank-sum of the orders' totals is printed beside each.
 
 Usage: ``python bench/order_designs.py runs/wt-dump tune1 eval1 ...``; ``--out`` appends a JSON row per
 group, with the revision and the command.
@@ -45,7 +49,10 @@ DESIGNS = {
     "reverse": ["0", "r0"],
     "reverse-pairs": ["0", "r0", "1", "r1"],
 }
-VALUES = ("full", "tail-4", "tail-8", "tail-16", "tail-32")
+VALUES = ("full", "tail-4", "tail-8", "tail-16", "tail-32", "items", "sum-items")
+#: per-item variants (``--items-variants``): the clip in nats (``inf``: none), and ``+openers`` to keep the
+#: items that open some order
+ITEM_VARIANTS = ("items-2", "items-10", "items-20", "items-inf", "items-5+openers", "items-20+openers")
 
 
 def order_value(places: list[dict[str, list[float]]], value: str) -> float:
@@ -54,6 +61,14 @@ def order_value(places: list[dict[str, list[float]]], value: str) -> float:
         return sum(sum(p["lead"]) + sum(p["body"]) for p in places)
     k = int(value.removeprefix("tail-"))
     return sum(sum(p["body"][k:]) for p in places)
+
+
+def order_of(name: str, n: int, perms: Any) -> Any:
+    """The items' order (file-order indices) that a dump's order ``name`` read."""
+    import numpy as np
+
+    base = np.arange(n) if name.lstrip("r") == "0" else perms[int(name.lstrip("r")) - 1]
+    return base[::-1] if name.startswith("r") else base
 
 
 def load_group(folder: Path, tag: str) -> list[dict[str, Any]]:
@@ -68,22 +83,65 @@ def load_group(folder: Path, tag: str) -> list[dict[str, Any]]:
             with gzip.open(rev, "rt", encoding="utf-8") as f:
                 for s, orders in enumerate(json.load(f)["shards"]):
                     shards[s].update({f"r{j}": o for j, o in enumerate(orders)})
-        blocks.append({"name": path.name.removesuffix(".json.gz"), "shards": shards})
+        blocks.append({"name": path.name.removesuffix(".json.gz"), "shards": shards, "design": d["design"]})
     return blocks
 
 
-def p_values(block: dict[str, Any], design: str, value: str) -> tuple[float, float] | None:
-    """``(p_sum, p_exact)`` of ``design`` under ``value``; None where an order of it was not read."""
+def item_matrices(block: dict[str, Any], names: list[str]) -> list[tuple[Any, Any]]:
+    """Per shard: each order's per-item log-likelihoods (``[orders, items]``, items in file order) and which
+    items open some order (``OrderStats.items``)."""
     import numpy as np
 
-    from blackbox_audit.methods.contamination.order import OrderStats
+    from blackbox_audit.methods.contamination.order import shard_permutations
+
+    d, out = block["design"], []
+    for s, shard in enumerate(block["shards"]):
+        n = len(shard["0"])
+        perms = shard_permutations(n, d["permutations"], d["seed"], s)
+        orders = [order_of(name, n, perms) for name in names]
+        lls = np.zeros((len(names), n))
+        for a, (name, order) in enumerate(zip(names, orders, strict=True)):
+            lls[a, order] = [sum(p["lead"]) + sum(p["body"]) for p in shard[name]]
+        firsts = np.zeros(n, dtype=bool)
+        firsts[[int(o[0]) for o in orders]] = True
+        out.append((lls, firsts))
+    return out
+
+
+def p_values(block: dict[str, Any], design: str, value: str) -> tuple[float, float] | None:
+    """``(p, p_exact)`` of ``design`` under ``value``; None where an order of it was not read. ``p`` is the
+    sum of per-shard differences, or for ``items`` the sum of clipped per-item contrasts (``order_combine
+    items``; ``items-C[+openers]``: clipped at ``C`` nats, openers kept), or for ``sum-items`` the min-p of
+    the two, each against joint re-labellings; ``p_exact`` the rank-sum of the orders' totals."""
+    import numpy as np
+
+    from blackbox_audit.methods.contamination.order import (
+        ITEM_CLIP,
+        OrderStats,
+        item_contrasts,
+        relabel_min_p,
+        relabel_p,
+        shard_differences,
+    )
 
     names = DESIGNS[design]
     if any(n not in block["shards"][0] for n in names):
         return None
-    vals = [[order_value(shard[n], value) for n in names] for shard in block["shards"]]
+    total = value if value.startswith(("full", "tail-")) else "full"
+    vals = [[order_value(shard[n], total) for n in names] for shard in block["shards"]]
     st = OrderStats(np.array([v[0] for v in vals]), [np.array(v[1:]) for v in vals])
-    return st.p_sum, st.p_exact
+    if total == value:
+        return st.p_sum, st.p_exact
+    spec = "5" if value in ("items", "sum-items") else value.removeprefix("items-")
+    clip = float(spec.split("+")[0]) if spec.split("+")[0] != "inf" else np.inf
+    clip = ITEM_CLIP if value in ("items", "sum-items") else clip
+    contrasts = [
+        item_contrasts(lls, np.zeros_like(firsts) if spec.endswith("+openers") else firsts, clip=clip)
+        for lls, firsts in item_matrices(block, names)
+    ]
+    if value == "sum-items":
+        return relabel_min_p([shard_differences(st.canonical, st.permuted), contrasts]), st.p_exact
+    return relabel_p(contrasts), st.p_exact
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("folder", help="the dumps' folder (bench/order_window_tokens.py --dump)")
     p.add_argument("tags", nargs="+", help="groups: dump tags (e.g. tune1 eval1 clean)")
     p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--designs", nargs="+", default=list(DESIGNS), choices=list(DESIGNS), help="designs reported")
+    p.add_argument(
+        "--values", nargs="+", default=list(VALUES), help=f"values reported: {', '.join(VALUES + ITEM_VARIANTS)}"
+    )
     p.add_argument("--out", help="append a JSON row per group here")
     args = p.parse_args(argv)
     cmd = announce(argv)
@@ -102,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"## {tag}: {len(blocks)} blocks (p_sum; exact rank-sum in brackets)")
         for block in blocks:
             cells = []
-            for design in DESIGNS:
-                for value in VALUES:
+            for design in args.designs:
+                for value in args.values:
                     got = p_values(block, design, value)
                     if got is None:
                         continue

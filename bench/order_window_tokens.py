@@ -24,7 +24,9 @@ canonical order and the first shuffle backwards, for the designs of ``bench/orde
 reading again.
 
 Parts: ``canary`` (file-order canaries on their own block) and ``clean`` (the unmodified base on random
-blocks of the published file). Rows (``--out``) carry the revision and the command.
+blocks of the published file, or with ``--clean-order shuffled`` of GSM8K's lines in a seeded order that
+no model was trained on, so that every flag is false by construction). Rows (``--out``) carry the
+revision and the command.
 """
 
 from __future__ import annotations
@@ -160,16 +162,22 @@ def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
 
 
 def part_clean(args: argparse.Namespace, bench: Any, emit: Any) -> None:
-    from bench.order_test_eval import free_offsets, load
+    import tempfile
+
+    from bench.order_test_eval import free_offsets, load, shuffled_file
 
     target = load(args.clean_target)
+    tmp = tempfile.TemporaryDirectory()
+    if args.clean_order == "shuffled":  # an order no model was trained on: every flag is false
+        bench = shuffled_file(bench, args.clean_order_seed, Path(tmp.name))
     offsets = list(enumerate(free_offsets(len(bench), args.items, range(0), args.blocks, 1)))
     start, _, stop = (args.block_slice or ":").partition(":")
     rows = []
     for k, off in offsets[int(start or 0) : int(stop) if stop else None]:
         rows.append(read_block(target, bench, args, off, k))
         show(f"{args.clean_target} block {off}", rows[-1])
-    emit({"part": "clean", "target": args.clean_target, "rows": rows})
+    tmp.cleanup()
+    emit({"part": "clean", "target": args.clean_target, "clean_order": args.clean_order, "rows": rows})
 
 
 PARTS = {"canary": part_canary, "clean": part_clean}
@@ -197,6 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alpha", type=float, default=0.05)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--clean-target", default="smollm2")
+    p.add_argument(
+        "--clean-order",
+        default="published",
+        choices=("published", "shuffled"),
+        help="clean: blocks of the published file, or of its lines in a seeded order no model saw",
+    )
+    p.add_argument("--clean-order-seed", type=int, default=0, help="clean --clean-order shuffled: the order's seed")
     p.add_argument("--cache", default=None, help="canary cache folder")
     p.add_argument(
         "--reversals",
