@@ -198,10 +198,11 @@ def test_verdict_wording_both_ways(gsm8k) -> None:
     canon = _lines(gsm8k, 1319)
     flagged = _method().run(AuditInputs(data=gsm8k, target=OrderAware(canon, lift=3.0)))
     assert flagged.verdict.decision == "contaminated"
-    assert "trained on this file in this order (permutation p (sum of per-shard differences) = " in (
+    assert "trained on this file in this order (permutation p (sum of clipped per-item contrasts) = " in (
         flagged.verdict.statement
     )
     assert "exact rank-sum p = " in flagged.verdict.statement
+    assert "sum-of-differences p = " in flagged.verdict.statement
     assert "outside this test's reach" in flagged.verdict.statement
     assert flagged.verdict.details["order_test"]["p_t_test_rule"].endswith("asymptotic")
     quiet = _method().run(AuditInputs(data=gsm8k, target=OrderAware(canon, lift=0.0)))
@@ -211,29 +212,36 @@ def test_verdict_wording_both_ways(gsm8k) -> None:
         assert len(v.ids) == 6 and v.provenance["contamination"]["heldout"]["kind"] == "order"
     ranked = _method(order_combine="rank-sum").run(AuditInputs(data=gsm8k, target=OrderAware(canon, lift=3.0)))
     assert "trained on this file in this order (exact p = " in ranked.verdict.statement
+    summed = _method(order_combine="sum").run(AuditInputs(data=gsm8k, target=OrderAware(canon, lift=3.0)))
+    assert "trained on this file in this order (permutation p (sum of per-shard differences) = " in (
+        summed.verdict.statement
+    )
 
 
 def test_the_verdict_reads_the_combination_it_names(gsm8k) -> None:
-    """The full statistic's verdict reads the sum-permutation p-value by default, the rank-sum when asked;
-    both are in verdict.json, and run.json records which one the verdict read."""
+    """The full statistic's verdict reads the per-item p-value by default, the sum or the rank-sum when asked;
+    all are in verdict.json, and run.json records which one the verdict read."""
     canon = _lines(gsm8k, 1319)
     target = OrderAware(canon, lift=0.5)
-    by_sum = _method().run(AuditInputs(data=gsm8k, target=target))
+    by_items = _method().run(AuditInputs(data=gsm8k, target=target))
+    by_sum = _method(order_combine="sum").run(AuditInputs(data=gsm8k, target=target))
     by_rank = _method(order_combine="rank-sum").run(AuditInputs(data=gsm8k, target=target))
+    got = by_items.verdict.details["order_test"]
+    assert by_items.verdict.p_value == got["p_items"] and got["combine"] == "items"
     got = by_sum.verdict.details["order_test"]
     assert by_sum.verdict.p_value == got["p_sum_permutation"] and got["combine"] == "sum"
     assert by_rank.verdict.p_value == by_rank.verdict.details["order_test"]["p_exact"]
-    assert by_sum.provenance["contamination"]["heldout"]["combine"] == "sum"
-    assert by_rank.provenance["contamination"]["heldout"]["combine"] == "rank-sum"
-    assert by_sum.verdict.p_value != by_rank.verdict.p_value
+    for result, combine in ((by_items, "items"), (by_sum, "sum"), (by_rank, "rank-sum")):
+        assert result.provenance["contamination"]["heldout"]["combine"] == combine
+    assert len({by_items.verdict.p_value, by_sum.verdict.p_value, by_rank.verdict.p_value}) == 3
 
 
-def test_defaults_read_two_shuffles_per_shard_and_the_sum(gsm8k) -> None:
-    """The full statistic's default: 10-item shards read in 3 orders (2 shuffles), the sum of differences."""
+def test_defaults_read_two_shuffles_per_shard_and_the_items(gsm8k) -> None:
+    """The full statistic's default: 10-item shards read in 3 orders (2 shuffles), the per-item contrasts."""
     from blackbox_audit.methods.contamination.order_run import combine_of, design_of
 
     cfg = ContaminationConfig(heldout="order", order_statistic="full")
-    assert (design_of(cfg).shard_items, design_of(cfg).permutations, combine_of(cfg)) == (10, 2, "sum")
+    assert (design_of(cfg).shard_items, design_of(cfg).permutations, combine_of(cfg)) == (10, 2, "items")
     succ = ContaminationConfig(heldout="order", order_statistic="successor")
     assert (design_of(succ).permutations, combine_of(succ)) == (999, "rank-sum")
     with pytest.raises(UserError, match="order_combine"):

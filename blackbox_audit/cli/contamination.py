@@ -109,10 +109,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     o.add_argument(
         "--order-combine",
-        choices=("auto", "rank-sum", "sum"),
-        help="the verdict's p-value: sum = the sum of per-shard differences against joint re-labellings of the "
-        "shards' orders (Monte Carlo, valid); rank-sum = the exact law of the sum of per-shard ranks; auto "
-        "(default): sum for full and window, rank-sum for successor",
+        choices=("auto", "rank-sum", "sum", "items", "sum-items"),
+        help="the verdict's p-value: sum = the sum of per-shard differences; items = each item's contrast with its "
+        "mean over the shard's other orders, clipped, summed (full statistic only); both against joint "
+        "re-labellings of the shards' orders (Monte Carlo, valid); sum-items = the smaller of those two, referred "
+        "to the same re-labellings (min-p); rank-sum = the exact law of the sum of per-shard ranks; auto "
+        "(default): by statistic (docs/contamination.md)",
     )
     o.add_argument("--order-format", choices=("auto", "jsonl", "qa"), help="serialisation (default auto)")
     o.add_argument("--order-strata", help="auto (MMLU: by subject), none, or a field name (default auto)")

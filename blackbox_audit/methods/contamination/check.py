@@ -143,7 +143,7 @@ class ContaminationConfig(MethodConfig):
     order_read: Literal["auto", "exact", "censored", "greedy"] = "auto"
     order_successor_tokens: int | None = None  # None: by statistic (``order_run.DEFAULT_TOKENS``)
     # how per-shard statistics make one p-value (``order.COMBINES``); auto: ``order_run.DEFAULT_COMBINE``
-    order_combine: Literal["auto", "rank-sum", "sum"] = "auto"
+    order_combine: Literal["auto", "rank-sum", "sum", "items", "sum-items"] = "auto"
     order_also: bool = False  # with known non-members: also the order test, one verdict by Holm (``multiplicity``)
 
     def validate(self) -> None:

@@ -46,11 +46,22 @@ the training sequences started) are outvoted by the null ones. This p-value sums
 differences themselves and refers the sum to random joint re-labellings (each shard's "canonical"
 order drawn uniformly among its orders, independently): a Monte Carlo permutation p-value, valid at
 any number of draws thanks to its +1 (the observed relabelling is one draw of the same law, so
-``P(p <= a) <= a`` for every ``a``). It is what the full statistic's verdict reads by default
-(``combine = "sum"``): with 2 shuffles per shard its rank-sum has little resolution (each rank is 1, 2
-or 3), while the sum keeps each shard's margin. ``bench/order_test_eval.py`` measured both on SmolLM2
-canaries (``order_reach.json``, docs/contamination.md). The successor statistic keeps the rank-sum, the
-combination its power was measured with (``combine = "rank-sum"``).
+``P(p <= a) <= a`` for every ``a``). With 2 shuffles per shard the rank-sum has little resolution
+(each rank is 1, 2 or 3), while the sum keeps each shard's margin.
+
+**The sum of clipped per-item contrasts** (``combine = "items"``, ``item_contrasts``, the full
+statistic's default): a whole-text read gives each item's log-likelihood in each order, so a shard's
+statistic can be built from items rather than from the order's total. An item's contrast in an order is
+its log-likelihood there minus its mean over the shard's other orders: what the items before it did for
+it. Two things swamp the total with 2 shuffles: the item that opens an order is read with no context (a
+loss of tens of nats, different for each item and order), and a few items move by tens of nats either
+way. So items that open some order of the shard are left out, and each contrast is clipped at
+``ITEM_CLIP`` nats. Both rules are the same for every order of the shard, so each order's statistic is
+one function of that order and of the shard's set of orders, and ``relabel_p`` refers the canonical
+orders' sum to joint re-labellings, exactly as for the sum of differences. ``bench/order_test_eval.py``
+and ``bench/order_designs.py`` measured each on SmolLM2 canaries (``order_reach.json``,
+docs/contamination.md). The window statistic reads the sum of differences and the successor the rank-sum,
+the combinations their power was measured with.
 
 What it cannot see: training on shuffled items, or on a reformatted copy of the file. Every
 verdict says so; "not detected" is never "clean".
@@ -71,9 +82,13 @@ from blackbox_audit.results import Verdict
 
 FORMATS = ("auto", "jsonl", "qa")
 LIMIT = "shuffled or reformatted training is outside this test's reach"
-#: how the per-shard statistics become one p-value (``OrderStats.p_value``): the exact rank-sum, or the sum of
-#: differences under joint re-labellings
-COMBINES = ("rank-sum", "sum")
+#: how the per-shard statistics become one p-value (``OrderStats.p_value``): the exact rank-sum, the sum of
+#: differences under joint re-labellings, the sum of clipped per-item contrasts under the same re-labellings,
+#: or the smaller of those two p-values referred to the same re-labellings (min-p)
+COMBINES = ("rank-sum", "sum", "items", "sum-items")
+#: nats at which ``item_contrasts`` clips each item's contrast, chosen on tuning canaries
+#: (``bench/order_designs.py``, docs/contamination.md)
+ITEM_CLIP = 5.0
 NOT_DETECTED = f"no evidence of verbatim in-order training; {LIMIT}"
 #: Monte Carlo draws of ``sum_permutation_p`` (its smallest p-value is ``1 / (1 + SUM_DRAWS)``)
 SUM_DRAWS = 19_999
@@ -165,6 +180,11 @@ class OrderLayout:
     def n_requests(self) -> int:
         return len(self.canonical) + sum(len(p) for p in self.permuted)
 
+    def orders(self, s: int) -> list[np.ndarray]:
+        """Shard ``s``'s canonical order, then its seeded shuffles: the orders ``canonical``/``permuted`` read."""
+        n = len(self.units[s])
+        return [np.arange(n), *shard_permutations(n, self.design.permutations, self.design.seed, s)]
+
     def texts(self) -> list[str]:
         return [t for c, ps in zip(self.canonical, self.permuted, strict=True) for t in (c, *ps)]
 
@@ -246,28 +266,88 @@ def exact_p(canonical: np.ndarray, permuted: Sequence[np.ndarray]) -> float:
     return rank_sum_cdf([len(p) + 1 for p in permuted], int(r.sum()))
 
 
-def sum_permutation_p(
-    canonical: np.ndarray, permuted: Sequence[np.ndarray], *, draws: int = SUM_DRAWS, seed: int = 0
-) -> float:
-    """The sum of per-shard differences against joint re-labellings of every shard (Monte Carlo, exact).
+def relabel_p(values: Sequence[np.ndarray], *, draws: int = SUM_DRAWS, seed: int = 0) -> float:
+    """The sum over shards of each shard's statistic of its canonical order (``values[s][0]``) against joint
+    re-labellings: each draw picks one order per shard uniformly and sums the picked orders' statistics.
 
-    Under the null each shard's canonical order is exchangeable with its shuffles, independently across
-    shards, so which of a shard's ``m + 1`` orders plays "canonical" is uniform. Each draw picks one per
-    shard and sums the picked orders' differences (its log-likelihood minus the mean of the others'). The
-    observed sum is one more such draw, so ``p = (1 + #{draws >= observed}) / (1 + draws)`` is a valid
-    p-value at any number of draws (ties count against the canonical order). Unlike the rank-sum it
-    does not cap a shard's contribution: three shards at +300 nats are not outvoted by seven null ones.
-    """
+    ``values[s][a]`` is order ``a``'s statistic in shard ``s``, the same function of that order and of the
+    shard's set of orders for every ``a``. Under the null each shard's canonical order is exchangeable with
+    its other orders, independently across shards, so which order plays "canonical" is uniform; the
+    observed sum is one more draw of that law, so ``p = (1 + #{draws >= observed}) / (1 + draws)`` is a
+    valid p-value at any number of draws (ties count against the canonical order)."""
     rng = np.random.default_rng([int(seed), 0x5D])
     observed = 0.0
     total = np.zeros(int(draws))
-    for c, p in zip(canonical, permuted, strict=True):
-        values = np.concatenate([[float(c)], np.asarray(p, dtype=np.float64)])
-        m = len(values) - 1
-        diffs = values - (values.sum() - values) / m  # each order's LL minus the mean of the others'
-        observed += float(diffs[0])
-        total += diffs[rng.integers(0, m + 1, size=int(draws))]
+    for v in values:
+        v = np.asarray(v, dtype=np.float64)
+        observed += float(v[0])
+        total += v[rng.integers(0, len(v), size=int(draws))]
     return float((1 + np.sum(total >= observed - 1e-9 * max(1.0, abs(observed)))) / (1 + int(draws)))
+
+
+def relabel_min_p(statistics: Sequence[Sequence[np.ndarray]], *, draws: int = SUM_DRAWS, seed: int = 0) -> float:
+    """The smaller of several statistics' re-labelling p-values, referred to the same re-labellings (min-p).
+
+    ``statistics[k][s][a]``: statistic ``k``'s value for order ``a`` of shard ``s``, as in ``relabel_p``. Each
+    draw re-labels every statistic alike (one order per shard); each member of the set (the observed
+    labelling and the draws) gets, per statistic, its p-value against the whole set, and its smallest one.
+    The observed labelling is one exchangeable member of that set under the null, so
+    ``p = #{members whose smallest p-value <= the observed one's} / (1 + draws)`` is a valid p-value: it
+    pays for taking the better of the statistics by the statistics' correlation, not by a factor of their
+    number."""
+    rng = np.random.default_rng([int(seed), 0x5D])
+    shards = len(statistics[0])
+    picks = [rng.integers(0, len(statistics[0][s]), size=int(draws)) for s in range(shards)]
+    smallest = np.ones(int(draws) + 1)
+    for values in statistics:
+        total = np.zeros(int(draws) + 1)  # [observed, draws...]
+        for s, v in enumerate(values):
+            v = np.asarray(v, dtype=np.float64)
+            total[0] += float(v[0])
+            total[1:] += v[picks[s]]
+        tol = 1e-9 * np.maximum(1.0, np.abs(total))
+        ordered = np.sort(total)
+        at_least = len(total) - np.searchsorted(ordered, total - tol, side="left")  # members >= each (ties count)
+        smallest = np.minimum(smallest, at_least / len(total))
+    return float(np.sum(smallest <= smallest[0] * (1 + 1e-12)) / len(smallest))
+
+
+def shard_differences(canonical: np.ndarray, permuted: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Per shard, each order's log-likelihood minus the mean of the shard's other orders' (the canonical first)."""
+    out = []
+    for c, p in zip(canonical, permuted, strict=True):
+        v = np.concatenate([[float(c)], np.asarray(p, dtype=np.float64)])
+        out.append(v - (v.sum() - v) / (len(v) - 1))
+    return out
+
+
+def sum_permutation_p(
+    canonical: np.ndarray, permuted: Sequence[np.ndarray], *, draws: int = SUM_DRAWS, seed: int = 0
+) -> float:
+    """The sum of per-shard differences against joint re-labellings of every shard (``relabel_p``).
+
+    Each order's statistic is its log-likelihood minus the mean of the shard's other orders'. Unlike the
+    rank-sum it does not cap a shard's contribution: three shards at +300 nats are not outvoted by seven
+    null ones.
+    """
+    return relabel_p(shard_differences(canonical, permuted), draws=draws, seed=seed)
+
+
+def item_contrasts(lls: np.ndarray, firsts: np.ndarray, clip: float = ITEM_CLIP) -> np.ndarray:
+    """Per order of one shard: the sum over its items of each item's clipped contrast.
+
+    ``lls[a, i]``: item ``i``'s log-likelihood (the sum of its tokens' logprobs) in order ``a``;
+    ``firsts[i]``: whether item ``i`` opens some order of the shard. An item's contrast in order ``a`` is
+    its log-likelihood there minus its mean over the shard's other orders: what the items before it in
+    ``a`` did for it. Items that open some order are left out (read there with no context, their contrast
+    measures context against none, whatever the order), and each contrast is clipped at ``clip`` nats
+    so that no single item carries a shard. The set left out and the clip are the same for every order,
+    so the statistic is one function of each order and of the shard's set of orders (``relabel_p``)."""
+    lls = np.asarray(lls, dtype=np.float64)
+    m = lls.shape[0]
+    others = (lls.sum(axis=0, keepdims=True) - lls) / (m - 1)
+    contrast = np.clip(lls - others, -clip, clip)
+    return contrast[:, ~np.asarray(firsts, dtype=bool)].sum(axis=1)
 
 
 def t_test(diffs: np.ndarray) -> float:
@@ -284,10 +364,13 @@ def t_test(diffs: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class OrderStats:
-    """Per-shard log-likelihoods and the two p-values."""
+    """Per-shard log-likelihoods and the p-values. ``items`` (whole-text reads only): per shard, each order's
+    per-item log-likelihoods (``[orders, items]``, the canonical order first, items in file order) and
+    which items open some order, for ``item_contrasts``."""
 
     canonical: np.ndarray  # [S]
     permuted: list[np.ndarray]  # S arrays of m values
+    items: list[tuple[np.ndarray, np.ndarray]] | None = None
 
     @property
     def diffs(self) -> np.ndarray:
@@ -313,11 +396,60 @@ class OrderStats:
     def p_sum(self) -> float:
         return sum_permutation_p(self.canonical, self.permuted)
 
+    @property
+    def item_values(self) -> list[np.ndarray] | None:
+        """Per shard, each order's sum of clipped per-item contrasts (None: no per-item reads)."""
+        if self.items is None:
+            return None
+        return [item_contrasts(lls, firsts) for lls, firsts in self.items]
+
+    @property
+    def p_items(self) -> float | None:
+        """The sum of clipped per-item contrasts against joint re-labellings (None: no per-item reads)."""
+        values = self.item_values
+        return None if values is None else relabel_p(values)
+
+    @property
+    def p_sum_items(self) -> float | None:
+        """The smaller of the sum-of-differences and per-item p-values, referred to the same re-labellings
+        (``relabel_min_p``; None: no per-item reads)."""
+        values = self.item_values
+        if values is None:
+            return None
+        return relabel_min_p([shard_differences(self.canonical, self.permuted), values])
+
     def p_value(self, combine: str) -> float:
         """The verdict's p-value under ``combine`` (``COMBINES``)."""
         if combine not in COMBINES:
             raise UserError(f"unknown order_combine '{combine}'", f"use one of auto, {', '.join(COMBINES)}")
+        if combine in ("items", "sum-items"):
+            p = self.p_items if combine == "items" else self.p_sum_items
+            if p is None:
+                raise UserError(
+                    f"order_combine {combine} needs each item's log-likelihood in each order, which only the full "
+                    "statistic's whole-text reads give",
+                    "use order_combine sum or rank-sum with the successor and window statistics",
+                )
+            return p
         return self.p_sum if combine == "sum" else self.p_exact
+
+    def items_json(self) -> dict[str, Any]:
+        """The per-item p-value and its rule, where the reads give one (else nothing)."""
+        if self.items is None:
+            return {}
+        return {
+            "p_sum_items": self.p_sum_items,
+            "p_sum_items_rule": (
+                "the smaller of the sum-of-differences and per-item p-values, referred to the same joint "
+                "re-labellings (min-p: valid, and paying for the choice)"
+            ),
+            "p_items": self.p_items,
+            "p_items_rule": (
+                f"sum of per-item contrasts (each item's LL minus its mean over the shard's other orders, clipped at "
+                f"+-{ITEM_CLIP:g} nats; items that open some order left out) against {SUM_DRAWS:,} joint "
+                "re-labellings of every shard's orders (Monte Carlo, valid with its +1)"
+            ),
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -330,6 +462,7 @@ class OrderStats:
                 f"sum of per-shard differences against {SUM_DRAWS:,} joint re-labellings of every shard's orders "
                 "(Monte Carlo, valid with its +1)"
             ),
+            **self.items_json(),
             "mean_diff_nats": float(np.mean(self.diffs)) if len(self.diffs) else None,
             "shards": [
                 {"canonical_ll": float(c), "permuted_ll": [float(x) for x in p], "rank": int(r)}
@@ -340,23 +473,25 @@ class OrderStats:
 
 def read_by_shard(shards: int, read_one: Any, desc: str, progress: bool = False) -> tuple[OrderStats, str | None]:
     """Every statistic's reading loop: ``read_one(s)`` gives shard ``s``'s canonical value and its shuffles'
-    values, shard by shard until done or a budget cap; the stats cover the shards fully read (a shard
-    half-read says nothing), and ``stopped`` is the cap's message."""
+    values (and, from whole-text reads, its per-item log-likelihoods: ``OrderStats.items``), shard by shard
+    until done or a budget cap; the stats cover the shards fully read (a shard half-read says nothing), and
+    ``stopped`` is the cap's message."""
     from blackbox_audit.engine.budget import BudgetExceeded
     from blackbox_audit.progress import progress_bar
 
-    canonical, permuted, stopped = [], [], None
+    canonical, permuted, items, stopped = [], [], [], None
     with progress_bar(total=shards, desc=desc, unit="shard", disable=not progress) as bar:
         for s in range(shards):
             try:
-                c, p = read_one(s)
+                c, p, *item = read_one(s)
             except BudgetExceeded as exc:
                 stopped = exc.problem
                 break
             canonical.append(float(c))
             permuted.append(np.asarray(p))
+            items.extend(item)
             bar.update(1)
-    return OrderStats(np.asarray(canonical), permuted), stopped
+    return OrderStats(np.asarray(canonical), permuted, items if items else None), stopped
 
 
 def order_verdict(
@@ -373,9 +508,18 @@ def order_verdict(
     stated with "no evidence" so that it comes with what the test could have seen."""
     p, pt = stats.p_value(combine), stats.p_t
     t_text = "n/a" if np.isnan(pt) else f"{pt:.3g}"
-    which = "exact p" if combine == "rank-sum" else "permutation p (sum of per-shard differences)"
+    which = {
+        "rank-sum": "exact p",
+        "sum": "permutation p (sum of per-shard differences)",
+        "items": "permutation p (sum of clipped per-item contrasts)",
+        "sum-items": "permutation p (the better of the per-shard sum and the per-item contrasts, min-p)",
+    }[combine]
     others = f"asymptotic t-test p = {t_text}"
-    if combine == "sum":
+    if combine == "items":
+        others = f"sum-of-differences p = {stats.p_sum:.3g}; {others}"
+    if combine == "sum-items":
+        others = f"sum-of-differences p = {stats.p_sum:.3g}; per-item p = {stats.p_items:.3g}; {others}"
+    if combine != "rank-sum":
         others = f"exact rank-sum p = {stats.p_exact:.3g}; {others}"
     shards = f"{statistic} statistic; {len(stats.canonical)} shards, {n_items} items"
     what = f"{which} = {p:.3g}, level {alpha:g}; {others}; {shards}"

@@ -19,6 +19,7 @@ half-read says nothing). Every read goes through the run's cache, so a rerun cos
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,8 +63,10 @@ STATISTICS = ("auto", "full", "successor", "window")
 DEFAULT_SHARD_ITEMS = {"full": 10, "successor": 5, "window": 10}
 DEFAULT_PERMUTATIONS = {"full": 2, "successor": 999, "window": 2}
 #: the p-value each statistic's verdict reads (``order.COMBINES``): the one its power was measured with
-#: (the window's shuffles are bought and few, as the full statistic's)
-DEFAULT_COMBINE = {"full": "sum", "successor": "rank-sum", "window": "sum"}
+#: (the window's shuffles are bought and few, as the full statistic's; only whole-text reads give items)
+DEFAULT_COMBINE = {"full": "items", "successor": "rank-sum", "window": "sum"}
+#: the combinations that read each item's log-likelihood in each order (the full statistic's whole-text reads)
+ITEM_COMBINES = ("items", "sum-items")
 #: tokens (greedy: words) of each item read, by statistic (``order_successor_tokens``)
 DEFAULT_TOKENS = {"successor": 4, "window": 16}
 
@@ -118,6 +121,12 @@ def validate_order(config: Any) -> None:
         raise UserError(f"unknown order_read '{config.order_read}'", f"use one of auto, {', '.join(READS)}")
     if config.order_combine not in ("auto", *COMBINES):
         raise UserError(f"unknown order_combine '{config.order_combine}'", f"use one of auto, {', '.join(COMBINES)}")
+    if config.order_combine in ITEM_COMBINES and config.order_statistic not in ("auto", "full"):
+        raise UserError(
+            f"order_combine {config.order_combine} reads each item's log-likelihood in each order, which the "
+            f"{config.order_statistic} statistic does not read",
+            "use order_combine sum or rank-sum with it, or order_statistic full",
+        )
     if config.order_successor_tokens is not None and config.order_successor_tokens < 1:
         raise UserError(f"order_successor_tokens={config.order_successor_tokens} is too small", "use e.g. 4")
     design_of(config).validate()
@@ -156,6 +165,12 @@ def resolve_access(config: Any, view: Any) -> tuple[Any, dict[str, str]]:
         raise UserError(
             f"{view.name} returns no logprobs, so the full order statistic cannot be read",
             "use order_statistic successor (greedy continuations) or leave it to auto",
+        )
+    if stat != "full" and config.order_combine in ITEM_COMBINES:
+        raise UserError(
+            f"order_combine {config.order_combine} reads each item's log-likelihood in each order, which only the "
+            f"full statistic reads; on {view.name} the order test reads the {stat} statistic",
+            "leave order_combine to auto, or use sum or rank-sum",
         )
     chosen = replace(config, order_statistic=stat, order_read=read)
     label = stat if stat == "full" else f"{stat} ({read})"
@@ -303,27 +318,50 @@ def price_order(
     )
 
 
-def log_likelihoods(target: Any, texts: list[str], bounded: str) -> np.ndarray:
-    """Each text's log-likelihood (the sum of its scored tokens' logprobs; the first token is context)."""
+def whole_text_records(target: Any, texts: list[str], bounded: str) -> list[Any]:
+    """Each text's record (its scored tokens' logprobs; the first token is context), refused if bounded."""
     from blackbox_audit.types import Status
 
-    out = []
-    for rec in target.token_logprobs(texts, progress=False):
+    records = target.token_logprobs(texts, progress=False)
+    for rec in records:
         if bounded == "error" and any(s == Status.BOUNDED for s in rec.status):
             raise UserError(
                 "the target returned bounded (upper-bound) logprobs, which the order test cannot sum exactly",
                 "use a target with exact logprobs (local model, echo or prompt-logprobs endpoint), or --bounded upper",
             )
-        out.append(float(np.sum(rec.logprobs)))
-    return np.asarray(out)
+    return records
+
+
+def item_log_likelihoods(target: Any, record: Any, units: list[str]) -> np.ndarray:
+    """Each unit's log-likelihood in one whole-text read of ``units`` (in that order): the sum of the logprobs
+    of its tokens, from its first token to the next unit's. A unit starts at the token count of the text
+    before it (``target.tokenize``); the text's first token is context, so the first unit goes without it.
+    Where a tokenizer merges across a unit's start the split is off by a token; the rule is the same for
+    every order, so the test stays exact either way."""
+    starts, before = [], ""
+    for unit in units:
+        starts.append(len(target.tokenize(before)) if before else 0)
+        before += unit
+    shift = len(record.context_ids)
+    bounds = [max(0, b - shift) for b in starts] + [len(record.logprobs)]
+    lps = np.asarray(record.logprobs, dtype=np.float64)
+    return np.array([float(lps[a:b].sum()) if b > a else 0.0 for a, b in itertools.pairwise(bounds)])
 
 
 def read_shards(target: Any, lay: OrderLayout, bounded: str, progress: bool = False) -> tuple[OrderStats, str | None]:
-    """Read shard by shard until done or a budget cap; the stats cover the shards fully read."""
+    """Read shard by shard until done or a budget cap; the stats cover the shards fully read. Each order's
+    total, and each item's log-likelihood in each order (``OrderStats.items``, for ``order_combine items``)."""
 
-    def one(s: int) -> tuple[float, np.ndarray]:
-        ll = log_likelihoods(target, [lay.canonical[s], *lay.permuted[s]], bounded)
-        return ll[0], ll[1:]
+    def one(s: int) -> tuple[float, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        records = whole_text_records(target, [lay.canonical[s], *lay.permuted[s]], bounded)
+        ll = np.array([float(np.sum(r.logprobs)) for r in records])
+        units, orders = lay.units[s], lay.orders(s)
+        lls = np.zeros((len(orders), len(units)))
+        for a, (order, rec) in enumerate(zip(orders, records, strict=True)):
+            lls[a, order] = item_log_likelihoods(target, rec, [units[int(j)] for j in order])
+        firsts = np.zeros(len(units), dtype=bool)
+        firsts[[int(o[0]) for o in orders]] = True
+        return ll[0], ll[1:], (lls, firsts)
 
     return read_by_shard(len(lay.canonical), one, "order test", progress)
 
@@ -386,10 +424,13 @@ def run_order(method: OrderTest, inputs: AuditInputs, bench: Benchmark) -> Metho
     else:
         label = "full" if successor is None else f"{statistic_of(cfg)} ({successor.read})"
         verdict = order_verdict(stats, cfg.alpha, bench.name, n_items, label, combine, reach.text())
-        role = "the verdict's" if combine == "sum" else "beside it"
+        p_items = stats.p_items
+        items = "" if p_items is None else f"permutation p of the clipped per-item contrasts = {p_items:.3g}; "
+        if p_items is not None:
+            items += f"min-p of the two = {stats.p_sum_items:.3g}; "
         summary += [
             f"exact permutation p = {stats.p_exact:.3g} (sum of per-shard ranks); permutation p of the sum of "
-            f"per-shard differences = {stats.p_sum:.3g} ({role}); asymptotic t-test p = {stats.p_t:.3g} (Oren "
+            f"per-shard differences = {stats.p_sum:.3g}; {items}asymptotic t-test p = {stats.p_t:.3g} (Oren "
             f"et al.); mean canonical - permuted {what} {np.mean(stats.diffs):+.3f} {unit}",
             f"the verdict reads the {combine} p-value (order_combine)",
             f"what it detects: {OrderTest.detects}; {LIMIT}",

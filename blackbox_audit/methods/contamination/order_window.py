@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from blackbox_audit.methods.contamination.order import OrderLayout, OrderStats, read_by_shard, shard_permutations
+from blackbox_audit.methods.contamination.order import OrderLayout, OrderStats, read_by_shard
 from blackbox_audit.methods.contamination.order_successor import TOP_N, check_read, lead_of, snippet
 from blackbox_audit.reads import PositionSample, ReadOptions
 
@@ -48,9 +48,7 @@ class WindowLayout:
 
     def orders(self, s: int) -> list[np.ndarray]:
         """The canonical order of shard ``s``, then its seeded shuffles (``order``'s)."""
-        n = len(self.order.units[s])
-        d = self.order.design
-        return [np.arange(n), *shard_permutations(n, d.permutations, d.seed, s)]
+        return self.order.orders(s)
 
     def rest(self, s: int, j: int) -> str:
         return self.order.units[s][j][len(self.lead) :]
