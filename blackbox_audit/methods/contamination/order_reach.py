@@ -3,9 +3,10 @@
 "No evidence" from a test with no power says nothing, so the order test states its reach: for the run's
 statistic, read, shard size, shuffles, combination and serialisation, the smallest number of file-order
 training passes at which it flagged at least ``POWER`` of the canaries measured by
-``bench/order_test_eval.py``, each count's flags, and its false flags on clean blocks. The figures live in
-``order_reach.json`` (shipped with the package), one row per measured design with the bench command and
-the revision that produced it. A design no row matches is said to be unmeasured, never given a guess.
+``bench/order_test_eval.py`` (or the row's ``bench``), each count's flags, and its false flags on clean
+blocks. The figures live in ``order_reach.json`` (shipped with the package), one row per measured design
+with the bench command and the revision that produced it. A design no row matches is said to be
+unmeasured, never given a guess.
 
 A local run's dry-run also states the CPU time it expects (``expected_cpu_s``): the measured CPU-seconds
 per token position and parameter of the row's model, times this read's positions and this model's
@@ -98,7 +99,8 @@ class Reach:
                 f"docs/contamination.md. {ELSEWHERE}"
             )
         r = self.row
-        where = f"{r['canaries']}, {r['items']}-item blocks; bench/order_test_eval.py @ {r['revision']}"
+        bench = r.get("bench", "bench/order_test_eval.py")
+        where = f"{r['canaries']}, {r['items']}-item blocks; {bench} @ {r['revision']}"
         clean = r.get("clean")
         false_flags = f"; false flags: {clean['flagged']}/{clean['n']} blocks of the unmodified model" if clean else ""
         size = "" if self.items == r["items"] else f"; this run reads {self.items} items"
