@@ -260,6 +260,7 @@ def test_plan_prices_every_order_and_budget_stop(gsm8k) -> None:
     assert "6 shards" in text and "60 full-text reads" in text and "strata: none" in text
     assert "outside this test's reach" in text
     assert "reach: not measured at this design (full (exact), 5-item shards, 9 shuffles, items" in text
+    assert "the verdict will read: each item's log-likelihood" in text and "(order_combine items)" in text
     canon = _lines(gsm8k, 1319)
     stopped = method.run(AuditInputs(data=gsm8k, target=OrderAware(canon, lift=3.0, fail_after=3)))
     assert len(stopped.ids) == 3 and stopped.provenance["contamination"]["stopped"]

@@ -65,6 +65,14 @@ DEFAULT_PERMUTATIONS = {"full": 2, "successor": 999, "window": 2}
 #: the p-value each statistic's verdict reads (``order.COMBINES``): the one its power was measured with
 #: (the window's shuffles are bought and few, as the full statistic's; only whole-text reads give items)
 DEFAULT_COMBINE = {"full": "items", "successor": "rank-sum", "window": "sum"}
+#: what each combination's p-value is, in the dry-run's words
+COMBINE_TEXT = {
+    "rank-sum": "the exact rank-sum of the per-shard ranks",
+    "sum": "the sum of per-shard differences against joint re-labellings of the shards' orders",
+    "items": "each item's log-likelihood in an order against its mean over the shard's other orders, clipped and "
+    "summed, against joint re-labellings of the shards' orders",
+    "sum-items": "the smaller of the sum-of-differences and per-item p-values, referred to the same re-labellings",
+}
 #: the combinations that read each item's log-likelihood in each order (the full statistic's whole-text reads)
 ITEM_COMBINES = ("items", "sum-items")
 #: tokens (greedy: words) of each item read, by statistic (``order_successor_tokens``)
@@ -269,6 +277,7 @@ class OrderPlan:
     choices: list[str] = field(default_factory=list)  # what prepare chose and why, one line each
     reach: Reach | None = None
     cpu: str | None = None  # a local read's expected CPU time
+    combine: str | None = None  # the p-value the verdict will read (``order_combine``)
 
     def affordable_shards(self) -> tuple[int, int] | None:
         """Shards the budget buys at the estimate's high and low ends (None: no cap or no price)."""
@@ -279,7 +288,10 @@ class OrderPlan:
         return tuple(int(min(n, self.budget_usd // (u / n))) if u > 0 else n for u in (usd[1], usd[0]))  # type: ignore[return-value]
 
     def format(self) -> str:
-        lines = [*self.choices, describe_line(self.layout, self.successor), self.estimate.format()]
+        lines = [*self.choices, describe_line(self.layout, self.successor)]
+        if self.combine is not None:
+            lines.append(f"the verdict will read: {COMBINE_TEXT[self.combine]} (order_combine {self.combine})")
+        lines.append(self.estimate.format())
         n = self.affordable_shards()
         if n is not None:
             lines.append(
@@ -315,6 +327,7 @@ def price_order(
         choices=chosen,
         reach=reach_for(config, lay, successor, items),
         cpu=cpu,
+        combine=combine_of(config),
     )
 
 
