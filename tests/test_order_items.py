@@ -8,7 +8,6 @@ tokenizer, and the method's default reads it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -141,15 +140,9 @@ def test_items_are_the_authors_token_lists_item_by_item(tiny_lm_dir, tiny_target
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from blackbox_audit.benchmarks import load_qa_file
+    from blackbox_audit.fixtures.order_files import six_item_jsonl
 
-    rows = [
-        {"question": f"How many {w} are there?", "answer": f"There are {n} {w}."}
-        for n, w in enumerate(["cats", "boats", "ships", "trees", "bells", "roads"])
-    ]
-    path = tmp_path / "b.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    bench = load_qa_file(path)
+    bench = six_item_jsonl(tmp_path)
     lay = layout(bench, OrderDesign(shard_items=3, permutations=2, order_format="jsonl"))
     stats, _ = read_shards(tiny_target, lay, "error")
     assert stats.items is not None

@@ -420,16 +420,10 @@ def test_per_shard_statistics_match_the_authors_code(tiny_lm_dir, tiny_target, t
     (a short jsonl file: the tiny test model's context is short)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from blackbox_audit.benchmarks import load_qa_file
+    from blackbox_audit.fixtures.order_files import six_item_jsonl
     from blackbox_audit.methods.contamination.order import serialise, shard_permutations
 
-    rows = [
-        {"question": f"How many {w} are there?", "answer": f"There are {n} {w}."}
-        for n, w in enumerate(["cats", "boats", "ships", "trees", "bells", "roads"])
-    ]
-    path = tmp_path / "b.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    bench = load_qa_file(path)
+    bench = six_item_jsonl(tmp_path)
     design = OrderDesign(shard_items=3, permutations=3, order_format="jsonl")
     lay = layout(bench, design)
     ours, _ = read_shards(tiny_target, lay, "error")
