@@ -434,7 +434,7 @@ class OrderStats:
         return self.p_sum if combine == "sum" else self.p_exact
 
     def items_json(self) -> dict[str, Any]:
-        """The per-item p-value and its rule, where the reads give one (else nothing)."""
+        """The per-item and min-p p-values and their rules, where the reads give them (else nothing)."""
         if self.items is None:
             return {}
         return {
