@@ -1,11 +1,13 @@
 """The order test's per-item windows read from whole-text reads: which tokens of each item carry the order signal.
 
 Why: the full statistic sums every token of each order of a shard, so an order's value also carries the
-first item's unconditional log-likelihood (a different item in each order) and every late token of each
-item, where the preceding items change little. Measured white-box (docs/contamination.md) the signal sits
-in each item's first dozen tokens. A local model or an echo endpoint reads a whole order in one forward
-pass, and that one read already holds every item's tokens after every item before it: the window statistic
-(``order_window``) can be taken from it at the full statistic's cost.
+first item's unconditional log-likelihood (a different item in each order) and every token of each item.
+Successor reads (one item of context) put the order signal in each item's first dozen tokens
+(docs/contamination.md). A local model or an echo endpoint reads a whole order in one forward pass, and
+that one read already holds every item's tokens after every item before it, so any per-item or per-token
+statistic (the window statistic, ``order_window``; the per-item contrasts, ``order_combine items``) can be
+taken from it at the full statistic's cost. With several items of context, the tuning canaries put the
+signal in the later tokens instead (docs/contamination.md, "Designs tried").
 
 This bench reads each shard's orders once (the canonical order and ``--permutations`` shuffles, the order
 test's seeded design), keeps every token's logprob with the item and the place it belongs to, and computes
