@@ -88,23 +88,16 @@ def load_group(folder: Path, tag: str) -> list[dict[str, Any]]:
 
 
 def item_matrices(block: dict[str, Any], names: list[str]) -> list[tuple[Any, Any]]:
-    """Per shard: each order's per-item log-likelihoods (``[orders, items]``, items in file order) and which
-    items open some order (``OrderStats.items``)."""
-    import numpy as np
-
-    from blackbox_audit.methods.contamination.order import shard_permutations
+    """Per shard: each order's per-item log-likelihoods and which items open some order (``order.item_matrix``)."""
+    from blackbox_audit.methods.contamination.order import item_matrix, shard_permutations
 
     d, out = block["design"], []
     for s, shard in enumerate(block["shards"]):
         n = len(shard["0"])
         perms = shard_permutations(n, d["permutations"], d["seed"], s)
         orders = [order_of(name, n, perms) for name in names]
-        lls = np.zeros((len(names), n))
-        for a, (name, order) in enumerate(zip(names, orders, strict=True)):
-            lls[a, order] = [sum(p["lead"]) + sum(p["body"]) for p in shard[name]]
-        firsts = np.zeros(n, dtype=bool)
-        firsts[[int(o[0]) for o in orders]] = True
-        out.append((lls, firsts))
+        by_place = [[sum(p["lead"]) + sum(p["body"]) for p in shard[name]] for name in names]
+        out.append(item_matrix(orders, by_place))
     return out
 
 

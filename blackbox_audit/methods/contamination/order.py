@@ -71,6 +71,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -333,6 +334,19 @@ def sum_permutation_p(
     return relabel_p(shard_differences(canonical, permuted), draws=draws, seed=seed)
 
 
+def item_matrix(orders: Sequence[np.ndarray], by_place: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(lls, firsts)`` of one shard for ``item_contrasts``: ``by_place[a][t]`` is the log-likelihood of the
+    item at place ``t`` of ``orders[a]``; ``lls[a, i]`` is item ``i``'s (file order), and ``firsts[i]`` says
+    whether item ``i`` opens some order."""
+    n = len(orders[0])
+    lls = np.zeros((len(orders), n))
+    for a, (order, values) in enumerate(zip(orders, by_place, strict=True)):
+        lls[a, np.asarray(order, dtype=np.int64)] = values
+    firsts = np.zeros(n, dtype=bool)
+    firsts[[int(o[0]) for o in orders]] = True
+    return lls, firsts
+
+
 def item_contrasts(lls: np.ndarray, firsts: np.ndarray, clip: float = ITEM_CLIP) -> np.ndarray:
     """Per order of one shard: the sum over its items of each item's clipped contrast.
 
@@ -364,9 +378,10 @@ def t_test(diffs: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class OrderStats:
-    """Per-shard log-likelihoods and the p-values. ``items`` (whole-text reads only): per shard, each order's
-    per-item log-likelihoods (``[orders, items]``, the canonical order first, items in file order) and
-    which items open some order, for ``item_contrasts``."""
+    """Per-shard log-likelihoods and the p-values (the re-labelling ones computed once, on first use).
+    ``items`` (whole-text reads only): per shard, each order's per-item log-likelihoods (``[orders, items]``,
+    the canonical order first, items in file order) and which items open some order, for
+    ``item_contrasts``."""
 
     canonical: np.ndarray  # [S]
     permuted: list[np.ndarray]  # S arrays of m values
@@ -392,24 +407,24 @@ class OrderStats:
     def p_t(self) -> float:
         return t_test(self.diffs)
 
-    @property
+    @cached_property
     def p_sum(self) -> float:
         return sum_permutation_p(self.canonical, self.permuted)
 
-    @property
+    @cached_property
     def item_values(self) -> list[np.ndarray] | None:
         """Per shard, each order's sum of clipped per-item contrasts (None: no per-item reads)."""
         if self.items is None:
             return None
         return [item_contrasts(lls, firsts) for lls, firsts in self.items]
 
-    @property
+    @cached_property
     def p_items(self) -> float | None:
         """The sum of clipped per-item contrasts against joint re-labellings (None: no per-item reads)."""
         values = self.item_values
         return None if values is None else relabel_p(values)
 
-    @property
+    @cached_property
     def p_sum_items(self) -> float | None:
         """The smaller of the sum-of-differences and per-item p-values, referred to the same re-labellings
         (``relabel_min_p``; None: no per-item reads)."""

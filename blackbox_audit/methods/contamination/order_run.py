@@ -35,6 +35,7 @@ from blackbox_audit.methods.contamination.order import (
     OrderDesign,
     OrderLayout,
     OrderStats,
+    item_matrix,
     layout,
     order_verdict,
     read_by_shard,
@@ -369,12 +370,11 @@ def read_shards(target: Any, lay: OrderLayout, bounded: str, progress: bool = Fa
         records = whole_text_records(target, [lay.canonical[s], *lay.permuted[s]], bounded)
         ll = np.array([float(np.sum(r.logprobs)) for r in records])
         units, orders = lay.units[s], lay.orders(s)
-        lls = np.zeros((len(orders), len(units)))
-        for a, (order, rec) in enumerate(zip(orders, records, strict=True)):
-            lls[a, order] = item_log_likelihoods(target, rec, [units[int(j)] for j in order])
-        firsts = np.zeros(len(units), dtype=bool)
-        firsts[[int(o[0]) for o in orders]] = True
-        return ll[0], ll[1:], (lls, firsts)
+        by_place = [
+            item_log_likelihoods(target, rec, [units[int(j)] for j in order])
+            for order, rec in zip(orders, records, strict=True)
+        ]
+        return ll[0], ll[1:], item_matrix(orders, by_place)
 
     return read_by_shard(len(lay.canonical), one, "order test", progress)
 
