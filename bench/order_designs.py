@@ -24,7 +24,16 @@ re-labellings (``order.sum_permutation_p``), and under ``items``: the sum of eac
 with its mean over the shard's other orders (``order.item_contrasts``, ``order_combine items``; the
 ``items-C`` variants clip at ``C`` nats, ``+openers`` keeps the items that open some order), and under
 ``sum-items``: the smaller of the sum's and the items' p-values, referred to the same re-labellings
-(``order.relabel_min_p``). The exact rank-sum of the orders' totals is printed beside each.
+(``order.relabel_min_p``). The exact rank-sum of the orders' totals is printed beside each. Further per-item
+variants, each computed the same way for every order so that each stays exact: ``items-head-K`` (each
+item's lead and first ``K`` tokens only), ``items-pos`` (each item's log-likelihood less the block's mean
+clipped contrast at its place, estimated from every order alike: a place effect removed), and
+``tokens-C`` (per token, its logprob's contrast with its mean over the other orders, clipped at ``C``
+nats, summed over the items that open no order).
+
+``--pooled`` adds, per group, one exact p-value over every shard of every block of the group (items and
+sum): whether the target knows the file's order anywhere in those blocks, where one block's p-value is
+too weak to say.
 
 Usage: ``python bench/order_designs.py runs/wt-dump tune1 eval1 ...``; ``--out`` appends a JSON row per
 group, with the revision and the command.
@@ -53,6 +62,8 @@ VALUES = ("full", "tail-4", "tail-8", "tail-16", "tail-32", "items", "sum-items"
 #: per-item variants (``--items-variants``): the clip in nats (``inf``: none), and ``+openers`` to keep the
 #: items that open some order
 ITEM_VARIANTS = ("items-2", "items-10", "items-20", "items-inf", "items-5+openers", "items-20+openers")
+#: further per-item values (``--values``): see the module docstring
+ITEM_FURTHER = ("items-head-16", "items-head-32", "items-head-64", "items-pos", "tokens-1", "tokens-2", "tokens-4")
 
 
 def order_value(places: list[dict[str, list[float]]], value: str) -> float:
@@ -87,35 +98,86 @@ def load_group(folder: Path, tag: str) -> list[dict[str, Any]]:
     return blocks
 
 
-def item_matrices(block: dict[str, Any], names: list[str]) -> list[tuple[Any, Any]]:
-    """Per shard: each order's per-item log-likelihoods and which items open some order (``order.item_matrix``)."""
-    from blackbox_audit.methods.contamination.order import item_matrix, shard_permutations
+def shard_orders(block: dict[str, Any], names: list[str]) -> list[tuple[dict[str, Any], list[Any]]]:
+    """Per shard: its dumped orders by name, and the items' order (file-order indices) each name read."""
+    from blackbox_audit.methods.contamination.order import shard_permutations
 
     d, out = block["design"], []
     for s, shard in enumerate(block["shards"]):
         n = len(shard["0"])
         perms = shard_permutations(n, d["permutations"], d["seed"], s)
-        orders = [order_of(name, n, perms) for name in names]
-        by_place = [[sum(p["lead"]) + sum(p["body"]) for p in shard[name]] for name in names]
-        out.append(item_matrix(orders, by_place))
+        out.append((shard, [order_of(name, n, perms) for name in names]))
     return out
 
 
-def p_values(block: dict[str, Any], design: str, value: str) -> tuple[float, float] | None:
-    """``(p, p_exact)`` of ``design`` under ``value``; None where an order of it was not read. ``p`` is the
-    sum of per-shard differences, or for ``items`` the sum of clipped per-item contrasts (``order_combine
-    items``; ``items-C[+openers]``: clipped at ``C`` nats, openers kept), or for ``sum-items`` the min-p of
-    the two, each against joint re-labellings; ``p_exact`` the rank-sum of the orders' totals."""
+def place_value(place: dict[str, list[float]], value: str) -> float:
+    """One item's log-likelihood at one place: every token, or its lead and first ``K`` (``items-head-K``)."""
+    k = int(value.removeprefix("items-head-")) if value.startswith("items-head-") else None
+    return sum(place["lead"]) + sum(place["body"][:k])
+
+
+def item_matrices(block: dict[str, Any], names: list[str], value: str = "items") -> list[tuple[Any, Any]]:
+    """Per shard: each order's per-item log-likelihoods and which items open some order (``order.item_matrix``)."""
+    from blackbox_audit.methods.contamination.order import item_matrix
+
+    return [
+        item_matrix(orders, [[place_value(p, value) for p in shard[name]] for name in names])
+        for shard, orders in shard_orders(block, names)
+    ]
+
+
+def place_adjusted(block: dict[str, Any], names: list[str], clip: float) -> list[tuple[Any, Any]]:
+    """``items-pos``: each item's log-likelihood less the block's mean clipped contrast at its place.
+
+    The place effect (an item read later has more of the file's format before it) is estimated from every
+    order of every shard alike, so it is the same function of each order and the statistic stays exact."""
     import numpy as np
 
-    from blackbox_audit.methods.contamination.order import (
-        ITEM_CLIP,
-        OrderStats,
-        item_contrasts,
-        relabel_min_p,
-        relabel_p,
-        shard_differences,
-    )
+    mats = item_matrices(block, names)
+    places = []
+    for _, orders in shard_orders(block, names):
+        pl = np.zeros((len(orders), len(orders[0])), dtype=np.int64)
+        for a, order in enumerate(orders):
+            pl[a, np.asarray(order)] = np.arange(len(order))
+        places.append(pl)
+    sums, counts = np.zeros(max(len(pl[0]) for pl in places)), np.zeros(max(len(pl[0]) for pl in places))
+    for (lls, firsts), pl in zip(mats, places, strict=True):
+        resid = np.clip(lls - lls.mean(axis=0, keepdims=True), -clip, clip)
+        np.add.at(sums, pl[:, ~firsts], resid[:, ~firsts])
+        np.add.at(counts, pl[:, ~firsts], 1)
+    effect = sums / np.maximum(counts, 1)
+    return [(lls - effect[pl], firsts) for (lls, firsts), pl in zip(mats, places, strict=True)]
+
+
+def token_contrasts(block: dict[str, Any], names: list[str], clip: float) -> list[Any]:
+    """``tokens-C``: per shard and order, the sum of each token's clipped contrast with its mean over the
+    shard's other orders, over the items that open no order (each item's tokens cut to its shortest read)."""
+    import numpy as np
+
+    out = []
+    for shard, orders in shard_orders(block, names):
+        firsts = {int(o[0]) for o in orders}
+        bodies: dict[int, list[Any]] = {}
+        for a, (name, order) in enumerate(zip(names, orders, strict=True)):
+            for t, place in enumerate(shard[name]):
+                bodies.setdefault(int(order[t]), [None] * len(names))[a] = np.asarray(place["body"])
+        value = np.zeros(len(names))
+        for item, reads in bodies.items():
+            if item in firsts:
+                continue
+            m = np.stack([r[: min(len(x) for x in reads)] for r in reads])
+            others = (m.sum(axis=0, keepdims=True) - m) / (len(names) - 1)
+            value += np.clip(m - others, -clip, clip).sum(axis=1)
+        out.append(value)
+    return out
+
+
+def statistics(block: dict[str, Any], design: str, value: str) -> tuple[Any, Any] | None:
+    """``(stats, contrasts)`` of ``design`` under ``value``: the orders' totals (``OrderStats``) and, for a
+    per-item value, per shard each order's statistic; None where an order of the design was not read."""
+    import numpy as np
+
+    from blackbox_audit.methods.contamination.order import ITEM_CLIP, OrderStats, item_contrasts
 
     names = DESIGNS[design]
     if any(n not in block["shards"][0] for n in names):
@@ -124,17 +186,53 @@ def p_values(block: dict[str, Any], design: str, value: str) -> tuple[float, flo
     vals = [[order_value(shard[n], total) for n in names] for shard in block["shards"]]
     st = OrderStats(np.array([v[0] for v in vals]), [np.array(v[1:]) for v in vals])
     if total == value:
-        return st.p_sum, st.p_exact
-    spec = "5" if value in ("items", "sum-items") else value.removeprefix("items-")
+        return st, None
+    if value.startswith("tokens-"):
+        return st, token_contrasts(block, names, float(value.removeprefix("tokens-")))
+    if value == "items-pos":
+        return st, [item_contrasts(lls, firsts) for lls, firsts in place_adjusted(block, names, ITEM_CLIP)]
+    if value in ("items", "sum-items") or value.startswith("items-head-"):
+        return st, [item_contrasts(lls, firsts) for lls, firsts in item_matrices(block, names, value)]
+    spec = value.removeprefix("items-")
     clip = float(spec.split("+")[0]) if spec.split("+")[0] != "inf" else np.inf
-    clip = ITEM_CLIP if value in ("items", "sum-items") else clip
-    contrasts = [
+    return st, [
         item_contrasts(lls, np.zeros_like(firsts) if spec.endswith("+openers") else firsts, clip=clip)
         for lls, firsts in item_matrices(block, names)
     ]
+
+
+def p_values(block: dict[str, Any], design: str, value: str) -> tuple[float, float] | None:
+    """``(p, p_exact)`` of ``design`` under ``value``; None where an order of it was not read. ``p`` is the
+    sum of per-shard differences, or for ``items`` the sum of clipped per-item contrasts (``order_combine
+    items``; ``items-C[+openers]``: clipped at ``C`` nats, openers kept; the further variants of the module
+    docstring), or for ``sum-items`` the min-p of the two, each against joint re-labellings; ``p_exact``
+    the rank-sum of the orders' totals."""
+    from blackbox_audit.methods.contamination.order import relabel_min_p, relabel_p, shard_differences
+
+    got = statistics(block, design, value)
+    if got is None:
+        return None
+    st, contrasts = got
+    if contrasts is None:
+        return st.p_sum, st.p_exact
     if value == "sum-items":
         return relabel_min_p([shard_differences(st.canonical, st.permuted), contrasts]), st.p_exact
     return relabel_p(contrasts), st.p_exact
+
+
+def pooled_p(blocks: list[dict[str, Any]], design: str) -> dict[str, float]:
+    """``--pooled``: one exact p-value over every shard of every block (items; sum of differences)."""
+    from blackbox_audit.methods.contamination.order import relabel_p, shard_differences
+
+    items: list[Any] = []
+    sums: list[Any] = []
+    for block in blocks:
+        st, contrasts = statistics(block, design, "items") or (None, None)
+        if st is None:
+            continue
+        items += contrasts
+        sums += shard_differences(st.canonical, st.permuted)
+    return {"items": relabel_p(items), "sum": relabel_p(sums)} if items else {}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,9 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("tags", nargs="+", help="groups: dump tags (e.g. tune1 eval1 clean)")
     p.add_argument("--alpha", type=float, default=0.05)
     p.add_argument("--designs", nargs="+", default=list(DESIGNS), choices=list(DESIGNS), help="designs reported")
-    p.add_argument(
-        "--values", nargs="+", default=list(VALUES), help=f"values reported: {', '.join(VALUES + ITEM_VARIANTS)}"
-    )
+    every_value = ", ".join(VALUES + ITEM_VARIANTS + ITEM_FURTHER)
+    p.add_argument("--values", nargs="+", default=list(VALUES), help=f"values reported: {every_value}")
+    p.add_argument("--pooled", action="store_true", help="also one exact p-value per group over all its blocks")
     p.add_argument("--out", help="append a JSON row per group here")
     args = p.parse_args(argv)
     cmd = announce(argv)
@@ -167,8 +265,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {block['name']}: " + "; ".join(cells), flush=True)
         for key, got in flags.items():
             print(f"  {key}: {sum(got)}/{len(got)} flagged at alpha {args.alpha:g}")
+        pooled = {d: pooled_p(blocks, d) for d in args.designs} if args.pooled else {}
+        for design, ps in pooled.items():
+            got = "; ".join(f"{k} {v:.3g}" for k, v in ps.items())
+            print(f"  {design} pooled over the {len(blocks)} blocks: {got}")
         if args.out:
             row = {"tag": tag, "blocks": len(blocks), "flags": {k: [sum(v), len(v)] for k, v in flags.items()}}
+            row |= {"pooled": pooled} if pooled else {}
             with Path(args.out).open("a", encoding="utf-8") as f:
                 f.write(json.dumps({**row, "revision": revision(), "command": cmd}) + "\n")
     return 0
