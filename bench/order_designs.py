@@ -116,14 +116,16 @@ def place_value(place: dict[str, list[float]], value: str) -> float:
     return sum(place["lead"]) + sum(place["body"][:k])
 
 
-def item_matrices(block: dict[str, Any], names: list[str], value: str = "items") -> list[tuple[Any, Any]]:
-    """Per shard: each order's per-item log-likelihoods and which items open some order (``order.item_matrix``)."""
+def shard_items(shard: dict[str, Any], orders: list[Any], names: list[str], value: str) -> tuple[Any, Any]:
+    """One shard's per-item log-likelihoods by order and which items open some order (``order.item_matrix``)."""
     from blackbox_audit.methods.contamination.order import item_matrix
 
-    return [
-        item_matrix(orders, [[place_value(p, value) for p in shard[name]] for name in names])
-        for shard, orders in shard_orders(block, names)
-    ]
+    return item_matrix(orders, [[place_value(p, value) for p in shard[name]] for name in names])
+
+
+def item_matrices(block: dict[str, Any], names: list[str], value: str = "items") -> list[tuple[Any, Any]]:
+    """Per shard: ``shard_items``."""
+    return [shard_items(shard, orders, names, value) for shard, orders in shard_orders(block, names)]
 
 
 def place_adjusted(block: dict[str, Any], names: list[str], clip: float) -> list[tuple[Any, Any]]:
@@ -133,26 +135,29 @@ def place_adjusted(block: dict[str, Any], names: list[str], clip: float) -> list
     order of every shard alike, so it is the same function of each order and the statistic stays exact."""
     import numpy as np
 
-    mats = item_matrices(block, names)
-    places = []
-    for _, orders in shard_orders(block, names):
-        pl = np.zeros((len(orders), len(orders[0])), dtype=np.int64)
-        for a, order in enumerate(orders):
-            pl[a, np.asarray(order)] = np.arange(len(order))
-        places.append(pl)
-    sums, counts = np.zeros(max(len(pl[0]) for pl in places)), np.zeros(max(len(pl[0]) for pl in places))
-    for (lls, firsts), pl in zip(mats, places, strict=True):
+    from blackbox_audit.methods.contamination.order import item_matrix
+
+    shards = []
+    for shard, orders in shard_orders(block, names):
+        lls, firsts = shard_items(shard, orders, names, "items")
+        places, _ = item_matrix(orders, [range(len(order)) for order in orders])  # item i's place in order a
+        shards.append((lls, firsts, places.astype(np.int64)))
+    size = max(len(firsts) for _, firsts, _ in shards)
+    sums, counts = np.zeros(size), np.zeros(size)
+    for lls, firsts, places in shards:
         resid = np.clip(lls - lls.mean(axis=0, keepdims=True), -clip, clip)
-        np.add.at(sums, pl[:, ~firsts], resid[:, ~firsts])
-        np.add.at(counts, pl[:, ~firsts], 1)
+        np.add.at(sums, places[:, ~firsts], resid[:, ~firsts])
+        np.add.at(counts, places[:, ~firsts], 1)
     effect = sums / np.maximum(counts, 1)
-    return [(lls - effect[pl], firsts) for (lls, firsts), pl in zip(mats, places, strict=True)]
+    return [(lls - effect[places], firsts) for lls, firsts, places in shards]
 
 
 def token_contrasts(block: dict[str, Any], names: list[str], clip: float) -> list[Any]:
-    """``tokens-C``: per shard and order, the sum of each token's clipped contrast with its mean over the
-    shard's other orders, over the items that open no order (each item's tokens cut to its shortest read)."""
+    """``tokens-C``: ``order.item_contrasts`` with each token of an item that opens no order as its own
+    column (each item's tokens cut to its shortest read), clipped at ``clip`` nats."""
     import numpy as np
+
+    from blackbox_audit.methods.contamination.order import item_contrasts
 
     out = []
     for shard, orders in shard_orders(block, names):
@@ -160,15 +165,14 @@ def token_contrasts(block: dict[str, Any], names: list[str], clip: float) -> lis
         bodies: dict[int, list[Any]] = {}
         for a, (name, order) in enumerate(zip(names, orders, strict=True)):
             for t, place in enumerate(shard[name]):
-                bodies.setdefault(int(order[t]), [None] * len(names))[a] = np.asarray(place["body"])
-        value = np.zeros(len(names))
-        for item, reads in bodies.items():
-            if item in firsts:
-                continue
-            m = np.stack([r[: min(len(x) for x in reads)] for r in reads])
-            others = (m.sum(axis=0, keepdims=True) - m) / (len(names) - 1)
-            value += np.clip(m - others, -clip, clip).sum(axis=1)
-        out.append(value)
+                bodies.setdefault(int(order[t]), [None] * len(names))[a] = place["body"]
+        columns = [
+            np.array([r[: min(len(x) for x in reads)] for r in reads])
+            for item, reads in bodies.items()
+            if item not in firsts
+        ]
+        tokens = np.hstack(columns)
+        out.append(item_contrasts(tokens, np.zeros(tokens.shape[1], dtype=bool), clip=clip))
     return out
 
 
@@ -227,9 +231,10 @@ def pooled_p(blocks: list[dict[str, Any]], design: str) -> dict[str, float]:
     items: list[Any] = []
     sums: list[Any] = []
     for block in blocks:
-        st, contrasts = statistics(block, design, "items") or (None, None)
-        if st is None:
+        got = statistics(block, design, "items")
+        if got is None:
             continue
+        st, contrasts = got
         items += contrasts
         sums += shard_differences(st.canonical, st.permuted)
     return {"items": relabel_p(items), "sum": relabel_p(sums)} if items else {}
