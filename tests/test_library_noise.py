@@ -49,6 +49,17 @@ def test_training_a_gpt2_canary_names_its_loss(tiny_lm_dir, transformers_says):
 NOISE = ("is_gradient_checkpointing", "loss_type=None")
 
 
+def emitted_noise() -> tuple[str, ...]:
+    """The lines of ``NOISE`` the installed libraries still emit: peft 0.22 stopped reading transformers'
+    deprecated ``is_gradient_checkpointing``, so its FutureWarning is gone from a run on newer peft."""
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    old_peft = Version(version("peft")) < Version("0.22")
+    return tuple(n for n in NOISE if n != "is_gradient_checkpointing" or old_peft)
+
+
 def test_a_di_run_is_quiet_and_says_everything_once_under_verbose(tmp_path, tiny_lm_dir) -> None:
     """A real calibrated ``di`` run, in its own process (a fresh interpreter: warnings and transformers'
     warn-once memory start empty), with test_di_pipeline's smallest options: the libraries' warnings
@@ -79,4 +90,4 @@ def test_a_di_run_is_quiet_and_says_everything_once_under_verbose(tmp_path, tiny
     quiet = stderr_of(run="quiet")
     assert [n for n in NOISE if n in quiet] == [], quiet[-3000:]
     loud = stderr_of("-v", run="loud")
-    assert {n: loud.count(n) for n in NOISE} == dict.fromkeys(NOISE, 1), loud[-3000:]
+    assert {n: loud.count(n) for n in NOISE} == {n: int(n in emitted_noise()) for n in NOISE}, loud[-3000:]
