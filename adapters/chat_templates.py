@@ -20,6 +20,12 @@ Templates:
   generation prompt), as vLLM and llama.cpp servers apply it. It may insert a default system
   message (SmolLM2's does), so it differs from ``chatml`` for the same messages.
 
+Prefill (``prefill=INSTRUCTION``): the user turn holds that instruction and the text so far is
+the start of the assistant's reply, which the scored token continues (the rendering above, then the
+text, no closing tag): the framing that puts the text in the model's own turn, as Anthropic's and
+Gemini's APIs allow and OpenAI's chat does not. ``user_template`` is then unused and must stay
+``"{prefix}"``.
+
 ``content`` may be a string or OpenAI's list of parts (``[{"type": "text", "text": ...}]``;
 text parts are concatenated, other parts rejected).
 """
@@ -78,44 +84,58 @@ class ChatConditioning:
     template: str = "chatml"
     system: str | None = None
     user_template: str = "{prefix}"
+    prefill: str | None = None  # the user turn's instruction when the text so far is the reply's start
 
     def __post_init__(self) -> None:
         if self.template not in CHAT_TEMPLATES:
             raise UserError(f"unknown chat template '{self.template}'", f"use chat={' or chat='.join(CHAT_TEMPLATES)}")
         if "{prefix}" not in self.user_template:
             raise UserError("user_template lacks '{prefix}'", "include {prefix} where the text so far goes")
+        if self.prefill is not None and (not self.prefill.strip() or self.user_template != "{prefix}"):
+            raise UserError(
+                "prefill puts the text so far in the assistant's reply: it needs a non-empty instruction for the "
+                "user turn, and no user_template",
+                "pass prefill='Continue the document.' and drop user_template",
+            )
 
     def messages(self, prefix: str) -> list[dict[str, str]]:
-        """The messages a chat API adapter sends for context ``prefix`` (same rule as ``wire``)."""
+        """The messages a chat API adapter sends for context ``prefix`` (same rule as ``wire``); with
+        ``prefill`` the last is the assistant's reply so far."""
         msgs = [{"role": "system", "content": self.system}] if self.system else []
+        if self.prefill is not None:
+            return msgs + [{"role": "user", "content": self.prefill}, {"role": "assistant", "content": prefix}]
         return msgs + [{"role": "user", "content": self.user_template.format(prefix=prefix)}]
 
     def render(self, prefix: str, tokenizer: Any = None) -> str:
-        """The text the server tokenizes before the assistant's first token."""
+        """The text the server tokenizes before the scored token: the generation prompt, then with
+        ``prefill`` the text so far (the reply continued, never closed)."""
         msgs = self.messages(prefix)
+        turns, reply = (msgs[:-1], prefix) if self.prefill is not None else (msgs, "")
         if self.template == "chatml":
-            return chatml_text(msgs)
-        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+            return chatml_text(turns) + reply
+        return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True) + reply
 
     def to_json(self, tokenizer: Any = None) -> dict[str, Any]:
         out: dict[str, Any] = {"template": self.template, "system": self.system, "user_template": self.user_template}
+        if self.prefill is not None:  # absent otherwise: fingerprints of the other framings are unchanged
+            out["prefill"] = self.prefill
         if self.template == "template" and tokenizer is not None:
             out["chat_template"] = getattr(tokenizer, "chat_template", None)  # part of the fingerprint
         return out
 
 
 def chat_conditioning(
-    chat: str | None, system: str | None = None, user_template: str | None = None
+    chat: str | None, system: str | None = None, user_template: str | None = None, prefill: str | None = None
 ) -> ChatConditioning | None:
-    """The ``chat``/``system``/``user_template`` target options as a ``ChatConditioning`` (or None)."""
+    """The ``chat``/``system``/``user_template``/``prefill`` target options as a ``ChatConditioning`` (or None)."""
     if chat in (None, "", "off", "none"):
-        if system is not None or user_template is not None:
+        if system is not None or user_template is not None or prefill is not None:
             raise UserError(
-                "system/user_template shape chat conditioning, but no chat template was chosen",
+                "system/user_template/prefill shape chat conditioning, but no chat template was chosen",
                 "add chat=chatml (CLI --chat chatml) or chat=template",
             )
         return None
-    return ChatConditioning(str(chat), system, user_template or "{prefix}")
+    return ChatConditioning(str(chat), system, user_template or "{prefix}", prefill)
 
 
 def chat_context_ids(

@@ -740,19 +740,19 @@ class HFTarget(PackedForward, ChatScoring, Target):
 
 
 # --------------------------------------------------------------------------- factories
-_OPTIONS = {"device", "dtype", "batch_size", "progress", "padding_side", "chat", "system", "user_template"}
+_OPTIONS = {"device", "dtype", "batch_size", "progress", "padding_side", "chat", "system", "user_template", "prefill"}
 
 
 def _check_options(opts: dict[str, Any]) -> dict[str, Any]:
-    """Known options only; ``chat``/``system``/``user_template`` become one ``chat`` conditioning."""
+    """Known options only; ``chat``/``system``/``user_template``/``prefill`` become one ``chat`` conditioning."""
     unknown = set(opts) - _OPTIONS
     if unknown:
         raise UserError(f"unknown option(s) for a local model: {', '.join(sorted(unknown))}", f"use {sorted(_OPTIONS)}")
     opts = dict(opts)
     chat = opts.pop("chat", None)
-    system, template = opts.pop("system", None), opts.pop("user_template", None)
+    system, template, prefill = opts.pop("system", None), opts.pop("user_template", None), opts.pop("prefill", None)
     if not isinstance(chat, ChatConditioning):
-        chat = chat_conditioning(chat, system, template)
+        chat = chat_conditioning(chat, system, template, prefill)
     if chat is not None:
         opts["chat"] = chat
     return opts

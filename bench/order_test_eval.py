@@ -183,12 +183,23 @@ def build(
     return build_canary(opts, cache_dir=cache, progress=False)
 
 
-def load(spec: str, chat: str | None = None) -> Any:
+def load(spec: str, chat: str | None = None, framing: dict[str, str] | None = None) -> Any:
     """A local target; ``chat``: read it under a chat template's conditioning (``--chat``), each position
-    after a user turn holding the text so far, as a chat API reads it."""
+    after a user turn holding the text so far, as a chat API reads it; ``framing``: that turn's
+    ``system``/``user_template``/``prefill`` (``--chat-system`` ...; prefill: the text so far is the
+    assistant's reply, continued)."""
     from blackbox_audit.adapters.registry import load_target
 
-    return load_target(spec, chat=chat) if chat else load_target(spec)
+    return load_target(spec, chat=chat, **(framing or {})) if chat else load_target(spec)
+
+
+def framing(args: argparse.Namespace) -> dict[str, str]:
+    """The chat turn's shape from ``--chat-system``/``--chat-user-template``/``--chat-prefill``."""
+    given = {"system": args.chat_system, "user_template": args.chat_user_template, "prefill": args.chat_prefill}
+    out = {k: v for k, v in given.items() if v is not None}
+    if out and not args.chat:
+        raise SystemExit("--chat-system/--chat-user-template/--chat-prefill shape a chat turn: add --chat chatml")
+    return out
 
 
 def free_offsets(n: int, items: int, avoid: range, k: int, seed: int) -> list[int]:
@@ -218,7 +229,7 @@ def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
         for seed in args.seeds:
             canary = build(args.base, seed, dups, args.members, args.cache, args.canary_format, args.chat_tune)
             off = canary.card["file_order"]["offset"]
-            target = load(canary.target_spec, args.chat)
+            target = load(canary.target_spec, args.chat, framing(args))
             rows.append(test_block(target, bench, args, off + args.block_start, seed))
             ps = "; ".join(
                 f"{st}: p_exact={rows[-1][st]['p_exact']:.3g} p_t={rows[-1][st]['p_t']:.3g} "
@@ -259,7 +270,7 @@ def shuffled_file(bench: Any, seed: int, folder: Path) -> Any:
 def part_clean(args: argparse.Namespace, bench: Any, emit: Any) -> None:
     import tempfile
 
-    target = load(args.clean_target, args.chat)
+    target = load(args.clean_target, args.chat, framing(args))
     if args.benchmark == "mmlu":  # the file is sorted by subject: permuted within subjects (strata)
         from blackbox_audit.benchmarks import load_mmlu
 
@@ -541,6 +552,16 @@ def main(argv: list[str] | None = None) -> int:
         help="canary, clean: read the local target under chat conditioning (chatml: the rendering of the emulator's "
         "openai-chat profile; template: the model's own), as a chat API conditions each position",
     )
+    p.add_argument("--chat-system", help="canary, clean with --chat: a system turn")
+    p.add_argument(
+        "--chat-user-template", help="canary, clean with --chat: the user turn around the text so far ({prefix})"
+    )
+    p.add_argument(
+        "--chat-prefill",
+        metavar="INSTRUCTION",
+        help="canary, clean with --chat: the user turn holds INSTRUCTION and the text so far is the assistant's reply, "
+        "continued (an assistant prefill, as Anthropic and Gemini allow)",
+    )
     p.add_argument("--successor-read", default="exact", choices=("exact", "censored", "greedy"))
     p.add_argument(
         "--successor-tokens", type=int, default=4, help="successor, window: tokens of each item read (default 4)"
@@ -612,6 +633,7 @@ def main(argv: list[str] | None = None) -> int:
                 "successor_read": args.successor_read,
                 "successor_tokens": args.successor_tokens,
                 "chat": args.chat,
+                "chat_framing": framing(args),
                 "format": args.format,
                 "alpha": args.alpha,
             },

@@ -110,3 +110,27 @@ def test_score_cli_chat_option(tiny_lm_dir, tmp_path, capsys) -> None:
     assert main(["score", "--target", "compat:http://127.0.0.1:9/v1#m", "--data", str(data), "--chat", "chatml",
                  "--out", str(tmp_path / "o2"), "--cache-dir", str(tmp_path / "c")]) == 2  # fmt: skip
     assert "--chat applies to white-box targets" in capsys.readouterr().err
+
+
+def test_prefill_puts_the_text_so_far_in_the_assistants_reply(tiny_target, tiny_lm_dir) -> None:
+    """``prefill``: the scored token continues the assistant's reply, rendered as the emulator's
+    ``anthropic`` profile renders a last assistant turn (open, no closing tag)."""
+    from blackbox_audit.sim.emulator.anthropic import prompt_text
+
+    cond = ChatConditioning("chatml", prefill="Continue the document.")
+    msgs = cond.messages("So far")
+    assert msgs == [{"role": "user", "content": "Continue the document."}, {"role": "assistant", "content": "So far"}]
+    assert cond.render("So far") == prompt_text(None, msgs)
+    assert cond.render("So far").endswith("<|im_start|>assistant\nSo far")
+    t = tiny_target.with_chat(cond)
+    assert t.fingerprint() != tiny_target.with_chat(ChatConditioning("chatml")).fingerprint()
+    rec = t.token_logprobs(TEXTS[:1], progress=False)[0]
+    ids = [int(x) for x in (*rec.context_ids, *rec.token_ids)]
+    ctx = tiny_target.tokenize(cond.render(tiny_target.decode(ids[:4])))
+    assert rec.logprobs[3] == pytest.approx(float(tiny_target.next_token_logprobs([ctx])[0][ids[4]]), abs=1e-5)
+    with pytest.raises(UserError, match="prefill puts the text so far"):
+        ChatConditioning("chatml", user_template="Go on: {prefix}", prefill="Continue.")
+    with pytest.raises(UserError, match="no chat template was chosen"):
+        chat_conditioning(None, prefill="Continue.")
+    loaded = load_target(f"hf:{tiny_lm_dir}", chat="chatml", prefill="Go on.", progress=False)
+    assert loaded.chat == ChatConditioning("chatml", prefill="Go on.")
