@@ -188,3 +188,17 @@ def test_docs_date_no_figure_by_session(path: Path) -> None:
         if SESSION_DATED.search(line)
     ]
     assert not hits, "\n".join(hits)
+
+
+def test_order_test_eval_chat_framing_options() -> None:
+    """``--chat-system``/``--chat-user-template``/``--chat-prefill`` shape the chat turn a white-box read
+    uses, so they mean nothing without ``--chat``: one clear stop, and with it the options as given."""
+    import argparse
+
+    from bench.order_test_eval import framing
+
+    given = {"chat_system": None, "chat_user_template": None, "chat_prefill": "Continue the document."}
+    with pytest.raises(SystemExit, match="add --chat chatml"):
+        framing(argparse.Namespace(chat=None, **given))
+    assert framing(argparse.Namespace(chat="chatml", **given)) == {"prefill": "Continue the document."}
+    assert framing(argparse.Namespace(chat="chatml", **dict.fromkeys(given))) == {}
