@@ -6,9 +6,10 @@ before any request. ``generate`` sends one ``POST /v1/messages`` per prompt thro
 cache-first engine (budget, retries, rate limits as for every API target):
 
 - the prompt is continued, not answered: it goes in as an *assistant prefill* after a short
-  user turn (``user_template``), so the reply is the model's continuation of the text, which
-  is what SaMIA compares with the true suffix. Anthropic refuses a prefill that ends in
-  whitespace, so trailing whitespace is stripped (and nothing else);
+  user turn (``prefill`` or ``user_template``, default "Continue this text."), so the reply is
+  the model's continuation of the text, which is what SaMIA compares with the true suffix.
+  Anthropic refuses a prefill that ends in whitespace, so trailing whitespace is stripped (and
+  nothing else);
 - Anthropic has no ``seed``: sample ``seed=i`` is made a distinct request with
   ``metadata.user_id = "blackbox-audit-sample-i"`` (otherwise the cache would answer all
   samples with the first one); the draws themselves are the provider's;
@@ -212,9 +213,19 @@ def load_anthropic(rest: str, *, spending: Spending | None = None, **options: An
         spending=spending,
     )
     table = load_token_table(options.get("tokenizer") or "tiktoken:cl100k_base")
-    return AnthropicTarget(
-        model=model, engine=engine, table=table, user_template=options.get("user_template") or USER_TEMPLATE
-    )
+    return AnthropicTarget(model=model, engine=engine, table=table, user_template=instruction_of(options))
+
+
+def instruction_of(options: dict[str, Any]) -> str:
+    """The user turn before the prefill: ``prefill`` (as for gemini:) or ``user_template`` (this
+    adapter's older name for the same instruction), else ``USER_TEMPLATE``; both given must agree."""
+    prefill, template = options.get("prefill"), options.get("user_template")
+    if prefill is not None and template is not None and prefill != template:
+        raise UserError(
+            "anthropic: targets always prefill; prefill and user_template both name its user turn and differ",
+            "give one of them",
+        )
+    return prefill or template or USER_TEMPLATE
 
 
 def plan_anthropic(rest: str, **options: Any) -> Any:

@@ -62,7 +62,7 @@ from .recovery import (
     recover_position,
 )
 from .tokenizers import TokenTable
-from .wire import ApiOracle, Conditioning, chatml_text
+from .wire import ApiOracle, Conditioning
 
 log = logging.getLogger(__name__)
 ADAPTER_VERSION = "api-1"
@@ -305,7 +305,7 @@ class ApiTarget(Target):
 
     def _chat_prior(self, full: list[int], n_ctx: int) -> list[Prior]:
         """The proxy's next-token distribution after each position's chat prompt. ``prior_template``
-        ``chatml``: bare ChatML (``wire.chatml_text``, what OpenAI-compatible servers of ChatML
+        ``chatml``: bare ChatML (``Conditioning.render``, what OpenAI-compatible servers of ChatML
         models and the emulator render); ``model``: the proxy tokenizer's own chat template (which
         may add a default system message)."""
         proxy = self.prior
@@ -313,11 +313,14 @@ class ApiTarget(Target):
         own = self.prior_template == "model" and getattr(tok, "chat_template", None)
         contexts = []
         for j in range(n_ctx, len(full)):
-            msgs = self.cond.messages(self.table.decode(full[:j]))
-            if own:
+            prefix = self.table.decode(full[:j])
+            msgs = self.cond.messages(prefix)
+            if own and self.cond.prefill is not None:  # the prefilled reply stays open
+                text = tok.apply_chat_template(msgs[:-1], tokenize=False, add_generation_prompt=True) + prefix
+            elif own:
                 text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
             else:
-                text = chatml_text(msgs)
+                text = self.cond.render(prefix)
             contexts.append(list(proxy.tokenize(text)))
         rows = proxy.next_token_logprobs(contexts)
         return [Prior(float(row[t]), float(row.max())) for row, t in zip(rows, full[n_ctx:], strict=True)]
@@ -746,15 +749,17 @@ class ApiTarget(Target):
     # ---- generation
     @property
     def continuation(self) -> str:
-        """How ``generate`` asks for a continuation (module doc): ``completion``, ``instruction``
-        or ``user-template``."""
+        """How ``generate`` asks for a continuation (module doc): ``completion``, ``prefill``,
+        ``instruction`` or ``user-template``."""
         if self.cond.api != "chat":
             return "completion"
+        if self.cond.prefill is not None:
+            return "prefill"
         return "instruction" if self.cond.user_template == "{prefix}" else "user-template"
 
     def generation_messages(self, prompt: str) -> list[dict[str, str]]:
         """The chat messages that ask for ``prompt``'s continuation (``continuation``)."""
-        if self.continuation == "user-template":
+        if self.continuation in ("user-template", "prefill"):
             return self.cond.messages(prompt)
         msgs = [{"role": "system", "content": self.cond.system}] if self.cond.system else []
         return msgs + [{"role": "user", "content": CONTINUE_TEMPLATE.format(prefix=prompt)}]
@@ -908,6 +913,13 @@ def probe_and_build(
         raise UserError("user_template lacks '{prefix}'", "include {prefix} where the text so far goes")
     key = probe_cache_key(engine.base_url, model, table, api, system, template, sampling)
     try:
+        if options.get("prefill") is not None:  # inside the try: the engine and loop are closed
+            raise UserError(
+                f"{name}: prefill (the text so far as the start of the assistant's reply) is not wired for "
+                "OpenAI-wire endpoints: OpenAI's chat API starts a new reply after a final assistant message",
+                "use prefill with gemini: or anthropic: targets, or drop it (the text so far then goes in the user "
+                "turn)",
+            )
         # a stored probe report: a resumed run (or a --dry-run) re-sends none of the probe's
         # requests, not even the refused ones (4xx answers are never in the request cache).
         # Only verdicts are stored: a probe that failed raised before this point.

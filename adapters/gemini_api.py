@@ -5,7 +5,12 @@ model, the top-n list at the first reply token, so the ladder, the cache, the bu
 planning code are shared; only the wire differs (``adapters/gemini_wire.py``).
 
 - Conditioning as for OpenAI chat: position ``i`` is the first reply token to a user turn holding
-  the text so far (``system=`` / ``user_template=`` change it, and the fingerprint with it).
+  the text so far (``system=`` / ``user_template=`` change it, and the fingerprint with it). With
+  ``prefill=INSTRUCTION`` the user turn is that instruction and the text so far is sent as the
+  start of the model's reply (a last ``model`` turn), which the scored token continues: the text
+  is then read in the model's own turn, as it reads plain text (docs/usage.md "Chat
+  conditioning"). Models that refuse a request ending with a model turn fail the probe with one
+  clear error.
 - The probe (``probe_gemini``) reads from the endpoint, never from the model's name, whether
   logprobs are served, how many, whether they are junk (``probe.junk_reason``), that a
   ``logit_bias`` field is refused and that logprobs cover generated tokens only (no echo). A
@@ -164,14 +169,30 @@ async def _answered(engine: RequestEngine, path: str, body: dict[str, Any]) -> d
 
 
 async def probe_gemini(
-    engine: RequestEngine, model: str, table: TokenTable, *, system: str | None = None, user_template: str = "{prefix}"
+    engine: RequestEngine,
+    model: str,
+    table: TokenTable,
+    *,
+    system: str | None = None,
+    user_template: str = "{prefix}",
+    prefill: str | None = None,
 ) -> ProbeReport:
     """What the endpoint serves, from its answers (module docstring); evidence for each step."""
     ev: list[str] = []
-    cond = Conditioning(api="chat", system=system, user_template=user_template)
+    cond = Conditioning(api="chat", system=system, user_template=user_template, prefill=prefill)
     ids = table.encode(PROBE_TEXT)
     ctx = ids[:4]
     path = generate_path(model)
+    if prefill is not None:  # some models refuse a request that ends with a model turn: say so first
+        plain = gemini_body(cond.messages(table.decode(ctx)), max_tokens=1, temperature=0)
+        got, status = await _try(engine, path, plain)
+        if got is None:
+            raise ProbeFailed(
+                f"gemini:{model} refused a request ending with a model turn (HTTP {status}): this model takes no "
+                "prefill",
+                "drop prefill (the text so far then goes in the user turn); nothing was cached",
+            )
+        ev.append("a reply prefilled with the text so far: accepted")
     statuses: list[int] = []
     top_n, base, data = 0, None, None
     for n in (c for c in TOP_N_CANDIDATES if c <= MAX_TOP):
@@ -283,6 +304,20 @@ def _api_key(options: dict[str, Any]) -> str | None:
     return read_api_key(KEY_ENVS[0], None, required=True, from_flag=False)  # the one clear "set it" error
 
 
+def check_prefill(prefill: Any, template: str) -> str | None:
+    """``prefill``: a non-empty instruction for the user turn, and no ``user_template`` beside it
+    (the text so far is the reply's start, not part of the user turn)."""
+    if prefill is None:
+        return None
+    if not isinstance(prefill, str) or not prefill.strip() or template != "{prefix}":
+        raise UserError(
+            "prefill puts the text so far in the model's reply: it needs a non-empty instruction for the user turn, "
+            "and no user_template",
+            "pass prefill='Continue the document.' and drop user_template",
+        )
+    return prefill
+
+
 def load_gemini(rest: str, *, spending: Spending | None = None, **options: Any) -> GeminiTarget:
     """Factory for ``gemini:MODEL`` and ``gemini:BASE_URL#MODEL``: engine, probe (or its cached
     report), target (``spending``: the run's shared caps, limits and prices)."""
@@ -303,27 +338,30 @@ def load_gemini(rest: str, *, spending: Spending | None = None, **options: Any) 
     table = load_token_table(options.get("tokenizer") or DEFAULT_TOKENIZER)
     system = options.get("system")
     template = options.get("user_template") or "{prefix}"
+    prefill = check_prefill(options.get("prefill"), template)
     if "{prefix}" not in template:
         raise UserError("user_template lacks '{prefix}'", "include {prefix} where the text so far goes")
     loop = LoopThread()
-    key = probe_cache_key(engine.base_url, model, table, API, system, template, ())
+    key = probe_cache_key(engine.base_url, model, table, API, system, template, (), prefill)
     try:
         hit = engine.cache_get(key)
         if hit is not None:
             report = _report_from_json(hit)
             report.evidence = [*report.evidence, "(probe report from the cache)"]
         else:
-            report = loop.run(probe_gemini(engine, model, table, system=system, user_template=template))
+            report = loop.run(
+                probe_gemini(engine, model, table, system=system, user_template=template, prefill=prefill)
+            )
             engine.cache_put(key, report.to_json())
     except BaseException:
         loop.run(engine.aclose())
         loop.close()
         raise
-    ekey = endpoint_key(engine.base_url, model, API, system, template, ())
+    ekey = endpoint_key(engine.base_url, model, API, system, template, (), prefill)
     if report.semantics is not None:
         engine.cache_put("probe-endpoint:" + ekey, report.to_json())
     engine.cache_put("probe-last:gemini", {"target": f"gemini:{model}", **report.to_json()})
-    cond = Conditioning(api="chat", system=system, user_template=template)
+    cond = Conditioning(api="chat", system=system, user_template=template, prefill=prefill)
     target = GeminiTarget(
         name=f"gemini:{model}",
         kind="gemini",

@@ -76,17 +76,28 @@ PROBE_VERSION = "probe-6"
 
 
 def probe_cache_key(
-    base_url: str, model: str, table: TokenTable, api: str, system: str | None, template: str, sampling: Any
+    base_url: str,
+    model: str,
+    table: TokenTable,
+    api: str,
+    system: str | None,
+    template: str,
+    sampling: Any,
+    prefill: str | None = None,
 ) -> str:
-    """Cache key of a probe report: everything the probe's answers depend on (never a key)."""
+    """Cache key of a probe report: everything the probe's answers depend on (never a key); a
+    ``prefill`` joins it only where set, so the keys of every other conditioning are unchanged."""
     import hashlib
     import json
 
     parts = [PROBE_VERSION, base_url, model, table.fingerprint(), api, system, template, dict(sampling)]
+    parts += [{"prefill": prefill}] if prefill is not None else []
     return "probe:" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def endpoint_key(base_url: str, model: str, api: str, system: str | None, template: str, sampling: Any) -> str:
+def endpoint_key(
+    base_url: str, model: str, api: str, system: str | None, template: str, sampling: Any, prefill: str | None = None
+) -> str:
     """The part of a probe key that names the endpoint and conditioning but not the local tokenizer
     table: a ``probe`` run that read the server's tokenizer and a dry-run that must name a local one
     (``compat:``) still mean the same endpoint. Keys the endpoint's probe report copy
@@ -95,6 +106,7 @@ def endpoint_key(base_url: str, model: str, api: str, system: str | None, templa
     import json
 
     parts = [PROBE_VERSION, base_url.rstrip("/"), model, api, system, template, dict(sampling)]
+    parts += [{"prefill": prefill}] if prefill is not None else []
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
@@ -104,7 +116,15 @@ def report_from_json(obj: dict[str, Any]) -> ProbeReport:
 
 
 def cached_probe_report(
-    cache: Any, base_url: str, model: str, table: TokenTable, api: str, system: str | None, template: str, sampling: Any
+    cache: Any,
+    base_url: str,
+    model: str,
+    table: TokenTable,
+    api: str,
+    system: str | None,
+    template: str,
+    sampling: Any,
+    prefill: str | None = None,
 ) -> tuple[ProbeReport | None, str]:
     """The probe report stored for this endpoint and conditioning, or None (nothing is sent), and
     where it came from: the probe of this very target, else the probe of the same endpoint under
@@ -118,10 +138,10 @@ def cached_probe_report(
     from blackbox_audit.redaction import split_url_credentials
 
     public_url = split_url_credentials(base_url)[0].rstrip("/")
-    hit = read_checked(cache, probe_cache_key(public_url, model, table, api, system, template, sampling))
+    hit = read_checked(cache, probe_cache_key(public_url, model, table, api, system, template, sampling, prefill))
     source = "the cached probe of this target"
     if hit is None:  # this target's own verdict (a "no usable logprobs" one too) wins over another table's
-        endpoint = endpoint_key(public_url, model, api, system, template, sampling)
+        endpoint = endpoint_key(public_url, model, api, system, template, sampling, prefill)
         other = read_checked(cache, "probe-endpoint:" + endpoint)
         if other is not None and other.get("semantics") is not None:
             hit, source = other, "the cached probe of this endpoint (probed with another tokenizer table)"
@@ -129,7 +149,14 @@ def cached_probe_report(
 
 
 def cached_recovery(
-    cache: Any, base_url: str, model: str, api: str, system: str | None, template: str, sampling: Any
+    cache: Any,
+    base_url: str,
+    model: str,
+    api: str,
+    system: str | None,
+    template: str,
+    sampling: Any,
+    prefill: str | None = None,
 ) -> dict[str, Any] | None:
     """What finished runs measured about this endpoint's recovery (``planning.measured``), or None."""
     if cache is None:
@@ -138,7 +165,7 @@ def cached_recovery(
     from blackbox_audit.redaction import split_url_credentials
 
     public_url = split_url_credentials(base_url)[0].rstrip("/")
-    return read_checked(cache, "recovery:" + endpoint_key(public_url, model, api, system, template, sampling))
+    return read_checked(cache, "recovery:" + endpoint_key(public_url, model, api, system, template, sampling, prefill))
 
 
 def cached_planning_view(
@@ -152,9 +179,10 @@ def cached_planning_view(
     api = options.get("api") or "auto"
     system = options.get("system")
     template = options.get("user_template") or "{prefix}"
+    prefill = options.get("prefill")
     pairs = tuple(sorted(sampling.items()))
     cache = options.get("cache")
-    report, source = cached_probe_report(cache, base_url, model, table, api, system, template, pairs)
+    report, source = cached_probe_report(cache, base_url, model, table, api, system, template, pairs, prefill)
     probed = report is not None and report.semantics is not None
     return endpoint_view(
         name,
@@ -165,7 +193,7 @@ def cached_planning_view(
         semantics=report.semantics if probed else None,
         probed_by=source if probed else None,
         logprobs=report is None or report.semantics is not None,
-        recovery=cached_recovery(cache, base_url, model, api, system, template, pairs) if probed else None,
+        recovery=cached_recovery(cache, base_url, model, api, system, template, pairs, prefill) if probed else None,
         prior=bool(options.get("prior")),
         chat=report.api == "chat" if probed else {"chat": True, "completions": False}.get(api),
         system=system,

@@ -25,8 +25,8 @@ from blackbox_audit.errors import UserError
 from .base import Capabilities, Target
 
 #: command-line options (argparse dest names) that reach local / API loaders
-LOCAL_OPTIONS = ("device", "batch_size", "dtype", "chat", "system", "user_template")
-API_OPTIONS = ("tokenizer", "api_key_env", "api", "prior", "prior_template", "system", "user_template")
+LOCAL_OPTIONS = ("device", "batch_size", "dtype", "chat", "system", "user_template", "prefill")
+API_OPTIONS = ("tokenizer", "api_key_env", "api", "prior", "prior_template", "system", "user_template", "prefill")
 
 #: the type of each target option's value where a front door passes it as a plain value (an audit
 #: spec's [targets] table, ``ba.target``; the CLI's flags are strings), and how an error names it
@@ -43,6 +43,7 @@ _OPTION_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
             "prior_template",
             "system",
             "user_template",
+            "prefill",
             "search",
             "device",
             "dtype",

@@ -30,16 +30,28 @@ class Conditioning:
     id_prompts: bool = False  # completions: send token ids instead of text
     # sampling-neutral fields sent with every request (compat: repeat_penalty=1.0), sorted pairs
     sampling: tuple[tuple[str, Any], ...] = ()
+    # chat: the user turn's instruction when the text so far is sent as the start of the assistant's
+    # reply, which the answer continues (an assistant prefill: Gemini, Anthropic; chat_templates.py)
+    prefill: str | None = None
 
     def messages(self, prefix: str) -> list[dict[str, str]]:
         msgs = [{"role": "system", "content": self.system}] if self.system else []
+        if self.prefill is not None:
+            return msgs + [{"role": "user", "content": self.prefill}, {"role": "assistant", "content": prefix}]
         return msgs + [{"role": "user", "content": self.user_template.format(prefix=prefix)}]
+
+    def render(self, prefix: str) -> str:
+        """Bare ChatML of ``messages(prefix)`` up to the answer's first token: a prefilled reply stays open."""
+        msgs = self.messages(prefix)
+        return chatml_text(msgs[:-1]) + prefix if self.prefill is not None else chatml_text(msgs)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["sampling"] = dict(self.sampling)
         if not self.sampling:
             del out["sampling"]  # keep fingerprints of targets without sampling fields unchanged
+        if self.prefill is None:
+            del out["prefill"]  # likewise for targets without a prefill
         return out
 
 

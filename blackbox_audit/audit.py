@@ -40,7 +40,7 @@ from blackbox_audit.engine.pricing import ModelPrice
 from blackbox_audit.errors import UserError
 from blackbox_audit.workspace import Workspace
 
-CHAT_OPTIONS = ("chat", "system", "user_template")
+CHAT_OPTIONS = ("chat", "system", "user_template", "prefill")  # chat_conditioning's arguments, in order
 #: a local target's options other than its chat conditioning (the registry's and the spec's own)
 LOCAL_BASE_OPTIONS = tuple(k for k in (*LOCAL_OPTIONS, *TARGET_EXTRA["local"]) if k not in CHAT_OPTIONS)
 #: [audit] keys that are engine options (same names as ``EngineOptions``' fields)
@@ -258,7 +258,8 @@ class AuditRun:
             target_spec = f"compat:http://127.0.0.1:{e.get('port', 0)}/v1#{model}"
         else:
             target_spec = self.local_spec(t)
-        keep = ("tokenizer", "api", "system", "user_template") if is_api_spec(target_spec) else LOCAL_BASE_OPTIONS
+        api_keep = ("tokenizer", "api", "system", "user_template", "prefill")
+        keep = api_keep if is_api_spec(target_spec) else LOCAL_BASE_OPTIONS
         options = {k: v for k, v in self.api_options(t).items() if k in keep}
         return TargetRef(target_spec, options, opener=lambda _workspace: self.target(name), pricing=pricing)
 

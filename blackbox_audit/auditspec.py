@@ -17,7 +17,7 @@ Layout::
                        max_tokens: a canary (``sim.canary``, a model whose training data is known
                        exactly) built once into the cache folder before the steps, then reused
     [targets.NAME]     spec = "smollm2" | "hf:PATH" | "compat:URL#MODEL" | ...   and its options
-                       (device, batch_size, dtype, chat, system, user_template, tokenizer, api,
+                       (device, batch_size, dtype, chat, system, user_template, prefill, tokenizer, api,
                        api_key_env, ...); or emulate = "TARGET-NAME or local spec", profile, port,
                        model, noise, seed: the provider emulator over a local model, started for
                        the audit (an offline rehearsal; give a fixed port so a rerun hits the cache);

@@ -35,7 +35,7 @@ from blackbox_audit.workspace import Workspace
 
 #: the target options a dry-run's planning view reads: the tokenizer, api and chat turn (the probe
 #: report and the measured recovery are stored per endpoint and conditioning), the price table, a prior
-PLANNING_OPTIONS = ("tokenizer", "api", "chat", "system", "user_template", "pricing", "prior")
+PLANNING_OPTIONS = ("tokenizer", "api", "chat", "system", "user_template", "prefill", "pricing", "prior")
 
 
 @dataclass(frozen=True)

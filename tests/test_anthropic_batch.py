@@ -245,3 +245,13 @@ def test_budget_is_reserved_at_the_batch_price(emu, tmp_path) -> None:
     finally:
         target.close()
         cache.close()
+
+
+def test_prefill_names_the_user_turn_as_user_template_does() -> None:
+    from blackbox_audit.adapters.anthropic_api import USER_TEMPLATE, instruction_of
+    from blackbox_audit.errors import UserError
+
+    assert instruction_of({}) == USER_TEMPLATE
+    assert instruction_of({"prefill": "Go on."}) == "Go on." == instruction_of({"user_template": "Go on."})
+    with pytest.raises(UserError, match="differ"):
+        instruction_of({"prefill": "Go on.", "user_template": "Continue."})

@@ -273,3 +273,68 @@ def test_default_url_and_the_key_only_in_its_header(monkeypatch):
             t.close()
     assert seen and all(r.headers["x-goog-api-key"] == KEY and KEY not in str(r.url) for r in seen)
     assert all("authorization" not in r.headers for r in seen)
+
+
+def test_prefill_reads_the_text_in_the_models_turn_as_the_white_box_does(tiny_target, tiny_lm_dir):
+    """``prefill=``: the text so far is sent as the start of the model's reply (a last ``model``
+    turn), which the emulator continues; each value is the white-box chat read with the same prefill
+    (exact where listed in the top 20, an upper bound otherwise), and it is not the user-turn read."""
+    from blackbox_audit.adapters.chat_templates import ChatConditioning
+
+    instruction = "Continue the document."
+    white = tiny_target.with_chat(ChatConditioning("chatml", prefill=instruction))
+    user_turn = tiny_target.with_chat(ChatConditioning("chatml"))
+    with run_emulator(tiny_target, "gemini") as emu:
+        t = load_target(emu.target_spec, tokenizer=str(tiny_lm_dir), prefill=instruction)
+        plain = load_target(emu.target_spec, tokenizer=str(tiny_lm_dir))
+        try:
+            assert "a reply prefilled with the text so far: accepted" in t.probe_evidence
+            assert t.cond.prefill == instruction and t.fingerprint() != plain.fingerprint()
+            assert t.continuation == "prefill" and t.generation_messages("abc")[-1] == {
+                "role": "assistant",
+                "content": "abc",
+            }
+            (rec,) = t.token_logprobs(TEXTS[:1], progress=False)
+            (ref,) = white.token_logprobs(TEXTS[:1], progress=False)
+            (other,) = user_turn.token_logprobs(TEXTS[:1], progress=False)
+            assert list(rec.token_ids) == list(ref.token_ids)
+            exact = np.array([st == Status.EXACT for st in rec.status])
+            assert exact.any()  # the tiny model lists few of a text's tokens in its top 20
+            assert np.max(np.abs(rec.logprobs[exact] - ref.logprobs[exact])) < 1e-4
+            assert np.max(np.abs(rec.logprobs[exact] - other.logprobs[exact])) > 1e-3  # not the user turn's values
+            assert np.all(rec.logprobs[~exact] >= ref.logprobs[~exact] - 1e-5)
+        finally:
+            t.close()
+            plain.close()
+
+
+def test_a_model_that_refuses_a_prefill_fails_the_probe_with_one_clear_error(tiny_target, tiny_lm_dir):
+    from blackbox_audit.errors import UserError
+
+    with run_emulator(tiny_target, "gemini", refuse_prefill=True) as emu:
+        with pytest.raises(UserError, match="refused a request ending with a model turn") as err:
+            load_target(emu.target_spec, tokenizer=str(tiny_lm_dir), prefill="Go on.")
+        assert "drop prefill" in str(err.value)
+        t = load_target(emu.target_spec, tokenizer=str(tiny_lm_dir))  # the same model without a prefill: probed
+        t.close()
+    with pytest.raises(UserError, match="needs a non-empty instruction"):
+        load_target(emu.target_spec, tokenizer=str(tiny_lm_dir), prefill="Go on.", user_template="Text: {prefix}")
+
+
+def test_prefill_on_an_openai_wire_target_is_refused(tiny_target, tiny_lm_dir):
+    from blackbox_audit.errors import UserError
+
+    with run_emulator(tiny_target, "openai-chat") as emu:
+        with pytest.raises(UserError, match="OpenAI's chat API starts a new reply"):
+            load_target(emu.target_spec, tokenizer=str(tiny_lm_dir), prefill="Continue.")
+
+
+def test_compare_takes_the_gemini_sides_prefill_for_the_white_box_side(gemini_emu, tiny_lm_dir, tmp_path, capsys):
+    """``--b-prefill``: the white-box side with ``--a-chat`` reads under the same prefill, so both agree."""
+    args = ["compare", "--a", f"hf:{tiny_lm_dir}", "--b", gemini_emu.target_spec, "--data", str(_data(tmp_path))]
+    args += ["--tokenizer", str(tiny_lm_dir), "--scores", "loss_cens:n=20", "--a-chat", "chatml"]
+    args += ["--b-prefill", "Continue the document."]
+    assert main([*args, "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "o")]) == 0
+    assert "agree within their stated error bounds" in capsys.readouterr().out
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert "Continue the document." in json.dumps(run)

@@ -30,7 +30,7 @@ from blackbox_audit.cli.options import (
 from blackbox_audit.methods.compare import DEFAULT_SCORES, SIDES, Compare, CompareConfig
 from blackbox_audit.pipeline import Job, TargetRef
 
-CHAT_FIELDS = ("chat", "system", "user_template")
+CHAT_FIELDS = ("chat", "system", "user_template", "prefill")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def side_args(args: argparse.Namespace, side: str, **chat: Any) -> argparse.Namespace:
-    """``args`` with ``--SIDE-chat/system/user-template`` as the plain chat options."""
+    """``args`` with ``--SIDE-chat/system/user-template/prefill`` as the plain chat options."""
     values = vars(args) | {k: getattr(args, f"{side}_{k}", None) for k in CHAT_FIELDS}
     values.update({k: v for k, v in chat.items() if v is not None and values.get(k) is None})
     return argparse.Namespace(**values)
@@ -82,7 +82,7 @@ def _side_ref(args: argparse.Namespace, side: str, sides: dict[str, Any]) -> Tar
         other = sides.get("b" if side == "a" else "a")
         cond = getattr(other, "cond", None)  # an API target's Conditioning
         if getattr(args, f"{side}_chat", None) and cond is not None and cond.api == "chat":
-            chat = {"system": cond.system, "user_template": cond.user_template}
+            chat = {"system": cond.system, "user_template": cond.user_template, "prefill": cond.prefill}
         sides[side] = open_target(workspace, spec, side_args(args, side, **chat))
         return sides[side]
 

@@ -226,6 +226,13 @@ def add_chat_arguments(parser: argparse.ArgumentParser, prefix: str = "", which:
         f"--{prefix}user-template",
         help="user message around the text so far, with {prefix} where it goes (default: {prefix})",
     )
+    g.add_argument(
+        f"--{prefix}prefill",
+        metavar="INSTRUCTION",
+        help="the user message is INSTRUCTION and the text so far starts the model's reply, which each scored "
+        "token continues (an assistant prefill: gemini: targets that accept one, white-box --chat; "
+        "docs/usage.md 'Chat conditioning')",
+    )
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser, *, dry_run: bool = True) -> None:

@@ -154,7 +154,7 @@ def conditioning_note(a: dict[str, Any], b: dict[str, Any], api: dict[str, bool]
             f"ChatML) or --{plain_side}-chat template (the model's own template, as vLLM and llama.cpp apply it)"
         )
     if chat_a and chat_b:
-        differs = [k for k in ("system", "user_template") if (a.get(k) or None) != (b.get(k) or None)]
+        differs = [k for k in ("system", "user_template", "prefill") if (a.get(k) or None) != (b.get(k) or None)]
         if differs:
             return (
                 f"both sides use chat turns but their {' and '.join(differs)} differ "

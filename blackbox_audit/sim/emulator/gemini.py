@@ -16,6 +16,9 @@ speaks, as the OpenAI and Anthropic ones are. Wire format, from Google's API ref
   ``INVALID_ARGUMENT`` "Logprobs is not supported for the current model.";
 - the safety-block fault (``safety_block=WORD``, a profile override): a request whose prompt holds
   WORD is answered ``promptFeedback.blockReason: "SAFETY"`` with no candidates, as Gemini blocks;
+- a last ``model`` turn is a prefill: the reply continues it (rendered open, ``chat.open_prompt_text``),
+  as the Gemini models that accept one do; ``refuse_prefill=True`` (a profile override) answers it
+  with a 400 ``INVALID_ARGUMENT`` "Requests ending with a model turn are not supported.", as others do;
 - answers carry ``finishReason`` (``STOP``/``MAX_TOKENS``) and ``usageMetadata``; errors are
   ``{"error": {"code", "message", "status"}}``.
 Decoding, noise and the chat template are the responder's own (``Responder.chat``), so the
@@ -126,8 +129,11 @@ class GenerateContentApi:
             chat["stop"] = config["stopSequences"]
         if want:
             chat.update(logprobs=True, top_logprobs=int(n_top or 0))
+        prefill = msgs[-1]["role"] == "assistant"  # a last model turn: the reply continues it
+        if prefill and p.refuse_prefill:
+            raise _bad("Requests ending with a model turn are not supported.")
         try:
-            out = self.r.chat(chat)
+            out = self.r.chat(chat, continue_last=prefill)
         except GeminiError:
             raise
         except ApiError as exc:
