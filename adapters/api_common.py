@@ -48,6 +48,7 @@ from blackbox_audit.reads import DEFAULT_READ, ReadOptions
 from blackbox_audit.types import Status, Strategy, TokenLogprobs
 
 from .base import Capabilities, Target
+from .chat_templates import ChatConditioning
 from .probe import endpoint_key, probe_cache_key, probe_endpoint, report_from_json
 from .recovery import (
     Answer,
@@ -305,23 +306,19 @@ class ApiTarget(Target):
 
     def _chat_prior(self, full: list[int], n_ctx: int) -> list[Prior]:
         """The proxy's next-token distribution after each position's chat prompt. ``prior_template``
-        ``chatml``: bare ChatML (``Conditioning.render``, what OpenAI-compatible servers of ChatML
+        ``chatml``: bare ChatML (``chat_templates.chatml_text``, what OpenAI-compatible servers of ChatML
         models and the emulator render); ``model``: the proxy tokenizer's own chat template (which
         may add a default system message)."""
         proxy = self.prior
         tok = getattr(proxy, "tokenizer", None)
         own = self.prior_template == "model" and getattr(tok, "chat_template", None)
+        # the white-box rendering of this target's chat turn (a prefilled reply stays open)
+        chat = ChatConditioning(
+            "template" if own else "chatml", self.cond.system, self.cond.user_template, self.cond.prefill
+        )
         contexts = []
         for j in range(n_ctx, len(full)):
-            prefix = self.table.decode(full[:j])
-            msgs = self.cond.messages(prefix)
-            if own and self.cond.prefill is not None:  # the prefilled reply stays open
-                text = tok.apply_chat_template(msgs[:-1], tokenize=False, add_generation_prompt=True) + prefix
-            elif own:
-                text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-            else:
-                text = self.cond.render(prefix)
-            contexts.append(list(proxy.tokenize(text)))
+            contexts.append(list(proxy.tokenize(chat.render(self.table.decode(full[:j]), tok))))
         rows = proxy.next_token_logprobs(contexts)
         return [Prior(float(row[t]), float(row.max())) for row, t in zip(rows, full[n_ctx:], strict=True)]
 

@@ -73,6 +73,21 @@ def chatml_text(messages: Sequence[dict[str, Any]]) -> str:
     return "".join(out)
 
 
+def check_prefill(prefill: Any, user_template: str) -> str | None:
+    """``prefill``: a non-empty instruction for the user turn, and no ``user_template`` beside it
+    (the text so far is the reply's start, not part of the user turn). White-box and API targets
+    check it here alike."""
+    if prefill is None:
+        return None
+    if not isinstance(prefill, str) or not prefill.strip() or user_template != "{prefix}":
+        raise UserError(
+            "prefill puts the text so far in the assistant's reply: it needs a non-empty instruction for the "
+            "user turn, and no user_template",
+            "pass prefill='Continue the document.' and drop user_template",
+        )
+    return prefill
+
+
 @dataclass(frozen=True)
 class ChatConditioning:
     """A chat API's conditioning, applied to a white-box model (module docstring).
@@ -91,12 +106,7 @@ class ChatConditioning:
             raise UserError(f"unknown chat template '{self.template}'", f"use chat={' or chat='.join(CHAT_TEMPLATES)}")
         if "{prefix}" not in self.user_template:
             raise UserError("user_template lacks '{prefix}'", "include {prefix} where the text so far goes")
-        if self.prefill is not None and (not self.prefill.strip() or self.user_template != "{prefix}"):
-            raise UserError(
-                "prefill puts the text so far in the assistant's reply: it needs a non-empty instruction for the "
-                "user turn, and no user_template",
-                "pass prefill='Continue the document.' and drop user_template",
-            )
+        check_prefill(self.prefill, self.user_template)
 
     def messages(self, prefix: str) -> list[dict[str, str]]:
         """The messages a chat API adapter sends for context ``prefix`` (same rule as ``wire``); with
@@ -150,6 +160,7 @@ __all__ = [
     "ChatConditioning",
     "ChatFormatError",
     "chat_conditioning",
+    "check_prefill",
     "chat_context_ids",
     "chatml_text",
     "message_text",

@@ -42,6 +42,7 @@ from blackbox_audit.redaction import read_api_key
 from blackbox_audit.types import Status, Strategy, TokenLogprobs
 
 from .api_common import ApiTarget, LoopThread
+from .chat_templates import check_prefill
 from .gemini_wire import (
     MAX_TOP,
     GeminiOracle,
@@ -302,20 +303,6 @@ def _api_key(options: dict[str, Any]) -> str | None:
         if os.environ.get(env):
             return read_api_key(env, None, required=True, from_flag=False)
     return read_api_key(KEY_ENVS[0], None, required=True, from_flag=False)  # the one clear "set it" error
-
-
-def check_prefill(prefill: Any, template: str) -> str | None:
-    """``prefill``: a non-empty instruction for the user turn, and no ``user_template`` beside it
-    (the text so far is the reply's start, not part of the user turn)."""
-    if prefill is None:
-        return None
-    if not isinstance(prefill, str) or not prefill.strip() or template != "{prefix}":
-        raise UserError(
-            "prefill puts the text so far in the model's reply: it needs a non-empty instruction for the user turn, "
-            "and no user_template",
-            "pass prefill='Continue the document.' and drop user_template",
-        )
-    return prefill
 
 
 def load_gemini(rest: str, *, spending: Spending | None = None, **options: Any) -> GeminiTarget:

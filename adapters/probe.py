@@ -85,14 +85,9 @@ def probe_cache_key(
     sampling: Any,
     prefill: str | None = None,
 ) -> str:
-    """Cache key of a probe report: everything the probe's answers depend on (never a key); a
-    ``prefill`` joins it only where set, so the keys of every other conditioning are unchanged."""
-    import hashlib
-    import json
-
+    """Cache key of a probe report: everything the probe's answers depend on (never a key)."""
     parts = [PROBE_VERSION, base_url, model, table.fingerprint(), api, system, template, dict(sampling)]
-    parts += [{"prefill": prefill}] if prefill is not None else []
-    return "probe:" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    return "probe:" + _key_digest(parts, prefill)
 
 
 def endpoint_key(
@@ -102,11 +97,16 @@ def endpoint_key(
     table: a ``probe`` run that read the server's tokenizer and a dry-run that must name a local one
     (``compat:``) still mean the same endpoint. Keys the endpoint's probe report copy
     (``"probe-endpoint:"``) and its measured recovery (``"recovery:"``)."""
+    return _key_digest([PROBE_VERSION, base_url.rstrip("/"), model, api, system, template, dict(sampling)], prefill)
+
+
+def _key_digest(parts: list[Any], prefill: str | None) -> str:
+    """The sha256 of a key's parts; a ``prefill`` joins them only where set, so the keys of every
+    other conditioning are unchanged."""
     import hashlib
     import json
 
-    parts = [PROBE_VERSION, base_url.rstrip("/"), model, api, system, template, dict(sampling)]
-    parts += [{"prefill": prefill}] if prefill is not None else []
+    parts = [*parts, {"prefill": prefill}] if prefill is not None else parts
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 

@@ -40,11 +40,6 @@ class Conditioning:
             return msgs + [{"role": "user", "content": self.prefill}, {"role": "assistant", "content": prefix}]
         return msgs + [{"role": "user", "content": self.user_template.format(prefix=prefix)}]
 
-    def render(self, prefix: str) -> str:
-        """Bare ChatML of ``messages(prefix)`` up to the answer's first token: a prefilled reply stays open."""
-        msgs = self.messages(prefix)
-        return chatml_text(msgs[:-1]) + prefix if self.prefill is not None else chatml_text(msgs)
-
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["sampling"] = dict(self.sampling)
