@@ -14,6 +14,10 @@ GSM8K answers given their questions (``bench/packed_prefix_speed.py``, docs/usag
 ids, position ids and mask; ``PackedForward._last_rows`` (a mixin of ``HFTarget``) runs them and
 checks once per model that the packed rows match the padded path, falling back to it where a
 model's attention ignores custom masks.
+
+A group whose every context is a prefix of its trunk (the assistant-prefill framing, where the text so
+far stays open in the reply, so no closing tokens follow it) has no tails: it runs as one plain causal
+forward of the trunk, with no custom mask, so neither ``PACK_TOKENS`` nor the mask's square limit it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-#: most tokens in one packed sequence: the mask and the attention scores grow with its square
+#: most tokens in one packed sequence with tails: the mask and the attention scores grow with its square
 PACK_TOKENS = 1536
 #: a group is packed only where it runs at most this share of the tokens that separate passes run
 MAX_PACKED_SHARE = 0.5
@@ -44,6 +48,10 @@ class PrefixGroup:
     @property
     def indices(self) -> list[int]:
         return [i for i, _ in self.members]
+
+    def is_chain(self, contexts: Sequence[Sequence[int]]) -> bool:
+        """Every member is a prefix of the trunk: one causal forward of the trunk, no tails, no mask."""
+        return all(shared >= len(contexts[i]) for i, shared in self.members)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -75,8 +83,9 @@ def prefix_groups(
 
     Contexts are sorted as token sequences, so those sharing long prefixes are neighbours; a run of
     neighbours is one group while each shares at least half its length with the one before and the
-    packed length stays within ``max_tokens``. A group is kept only if it runs at most ``max_share``
-    of the tokens its contexts would run separately; the others, and single contexts, go padded."""
+    packed length stays within ``max_tokens`` (or, for a chain of prefixes, without limit: module
+    docstring). A group is kept only if it runs at most ``max_share`` of the tokens its contexts would
+    run separately; the others, and single contexts, go padded."""
     order = sorted(range(len(contexts)), key=lambda i: tuple(contexts[i]))
     groups: list[PrefixGroup] = []
     rest: list[int] = []
@@ -87,7 +96,9 @@ def prefix_groups(
             return
         g = _close(contexts, run)
         packed = _packed_length(contexts, g.trunk, g.members)
-        if packed > max_tokens:  # the neighbour-by-neighbour estimate was short: halve the run
+        if packed > max_tokens and not g.is_chain(
+            contexts
+        ):  # the neighbour-by-neighbour estimate was short: halve the run
             finish(run[: len(run) // 2])
             finish(run[len(run) // 2 :])
         elif packed <= max_share * sum(len(contexts[i]) for i in run):
@@ -97,16 +108,19 @@ def prefix_groups(
 
     run: list[int] = []
     estimate = 0  # the first context whole, then each one's tokens after its neighbour's prefix
+    chain = True  # each context of the run so far extends the one before (sorted order)
     for i in order:
         c = contexts[i]
         if run:
             shared = common_prefix(c, contexts[run[-1]])
-            if 2 * shared >= len(c) and estimate + len(c) - shared <= max_tokens:
+            extends = chain and shared == len(contexts[run[-1]])
+            if 2 * shared >= len(c) and (extends or estimate + len(c) - shared <= max_tokens):
                 run.append(i)
                 estimate += len(c) - shared
+                chain = extends
                 continue
             finish(run)
-        run, estimate = [i], len(c)
+        run, estimate, chain = [i], len(c), True
     if run:
         finish(run)
     return groups, sorted(rest)
@@ -115,11 +129,12 @@ def prefix_groups(
 @dataclass(frozen=True)
 class PackedInputs:
     """One group as a single sequence: ``ids``, ``positions``, a boolean ``mask`` [S, S] (True =
-    may attend), and ``rows[k]``: the index whose next-token distribution is member ``k``'s."""
+    may attend; None for a chain of prefixes: plain causal attention), and ``rows[k]``: the index
+    whose next-token distribution is member ``k``'s."""
 
     ids: np.ndarray
     positions: np.ndarray
-    mask: np.ndarray
+    mask: np.ndarray | None
     rows: np.ndarray
 
 
@@ -143,6 +158,13 @@ def packed_inputs(contexts: Sequence[Sequence[int]], group: PrefixGroup) -> Pack
         positions.extend(range(shared, len(c)))
         spans.append((start, len(ids), shared))
         rows.append(len(ids) - 1)
+    if not spans:  # a chain of prefixes: the trunk's causal forward holds every member's row
+        return PackedInputs(
+            np.asarray(ids, dtype=np.int64),
+            np.asarray(positions, dtype=np.int64),
+            None,
+            np.asarray(rows, dtype=np.int64),
+        )
     size = len(ids)
     mask = np.zeros((size, size), dtype=bool)
     mask[:n, :n] = np.tril(np.ones((n, n), dtype=bool))
@@ -192,10 +214,15 @@ class PackedForward:
             return None
         torch = self._torch
         p = packed_inputs(contexts, group)
+        mask = (
+            torch.ones((1, len(p.ids)), dtype=torch.long, device=self.device)
+            if p.mask is None
+            else torch.as_tensor(p.mask, device=self.device)[None, None]
+        )
         with torch.inference_mode():
             out = self.model(
                 input_ids=torch.as_tensor(p.ids, device=self.device)[None],
-                attention_mask=torch.as_tensor(p.mask, device=self.device)[None, None],
+                attention_mask=mask,
                 position_ids=torch.as_tensor(p.positions, device=self.device)[None],
                 use_cache=False,
                 **self._keep_rows(p.rows),

@@ -119,3 +119,38 @@ def test_chat_conditioned_records_are_packed_and_equal_the_padded_path(tiny_targ
     assert chat._packing_checked is True
     for a, b in zip(got, ref, strict=True):
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
+def test_a_chain_of_prefixes_is_one_group_past_the_token_cap_and_needs_no_mask() -> None:
+    """The prefill framing's contexts: the header, then the text so far, never closed."""
+    text = list(range(10, 90))
+    ctxs = [HEAD + text[:j] for j in range(1, len(text) + 1)]
+    groups, rest = prefix_groups(ctxs, max_tokens=40)
+    assert rest == [] and len(groups) == 1 and groups[0].is_chain(ctxs)
+    p = packed_inputs(ctxs, groups[0])
+    assert p.mask is None and p.ids.tolist() == ctxs[-1]
+    assert p.rows.tolist() == [len(c) - 1 for c in ctxs]
+    # a context that leaves the chain (a closing tail) falls under the cap again
+    branched = ctxs + [HEAD + text[:50] + CLOSE]
+    groups, rest = prefix_groups(branched, max_tokens=40)
+    assert all(g.is_chain(branched) or packed_length(branched, g) <= 40 for g in groups)
+    assert sorted([i for g in groups for i in g.indices] + rest) == list(range(len(branched)))
+
+
+def test_prefill_records_run_as_one_causal_forward_and_equal_the_padded_path(tiny_target) -> None:
+    from blackbox_audit.adapters import hf_packing as hp
+    from blackbox_audit.adapters.chat_templates import ChatConditioning
+
+    chat = tiny_target.with_chat(ChatConditioning("chatml", prefill="Continue the document."))
+    texts = ["The people of this nation have always chosen to meet the future together.", "We the people."]
+    chat._packing_checked = False
+    ref = chat.token_logprobs(texts, progress=False)
+    chat._packing_checked = None
+    got = chat.token_logprobs(texts, progress=False)
+    assert chat._packing_checked is True
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+    ids = chat.tokenize(texts[0])
+    contexts = [chat._chat_ids(ids[:j]) for j in range(1, len(ids))]
+    groups, rest = hp.prefix_groups(contexts, max_tokens=8)
+    assert rest == [] and len(groups) == 1 and groups[0].is_chain(contexts)
