@@ -246,4 +246,5 @@ def plan_anthropic(rest: str, **options: Any) -> Any:
         price=PricingTable.load(options.get("pricing")).get(model),
         tokenizer_name=f"{table.name} (approximate: no public tokenizer)",
         logprobs=False,
+        prefill=True,  # the text so far is always the reply's start (module docstring)
     )

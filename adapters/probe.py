@@ -197,6 +197,7 @@ def cached_planning_view(
         prior=bool(options.get("prior")),
         chat=report.api == "chat" if probed else {"chat": True, "completions": False}.get(api),
         system=system,
+        prefill=prefill is not None,
     )
 
 

@@ -175,7 +175,7 @@ def test_the_full_statistic_reads_items_by_default_and_only_it() -> None:
         ContaminationConfig(heldout="order", order_statistic="successor", order_combine="items").validate()
 
     class ChatView:  # what a chat endpoint's probe gives: top-n logprobs, no echo
-        api, logprobs, probed, name = True, True, True, "openai:gpt-4o-mini"
+        api, logprobs, probed, name, framing = True, True, True, "openai:gpt-4o-mini", "user-turn"
         shape = None
 
     with pytest.raises(UserError, match="only the full statistic"):

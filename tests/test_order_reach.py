@@ -20,22 +20,28 @@ from blackbox_audit.methods.contamination.order_reach import (
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _default_key(statistic: str, read: str) -> DesignKey:
+def _default_key(statistic: str, read: str, framing: str = "plain") -> DesignKey:
     from blackbox_audit.methods.contamination.order_run import combine_of, design_of, tokens_of
 
     cfg = ContaminationConfig(heldout="order", order_statistic=statistic, order_read="auto")
     d = design_of(cfg)
     tokens = None if statistic == "full" else tokens_of(cfg)
-    return DesignKey(statistic, read, d.shard_items, d.permutations, combine_of(cfg), "jsonl", tokens)
+    return DesignKey(statistic, read, d.shard_items, d.permutations, combine_of(cfg), "jsonl", tokens, framing)
 
 
-DEFAULT_READS = [("full", "exact"), ("successor", "exact"), ("successor", "censored"), ("successor", "greedy")]
+#: what ``resolve_access`` chooses by access (tests/test_order_access.py), with the framing of its reads
+DEFAULT_READS = [
+    ("full", "exact", "plain"),
+    ("successor", "exact", "plain"),
+    ("successor", "censored", "user-turn"),
+    ("successor", "greedy", "prefill"),
+]
 
 
-@pytest.mark.parametrize(("statistic", "read"), DEFAULT_READS)
-def test_every_default_design_has_a_measured_row(statistic: str, read: str) -> None:
+@pytest.mark.parametrize(("statistic", "read", "framing"), DEFAULT_READS)
+def test_every_default_design_has_a_measured_row(statistic: str, read: str, framing: str) -> None:
     """Whatever access chooses, the default's verdict can state its measured reach (never a guess)."""
-    reach = reach_of(_default_key(statistic, read), 100)
+    reach = reach_of(_default_key(statistic, read, framing), 100)
     assert reach.row is not None
     assert reach.text().startswith("reach: ")
 
@@ -64,12 +70,15 @@ def test_reach_names_the_smallest_pass_count_at_the_power_threshold() -> None:
 
 
 def test_no_power_and_unmeasured_designs_say_so_and_name_what_would_have_power() -> None:
-    none = reach_of(_default_key("successor", "greedy"), 100)
+    none = reach_of(_default_key("successor", "greedy", "prefill"), 100)
     assert none.smallest_passes is None and "no measured power at this access" in none.text()
     assert "--heldout FILE" in none.text() and "--probe" in none.text()
     odd = reach_of(DesignKey("full", "exact", 7, 5, "sum", "jsonl"), 100)
     assert odd.row is None and odd.text().startswith("reach: not measured at this design (full (exact), 7-item")
     assert odd.to_json()["smallest_passes"] is None
+    # the same design read through another framing is another design: its figures do not carry over
+    moved = reach_of(_default_key("successor", "censored", "prefill"), 100)
+    assert moved.row is None and "text framed prefill" in moved.text()
 
 
 def test_expected_cpu_time_scales_with_positions_and_parameters() -> None:

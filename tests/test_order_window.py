@@ -175,3 +175,35 @@ def test_a_chat_endpoint_reads_censored_windows_priced_first(tiny_target, tiny_l
         assert 0 < sent <= int(high.replace(",", ""))
         assert main(cli) == 0  # a rerun: every answer from the cache
         assert json.loads((tmp_path / "o" / "run.json").read_text())["usage"]["requests_sent"] == 0
+
+
+@pytest.mark.timeout(900)
+def test_auto_reads_the_window_on_a_prefilled_top_n_chat_endpoint(
+    tiny_target, tiny_lm_dir, tmp_path, capsys, monkeypatch
+) -> None:
+    """``--prefill`` on a chat endpoint with top-n logprobs (a Gemini model that accepts one): the default
+    order test is the window statistic, the one measured to keep the order signal through that framing;
+    the same endpoint without a prefill keeps the successor statistic."""
+    monkeypatch.setenv("GEMINI_API_KEY", "test-key")
+    bench = _bench(tmp_path)
+    with run_emulator(tiny_target, "gemini") as emu:
+        pricing = tmp_path / "price.json"
+        pricing.write_text(
+            json.dumps({"models": {emu.model: {"prompt": 0.15, "cached_prompt": 0.075, "completion": 0.6}}})
+        )
+        cli = ["contamination", "--benchmark", str(bench), "--target", emu.target_spec, "--tokenizer"]
+        cli += [f"hf:{tiny_lm_dir}", "--pricing", str(pricing), "--budget-usd", "1", "--cache-dir", str(tmp_path / "c")]
+        cli += ["--order-successor-tokens", "2", "--order-shard-items", "5", "--out", str(tmp_path / "o")]
+        assert main([*cli, "--dry-run"]) == 0
+        assert "order statistic: successor (censored) (" in capsys.readouterr().out
+        cli += ["--prefill", "Continue the document."]
+        assert main([*cli, "--dry-run"]) == 0
+        planned = capsys.readouterr().out
+        assert "order statistic: window (censored) (endpoint with top-n logprobs and the text as the start" in planned
+        assert "order test (window statistic): 10 items in 2 shards" in planned
+        assert "text framed prefill" in planned  # k = 2 here is no measured design: its reach says so
+        assert main(cli) == 0
+        run = json.loads((tmp_path / "o" / "run.json").read_text())
+        assert run["contamination"]["choices"]["order_statistic"]["chosen"] == "window (censored)"
+        assert run["contamination"]["heldout"]["window"]["read"] == "censored"
+        assert run["contamination"]["heldout"]["reach"]["design"].endswith("text framed prefill")

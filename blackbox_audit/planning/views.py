@@ -27,6 +27,18 @@ NOT_PROBED = "not probed yet: widest range"
 #: text and ``SYSTEM_MESSAGE_TOKENS``. The first run on an endpoint measures the real count.
 CHAT_TEMPLATE_TOKENS_MAX = 32
 SYSTEM_MESSAGE_TOKENS = 4
+#: where a read's text so far sits: ``plain`` (a raw continuation: a local model, a completions or echo
+#: endpoint), ``user-turn`` (a chat endpoint: the text in the user's message, the scored token opening
+#: the reply), ``prefill`` (the text as the start of the model's own reply, continued: ``--prefill``,
+#: anthropic:), ``unknown`` (an API endpoint not probed yet, chat or completions)
+FRAMINGS = ("plain", "user-turn", "prefill", "unknown")
+
+
+def framing_of(chat: bool | None, prefill: bool) -> str:
+    """The ``FRAMINGS`` entry of a chat (True), completions (False) or not yet known (None) endpoint."""
+    if prefill:
+        return "prefill"
+    return {True: "user-turn", False: "plain", None: "unknown"}[chat]
 
 
 @dataclass(frozen=True)
@@ -42,7 +54,9 @@ class PlanningView:
     ``batch``: the run buys its independent requests through the provider's batch API (``--batch``),
     so a plan that counts what a budget buys prices them at the batch price (``Estimate.batch_cost_usd``);
     ``batch_rounds``: with it, the bisection rounds too (``EngineOptions.batch_rounds``);
-    ``parameters``: a local model's parameter count, so a dry-run can state the CPU time it expects.
+    ``parameters``: a local model's parameter count, so a dry-run can state the CPU time it expects;
+    ``framing``: where each read's text so far sits (``FRAMINGS``), which decides what a check can see
+    through the access (the order test's measured reach differs by framing).
     """
 
     name: str
@@ -62,6 +76,7 @@ class PlanningView:
     batch: bool = False
     batch_rounds: bool = True
     parameters: int | None = None  # a local model's parameter count (what its CPU time scales with)
+    framing: str = "plain"  # FRAMINGS
 
     def measured(self, eps: float | None = None) -> MeasuredRecovery | None:
         """This endpoint's measured recovery at bisection tolerance ``eps`` (default: the shape's),
@@ -87,6 +102,7 @@ def endpoint_view(
     prior: bool = False,
     chat: bool | None = None,
     system: str | None = None,
+    prefill: bool = False,
 ) -> PlanningView:
     """The planning view of one API endpoint.
 
@@ -123,6 +139,7 @@ def endpoint_view(
         logprobs=logprobs,
         recovery=recovery,
         prior=prior,
+        framing=framing_of(chat, prefill),
         **_overhead(recovery, chat, system, tokenize),
     )
 
@@ -144,13 +161,17 @@ def _overhead(
 
 
 def local_view(target: Any) -> PlanningView:
-    """A local (white-box) model's view: it sends no requests, so only token positions are counted."""
+    """A local (white-box) model's view: it sends no requests, so only token positions are counted.
+    Under chat conditioning (``chat=``) its reads are framed as that chat API's."""
+    chat = getattr(target, "chat", None)
+    chat = chat if hasattr(chat, "template") else None  # a ChatConditioning, not some other attribute
     return PlanningView(
         name=target.name,
         model=target.name,
         tokenize=target.tokenize,
         api=False,
         parameters=getattr(target, "n_parameters", None),
+        framing="plain" if chat is None else framing_of(True, getattr(chat, "prefill", None) is not None),
     )
 
 
@@ -165,6 +186,7 @@ def view_of_target(target: Any, *, pricing: str | None = None) -> PlanningView:
             target.tokenize,
             price=PricingTable.load(pricing).get(target.model),
             logprobs=False,
+            prefill=_extra(target).get("continuation") == "prefill",  # anthropic: always prefills
         )
     return endpoint_view(
         target.name,
@@ -179,11 +201,20 @@ def view_of_target(target: Any, *, pricing: str | None = None) -> PlanningView:
     )
 
 
+def _extra(target: Any) -> dict[str, Any]:
+    return getattr(getattr(target, "capabilities", None), "extra", None) or {}
+
+
 def _conditioning(cond: Any) -> dict[str, Any]:
-    """``chat`` and ``system`` of a loaded API target's conditioning (``adapters.wire.Conditioning``)."""
+    """``chat``, ``system`` and ``prefill`` of a loaded API target's conditioning (``adapters.wire.Conditioning``)."""
     if cond is None:
         return {}
-    return {"chat": cond.api == "chat", "system": cond.system if cond.api == "chat" else None}
+    chat = cond.api == "chat"
+    return {
+        "chat": chat,
+        "system": cond.system if chat else None,
+        "prefill": chat and getattr(cond, "prefill", None) is not None,
+    }
 
 
 def run_view(target: Any) -> tuple[PlanningView, float | None]:

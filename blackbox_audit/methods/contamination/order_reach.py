@@ -28,7 +28,9 @@ POWER = 0.8
 #: what has power where the order test has none
 ELSEWHERE = (
     "what would have power: a held-out file of known non-members (--heldout FILE), scored by the target's "
-    "logprobs or, on a text-only endpoint, by a probe (--probe)"
+    "logprobs or, on a text-only endpoint, by a probe (--probe); on a chat endpoint with top-n logprobs that "
+    "takes a prefill (gemini: models that accept one), --prefill 'Continue the document.' reads the order "
+    "test's window statistic, measured in docs/contamination.md"
 )
 
 
@@ -48,7 +50,8 @@ class DesignKey:
     shuffles: int
     combine: str
     order_format: str
-    successor_tokens: int | None = None  # successor only
+    successor_tokens: int | None = None  # successor and window only
+    framing: str = "plain"  # where the text so far sits (planning.views.FRAMINGS): the signal differs by it
 
     def matches(self, row: dict[str, Any]) -> bool:
         d = row["design"]
@@ -59,6 +62,7 @@ class DesignKey:
             and d["shuffles"] == self.shuffles
             and d["combine"] == self.combine
             and d["format"] == self.order_format
+            and d["framing"] == self.framing
         )
         return same and (self.statistic == "full" or d.get("successor_tokens") == self.successor_tokens)
 
@@ -66,7 +70,7 @@ class DesignKey:
         tokens = "" if self.statistic == "full" else f", k = {self.successor_tokens}"
         return (
             f"{self.statistic} ({self.read}), {self.shard_items}-item shards, {self.shuffles} shuffles, "
-            f"{self.combine}, {self.order_format}{tokens}"
+            f"{self.combine}, {self.order_format}{tokens}, text framed {self.framing}"
         )
 
 

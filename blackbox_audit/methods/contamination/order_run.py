@@ -7,14 +7,16 @@ Three statistics read the same shards (``order_statistic``):
 - ``successor`` (``order_successor``): the start of each item read after each other item of its
   shard; the shuffles are computed from that pair matrix, not bought;
 - ``window`` (``order_window``): the first k tokens of each item read after every item before it, in
-  each bought order (chosen only when asked for, until its power is measured through each access).
+  each bought order (chosen by ``auto`` on prefilled top-n chat reads, else when asked for).
 
 ``auto`` takes what the target's access affords (``resolve_access``): ``full`` where a whole text is
-one request or free (a local model, an echo or prompt-logprobs endpoint), ``successor`` with censored
-top-n reads on other endpoints with logprobs (a chat endpoint pays per position), and ``successor``
-with greedy continuations on text-only endpoints. The p-values and the verdict are ``order``'s. The
-run stops cleanly at a budget cap: the verdict is then read on the shards fully bought (a shard
-half-read says nothing). Every read goes through the run's cache, so a rerun costs nothing.
+one request or free (a local model, an echo or prompt-logprobs endpoint), ``window`` with censored
+top-n reads on a chat endpoint with logprobs whose reads prefill the text as the model's own reply
+(``--prefill``: the one chat framing measured to keep the order signal, docs/contamination.md),
+``successor`` with censored top-n reads on other endpoints with logprobs (a chat endpoint pays per
+position), and ``successor`` with greedy continuations on text-only endpoints. The p-values and the
+verdict are ``order``'s. The run stops cleanly at a budget cap: the verdict is then read on the shards
+fully bought (a shard half-read says nothing). Every read goes through the run's cache, so a rerun costs nothing.
 """
 
 from __future__ import annotations
@@ -158,13 +160,20 @@ def resolve_access(config: Any, view: Any) -> tuple[Any, dict[str, str]]:
         how = ("successor", "greedy", "text-only endpoint: no logprobs, so greedy continuations of each item")
     elif view.shape is not None and view.shape.echo:
         how = ("full", "exact", "echo / prompt-logprobs endpoint: a whole text is one request")
+    elif view.framing == "prefill":
+        how = (
+            "window",
+            "censored",
+            "endpoint with top-n logprobs and the text as the start of the model's own reply (prefill): each "
+            "item's first tokens after every item before it, one top-n read per position",
+        )
     else:
         how = (
             "successor",
             "censored",
             "endpoint with top-n logprobs per position: the start of each next item, one top-n read per position",
         )
-    if view.api and not view.probed and how[0] == "successor" and view.logprobs:
+    if view.api and not view.probed and how[0] != "full" and view.logprobs:
         how = (*how[:2], f"{how[2]} (not probed yet: an echo endpoint reads the full statistic once probed)")
     stat = how[0] if stat == "auto" else stat
     read = ("exact" if not view.api else "censored" if view.logprobs else "greedy") if read == "auto" else read
@@ -239,8 +248,11 @@ def describe_line(lay: OrderLayout, successor: SuccessorLayout | WindowLayout | 
     )
 
 
-def reach_for(config: Any, lay: OrderLayout, successor: SuccessorLayout | WindowLayout | None, items: int) -> Reach:
-    """The measured reach of this design (``order_reach``) for a run of ``items`` items."""
+def reach_for(
+    config: Any, lay: OrderLayout, successor: SuccessorLayout | WindowLayout | None, items: int, framing: str
+) -> Reach:
+    """The measured reach of this design (``order_reach``) for a run of ``items`` items whose reads are
+    framed ``framing`` (``PlanningView.framing``)."""
     key = DesignKey(
         statistic=statistic_of(config),
         read="exact" if successor is None else successor.read,
@@ -249,6 +261,7 @@ def reach_for(config: Any, lay: OrderLayout, successor: SuccessorLayout | Window
         combine=combine_of(config),
         order_format=lay.order_format,
         successor_tokens=None if successor is None else successor.tokens,
+        framing=framing,
     )
     return reach_of(key, items)
 
@@ -326,7 +339,7 @@ def price_order(
         budget_usd=budget_usd,
         successor=successor,
         choices=chosen,
-        reach=reach_for(config, lay, successor, items),
+        reach=reach_for(config, lay, successor, items, view.framing),
         cpu=cpu,
         combine=combine_of(config),
     )
@@ -382,12 +395,12 @@ def read_shards(target: Any, lay: OrderLayout, bounded: str, progress: bool = Fa
 def run_order(method: OrderTest, inputs: AuditInputs, bench: Benchmark) -> MethodResult:
     """The order test's result: one row per shard (its difference, rank and exact per-shard p)."""
     from blackbox_audit.adapters.base import continuation_of
+    from blackbox_audit.planning import run_view
 
     cfg = method.config
+    view = run_view(inputs.target)[0]
     if cfg.order_statistic == "auto":  # prepared without any view of the target: choose on the loaded one
-        from blackbox_audit.planning import run_view
-
-        cfg = resolve_access(cfg, run_view(inputs.target)[0])[0]
+        cfg = resolve_access(cfg, view)[0]
     successor = successor_of(bench, cfg)
     if successor is not None:
         lay = successor.order
@@ -424,7 +437,7 @@ def run_order(method: OrderTest, inputs: AuditInputs, bench: Benchmark) -> Metho
         what = f"{statistic_of(cfg)} statistic T"
         unit = "matched words" if successor.read == "greedy" else "nats"
     combine = combine_of(cfg)
-    reach = reach_for(cfg, lay, successor, n_items)
+    reach = reach_for(cfg, lay, successor, n_items, view.framing)
     provenance["contamination"]["heldout"]["combine"] = combine
     provenance["contamination"]["heldout"]["reach"] = reach.to_json()
     if n < MIN_SHARDS:
