@@ -78,7 +78,9 @@ def test_no_power_and_unmeasured_designs_say_so_and_name_what_would_have_power()
     assert odd.to_json()["smallest_passes"] is None
     # the same design read through another framing is another design: its figures do not carry over
     moved = reach_of(_default_key("successor", "censored", "prefill"), 100)
-    assert moved.row is None and "text framed prefill" in moved.text()
+    assert moved.row is None and "text framed prefill" in moved.text() and "--prefill" not in moved.text()
+    user_turn = reach_of(_default_key("successor", "censored", "user-turn"), 100)
+    assert "no measured power" in user_turn.text() and "--prefill 'Continue the document.'" in user_turn.text()
 
 
 def test_expected_cpu_time_scales_with_positions_and_parameters() -> None:

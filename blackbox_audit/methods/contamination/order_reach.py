@@ -28,9 +28,13 @@ POWER = 0.8
 #: what has power where the order test has none
 ELSEWHERE = (
     "what would have power: a held-out file of known non-members (--heldout FILE), scored by the target's "
-    "logprobs or, on a text-only endpoint, by a probe (--probe); on a chat endpoint with top-n logprobs that "
-    "takes a prefill (gemini: models that accept one), --prefill 'Continue the document.' reads the order "
-    "test's window statistic, measured in docs/contamination.md"
+    "logprobs or, on a text-only endpoint, by a probe (--probe)"
+)
+#: added where a top-n chat endpoint reads the text in the user turn
+PREFILL_HINT = (
+    "; on a chat endpoint with top-n logprobs that takes a prefill (gemini: models that accept one), "
+    "--prefill 'Continue the document.' puts the text in the model's own reply, where the order test's window "
+    "statistic keeps the signal (docs/contamination.md)"
 )
 
 
@@ -95,12 +99,16 @@ class Reach:
         parts = [f"{k} pass{'es' if k != '1' else ''}: {c['flagged']}/{c['n']}" for k, c in self.row["passes"].items()]
         return "; ".join(parts)
 
+    def elsewhere(self) -> str:
+        """What would have power instead (``ELSEWHERE``, and the prefill where the text sits in a user turn)."""
+        return ELSEWHERE + (PREFILL_HINT if self.key.framing == "user-turn" else "")
+
     def text(self) -> str:
         """One sentence: the reach at this design, or that it has none measured (and what would have)."""
         if self.row is None:
             return (
                 f"reach: not measured at this design ({self.key.describe()}); the measured designs are listed in "
-                f"docs/contamination.md. {ELSEWHERE}"
+                f"docs/contamination.md. {self.elsewhere()}"
             )
         r = self.row
         bench = r.get("bench", "bench/order_test_eval.py")
@@ -110,7 +118,8 @@ class Reach:
         size = "" if self.items == r["items"] else f"; this run reads {self.items} items"
         n = self.smallest_passes
         if n is None:
-            return f"reach: no measured power at this access ({self.counts()}{false_flags}; {where}{size}). {ELSEWHERE}"
+            measured = f"{self.counts()}{false_flags}; {where}{size}"
+            return f"reach: no measured power at this access ({measured}). {self.elsewhere()}"
         return (
             f"reach: flagged at least {POWER:.0%} of canaries trained {n} time{'s' if n != 1 else ''} in file order "
             f"({self.counts()}{false_flags}; {where}{size})"
