@@ -90,3 +90,28 @@ def test_expected_cpu_time_scales_with_positions_and_parameters() -> None:
     rate = measured["cpu_s_per_block"] / (measured["positions_per_block"] * measured["parameters"])
     assert one == pytest.approx(rate * 1000 * 100_000_000)
     assert expected_cpu_s(1000, None) is None
+
+
+def test_views_say_where_the_text_sits(tiny_target) -> None:
+    """The framing that the reach key reads: a local model plain, or as the chat API it is conditioned as;
+    an endpoint by its API and prefill."""
+    from blackbox_audit.adapters.chat_templates import ChatConditioning
+    from blackbox_audit.planning import endpoint_view, local_view
+
+    assert local_view(tiny_target).framing == "plain"
+    assert local_view(tiny_target.with_chat(ChatConditioning("chatml"))).framing == "user-turn"
+    prefilled = tiny_target.with_chat(ChatConditioning("chatml", prefill="Continue the document."))
+    assert local_view(prefilled).framing == "prefill"
+    views = {
+        (chat, prefill): endpoint_view("e", "m", len, price=None, chat=chat, prefill=prefill).framing
+        for chat in (True, False, None)
+        for prefill in (False, True)
+    }
+    assert views == {
+        (True, False): "user-turn",
+        (False, False): "plain",
+        (None, False): "unknown",
+        (True, True): "prefill",
+        (False, True): "prefill",
+        (None, True): "prefill",
+    }
