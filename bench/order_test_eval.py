@@ -292,16 +292,14 @@ def part_clean(args: argparse.Namespace, bench: Any, emit: Any) -> None:
                 else "not run: the re-ordered file is written from GSM8K's jsonl lines only"
             )
         elif row["flag_exact"]:  # re-check on an order no model has seen: the items shuffled by a fresh seed
-            import tempfile
-
             import numpy as np
 
             from blackbox_audit.benchmarks import load_qa_file
 
             lines = Path(bench.path).read_text(encoding="utf-8").splitlines()
             perm = np.random.default_rng([k, 12345]).permutation(args.items) + off
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / "reordered.jsonl"
+            with tempfile.TemporaryDirectory() as recheck_dir:  # not ``tmp``: that one is cleaned up below
+                path = Path(recheck_dir) / "reordered.jsonl"
                 path.write_text("".join(lines[i] + "\n" for i in perm), encoding="utf-8")
                 row["recheck"] = test_block(target, load_qa_file(path), args, 0, k)
         rows.append(row)
