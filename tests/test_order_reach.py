@@ -35,6 +35,7 @@ DEFAULT_READS = [
     ("successor", "exact", "plain"),
     ("successor", "censored", "user-turn"),
     ("successor", "greedy", "prefill"),
+    ("window", "censored", "prefill"),
 ]
 
 
