@@ -32,9 +32,9 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 #: most tokens in one packed sequence with tails: the mask and the attention scores grow with its square.
-#: A context longer than this runs padded, alone: at 1536, a 10-item GSM8K shard's user-turn reads (contexts
-#: up to 1,900 tokens) took 250 CPU-s per order on SmolLM2, at 4096 18 CPU-s, with the same values to 1e-3
-#: nats (9 attention heads: about 600 MB of scores per layer at the cap)
+#: A context longer than this runs padded, alone: at 1536, a 10-item GSM8K shard's user-turn window reads
+#: (contexts up to 1,900 tokens) took 200 CPU-s per order on SmolLM2, at 4096 16 CPU-s, the values within
+#: 2e-5 (``bench/chat_window_read_speed.py``; 9 attention heads: about 600 MB of scores per layer at the cap)
 PACK_TOKENS = 4096
 #: a group is packed only where it runs at most this share of the tokens that separate passes run
 MAX_PACKED_SHARE = 0.5
