@@ -248,6 +248,15 @@ def describe_line(lay: OrderLayout, successor: SuccessorLayout | WindowLayout | 
     )
 
 
+def reach_framing(successor: SuccessorLayout | WindowLayout | None, framing: str) -> str:
+    """The framing whose measured rows apply: whole-text reads are plain (a local model or an echo
+    endpoint); an endpoint not probed yet (``unknown``) is read as a chat endpoint's user turn, what
+    every top-n endpoint without echo measured so far is."""
+    if successor is None:
+        return "plain"
+    return "user-turn" if framing == "unknown" else framing
+
+
 def reach_for(
     config: Any, lay: OrderLayout, successor: SuccessorLayout | WindowLayout | None, items: int, framing: str
 ) -> Reach:
@@ -261,7 +270,7 @@ def reach_for(
         combine=combine_of(config),
         order_format=lay.order_format,
         successor_tokens=None if successor is None else successor.tokens,
-        framing=framing,
+        framing=reach_framing(successor, framing),
     )
     return reach_of(key, items)
 
