@@ -886,6 +886,16 @@ def build_api_target(
     )  # fmt: skip
 
 
+def refuse_prefill(name: str, options: dict[str, Any]) -> None:
+    """OpenAI-wire targets take no ``prefill``: one error, from the run and from its ``--dry-run`` alike."""
+    if options.get("prefill") is not None:
+        raise UserError(
+            f"{name}: prefill (the text so far as the start of the assistant's reply) is not wired for "
+            "OpenAI-wire endpoints: OpenAI's chat API starts a new reply after a final assistant message",
+            "use prefill with gemini: or anthropic: targets, or drop it (the text so far then goes in the user turn)",
+        )
+
+
 def probe_and_build(
     *,
     engine: RequestEngine,
@@ -910,13 +920,7 @@ def probe_and_build(
         raise UserError("user_template lacks '{prefix}'", "include {prefix} where the text so far goes")
     key = probe_cache_key(engine.base_url, model, table, api, system, template, sampling)
     try:
-        if options.get("prefill") is not None:  # inside the try: the engine and loop are closed
-            raise UserError(
-                f"{name}: prefill (the text so far as the start of the assistant's reply) is not wired for "
-                "OpenAI-wire endpoints: OpenAI's chat API starts a new reply after a final assistant message",
-                "use prefill with gemini: or anthropic: targets, or drop it (the text so far then goes in the user "
-                "turn)",
-            )
+        refuse_prefill(name, options)  # inside the try: the engine and loop are closed
         # a stored probe report: a resumed run (or a --dry-run) re-sends none of the probe's
         # requests, not even the refused ones (4xx answers are never in the request cache).
         # Only verdicts are stored: a probe that failed raised before this point.

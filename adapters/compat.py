@@ -29,7 +29,7 @@ from blackbox_audit.engine import RequestEngine, Spending
 from blackbox_audit.errors import UserError
 from blackbox_audit.redaction import read_api_key, split_url_credentials
 
-from .api_common import ApiTarget, LoopThread, build_api_target
+from .api_common import ApiTarget, LoopThread, build_api_target, refuse_prefill
 from .tokenizers import TOKENIZER_FORMS, TokenTable, load_token_table
 
 # Sampling-neutral fields sent with every compat request (module docstring).
@@ -187,6 +187,7 @@ def plan_compat(rest: str, **options: Any) -> Any:
             f"bad compat target 'compat:{rest}'",
             "write compat:BASE_URL#MODEL, e.g. compat:http://127.0.0.1:8000/v1#my-model",
         )
+    refuse_prefill(f"compat:{rest}", options)
     if not options.get("tokenizer"):
         raise UserError(
             "--dry-run on a compat: target needs a local tokenizer (asking the server's would send requests)",

@@ -99,9 +99,8 @@ def prefix_groups(
             return
         g = _close(contexts, run)
         packed = _packed_length(contexts, g.trunk, g.members)
-        if packed > max_tokens and not g.is_chain(
-            contexts
-        ):  # the neighbour-by-neighbour estimate was short: halve the run
+        # over the cap (the neighbour-by-neighbour estimate was short): halve the run, unless a chain
+        if packed > max_tokens and not g.is_chain(contexts):
             finish(run[: len(run) // 2])
             finish(run[len(run) // 2 :])
         elif packed <= max_share * sum(len(contexts[i]) for i in run):

@@ -24,7 +24,7 @@ from blackbox_audit.engine import Spending
 from blackbox_audit.errors import UserError
 from blackbox_audit.redaction import read_api_key
 
-from .api_common import ApiTarget, LoopThread, build_api_target
+from .api_common import ApiTarget, LoopThread, build_api_target, refuse_prefill
 from .tokenizers import TOKENIZER_FORMS, load_token_table
 
 
@@ -104,6 +104,7 @@ def plan_hosted(scheme: str, rest: str, **options: Any) -> Any:
 
     from .probe import cached_planning_view
 
+    refuse_prefill(f"{scheme}:{rest}", options)
     model = _model(scheme, rest)
     _, url = resolve(scheme, options)
     table = load_token_table(_tokenizer(scheme, options))

@@ -16,7 +16,7 @@ from blackbox_audit.engine import Spending
 from blackbox_audit.errors import UserError
 from blackbox_audit.redaction import read_api_key
 
-from .api_common import ApiTarget, LoopThread, build_api_target
+from .api_common import ApiTarget, LoopThread, build_api_target, refuse_prefill
 from .tokenizers import load_token_table
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -53,6 +53,7 @@ def plan_openai(model: str, **options: Any) -> Any:
 
     if not model:
         raise UserError("no model in target 'openai:'", "write openai:MODEL, e.g. openai:gpt-4o-mini")
+    refuse_prefill(f"openai:{model}", options)
     base_url = options.get("base_url") or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
     table = load_token_table(options.get("tokenizer"), model=model)
     price = PricingTable.load(options.get("pricing")).get(model)

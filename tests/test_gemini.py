@@ -327,6 +327,12 @@ def test_prefill_on_an_openai_wire_target_is_refused(tiny_target, tiny_lm_dir):
     with run_emulator(tiny_target, "openai-chat") as emu:
         with pytest.raises(UserError, match="OpenAI's chat API starts a new reply"):
             load_target(emu.target_spec, tokenizer=str(tiny_lm_dir), prefill="Continue.")
+    # the dry-run refuses it alike, before it plans a prefilled read the run would refuse
+    from blackbox_audit.adapters.registry import planning_view
+
+    for spec in ("openai:gpt-4o-mini", emu.target_spec):
+        with pytest.raises(UserError, match="OpenAI's chat API starts a new reply"):
+            planning_view(spec, tokenizer=str(tiny_lm_dir), prefill="Continue.")
 
 
 def test_compare_takes_the_gemini_sides_prefill_for_the_white_box_side(gemini_emu, tiny_lm_dir, tmp_path, capsys):
