@@ -24,6 +24,17 @@ def chat_like(text: list[int]) -> list[list[int]]:
     return [HEAD + text[:j] + CLOSE for j in range(1, len(text) + 1)]
 
 
+def assert_packed_equals_padded(chat, texts: list[str]) -> None:
+    """A chat-conditioned target's records, packed (checked once against padded forwards) and padded, agree."""
+    chat._packing_checked = False
+    ref = chat.token_logprobs(texts, progress=False)
+    chat._packing_checked = None
+    got = chat.token_logprobs(texts, progress=False)
+    assert chat._packing_checked is True
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
 def packed_length(contexts, g: PrefixGroup) -> int:
     return len(packed_inputs(contexts, g).ids)
 
@@ -112,13 +123,7 @@ def test_chat_conditioned_records_are_packed_and_equal_the_padded_path(tiny_targ
 
     chat = tiny_target.with_chat(ChatConditioning("chatml"))
     texts = ["The people of this nation have always chosen to meet the future together.", "We the people."]
-    chat._packing_checked = False
-    ref = chat.token_logprobs(texts, progress=False)
-    chat._packing_checked = None
-    got = chat.token_logprobs(texts, progress=False)
-    assert chat._packing_checked is True
-    for a, b in zip(got, ref, strict=True):
-        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+    assert_packed_equals_padded(chat, texts)
 
 
 def test_a_chain_of_prefixes_is_one_group_past_the_token_cap_and_needs_no_mask() -> None:
@@ -143,13 +148,7 @@ def test_prefill_records_run_as_one_causal_forward_and_equal_the_padded_path(tin
 
     chat = tiny_target.with_chat(ChatConditioning("chatml", prefill="Continue the document."))
     texts = ["The people of this nation have always chosen to meet the future together.", "We the people."]
-    chat._packing_checked = False
-    ref = chat.token_logprobs(texts, progress=False)
-    chat._packing_checked = None
-    got = chat.token_logprobs(texts, progress=False)
-    assert chat._packing_checked is True
-    for a, b in zip(got, ref, strict=True):
-        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+    assert_packed_equals_padded(chat, texts)
     ids = chat.tokenize(texts[0])
     contexts = [chat._chat_ids(ids[:j]) for j in range(1, len(ids))]
     groups, rest = hp.prefix_groups(contexts, max_tokens=8)

@@ -150,16 +150,20 @@ def _bench(tmp: Path) -> Path:
     return path
 
 
+def contamination_cli(emu, bench: Path, tiny_lm_dir, tmp_path: Path) -> list[str]:
+    """``contamination`` on the emulator's model, priced at gpt-4o-mini's list prices, with a $1 cap."""
+    pricing = tmp_path / "price.json"
+    pricing.write_text(json.dumps({"models": {emu.model: {"prompt": 0.15, "cached_prompt": 0.075, "completion": 0.6}}}))
+    cli = ["contamination", "--benchmark", str(bench), "--target", emu.target_spec, "--tokenizer"]
+    cli += [f"hf:{tiny_lm_dir}", "--pricing", str(pricing), "--budget-usd", "1", "--cache-dir", str(tmp_path / "c")]
+    return cli
+
+
 @pytest.mark.timeout(900)
 def test_a_chat_endpoint_reads_censored_windows_priced_first(tiny_target, tiny_lm_dir, tmp_path, capsys) -> None:
     bench = _bench(tmp_path)
     with run_emulator(tiny_target, "openai-chat") as emu:
-        pricing = tmp_path / "price.json"
-        pricing.write_text(
-            json.dumps({"models": {emu.model: {"prompt": 0.15, "cached_prompt": 0.075, "completion": 0.6}}})
-        )
-        cli = ["contamination", "--benchmark", str(bench), "--target", emu.target_spec, "--tokenizer"]
-        cli += [f"hf:{tiny_lm_dir}", "--pricing", str(pricing), "--budget-usd", "1", "--cache-dir", str(tmp_path / "c")]
+        cli = contamination_cli(emu, bench, tiny_lm_dir, tmp_path)
         cli += ["--order-statistic", "window", "--order-successor-tokens", "2", "--order-shard-items", "5"]
         cli += ["--out", str(tmp_path / "o")]
         assert main([*cli, "--dry-run"]) == 0
@@ -187,12 +191,7 @@ def test_auto_reads_the_window_on_a_prefilled_top_n_chat_endpoint(
     monkeypatch.setenv("GEMINI_API_KEY", "test-key")
     bench = _bench(tmp_path)
     with run_emulator(tiny_target, "gemini") as emu:
-        pricing = tmp_path / "price.json"
-        pricing.write_text(
-            json.dumps({"models": {emu.model: {"prompt": 0.15, "cached_prompt": 0.075, "completion": 0.6}}})
-        )
-        cli = ["contamination", "--benchmark", str(bench), "--target", emu.target_spec, "--tokenizer"]
-        cli += [f"hf:{tiny_lm_dir}", "--pricing", str(pricing), "--budget-usd", "1", "--cache-dir", str(tmp_path / "c")]
+        cli = contamination_cli(emu, bench, tiny_lm_dir, tmp_path)
         cli += ["--order-successor-tokens", "2", "--order-shard-items", "5", "--out", str(tmp_path / "o")]
         assert main([*cli, "--dry-run"]) == 0
         assert "order statistic: successor (censored) (" in capsys.readouterr().out
