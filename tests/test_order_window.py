@@ -182,6 +182,22 @@ def test_a_chat_endpoint_reads_censored_windows_priced_first(tiny_target, tiny_l
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    ("framing", "hinted"), [("unknown", True), ("plain", True), ("user-turn", False), ("prefill", False)]
+)
+def test_only_an_endpoint_that_could_echo_is_told_a_probe_may_read_the_full_statistic(framing, hinted) -> None:
+    """A chat endpoint (the text in the user turn or prefilled) never echoes its prompt, so its unprobed
+    dry-run must not promise the full statistic after a probe; an endpoint of unknown kind may echo."""
+    from blackbox_audit.methods.contamination.order_run import resolve_access
+
+    class Unprobed:
+        api, logprobs, probed, name, shape = True, True, False, "gemini:gemini-2.0-flash", None
+
+    Unprobed.framing = framing
+    _, record = resolve_access(ContaminationConfig(heldout="order"), Unprobed())
+    assert ("an echo endpoint reads the full statistic once probed" in record["rule"]) is hinted
+
+
 def test_auto_reads_the_window_on_a_prefilled_top_n_chat_endpoint(
     tiny_target, tiny_lm_dir, tmp_path, capsys, monkeypatch
 ) -> None:

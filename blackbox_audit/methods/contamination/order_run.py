@@ -173,7 +173,8 @@ def resolve_access(config: Any, view: Any) -> tuple[Any, dict[str, str]]:
             "censored",
             "endpoint with top-n logprobs per position: the start of each next item, one top-n read per position",
         )
-    if view.api and not view.probed and how[0] != "full" and view.logprobs:
+    if view.api and not view.probed and how[0] != "full" and view.logprobs and view.framing in ("unknown", "plain"):
+        # a chat endpoint (user turn or prefill) never echoes its prompt, probed or not
         how = (*how[:2], f"{how[2]} (not probed yet: an echo endpoint reads the full statistic once probed)")
     stat = how[0] if stat == "auto" else stat
     read = ("exact" if not view.api else "censored" if view.logprobs else "greedy") if read == "auto" else read
