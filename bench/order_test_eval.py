@@ -27,7 +27,9 @@ Parts (``--only``, comma-separated):
 ``--statistic window`` reads the window statistic (``order_window``: each item's first ``--successor-tokens``
 tokens after every item before it, in each bought order); ``--successor-read censored`` keeps what a
 top-20 endpoint would return; ``--chat chatml`` reads the local target under the chat conditioning of the
-emulator's ``openai-chat`` profile, so a framing is measured white-box before it is bought.
+emulator's ``openai-chat`` profile, so a framing is measured white-box before it is bought (``--chat-system``,
+``--chat-user-template``, ``--chat-prefill``: the product's framings; ``--chat-turns``: earlier turns that the
+product does not offer, ``bench/chat_framings.py``).
 
 Every line printed and every JSON row (``--out``) carries the revision (``git rev-parse --short HEAD``)
 and the exact command. ``--help`` imports no torch.
@@ -183,22 +185,31 @@ def build(
     return build_canary(opts, cache_dir=cache, progress=False)
 
 
-def load(spec: str, chat: str | None = None, framing: dict[str, str] | None = None) -> Any:
+def load(spec: str, chat: str | None = None, framing: dict[str, str] | None = None, turns: str | None = None) -> Any:
     """A local target; ``chat``: read it under a chat template's conditioning (``--chat``), each position
     after a user turn holding the text so far, as a chat API reads it; ``framing``: that turn's
     ``system``/``user_template``/``prefill`` (``--chat-system`` ...; prefill: the text so far is the
-    assistant's reply, continued)."""
+    assistant's reply, continued); ``turns``: earlier turns ahead of it (``--chat-turns``, chat_framings.py)."""
     from blackbox_audit.adapters.registry import load_target
 
-    return load_target(spec, chat=chat, **(framing or {})) if chat else load_target(spec)
+    if not chat:
+        return load_target(spec)
+    target = load_target(spec, chat=chat, **(framing or {}))
+    if turns:
+        from bench.chat_framings import with_turns
+
+        target = with_turns(target, turns)
+    return target
 
 
 def framing(args: argparse.Namespace) -> dict[str, str]:
     """The chat turn's shape from ``--chat-system``/``--chat-user-template``/``--chat-prefill``."""
     given = {"system": args.chat_system, "user_template": args.chat_user_template, "prefill": args.chat_prefill}
     out = {k: v for k, v in given.items() if v is not None}
-    if out and not args.chat:
-        raise SystemExit("--chat-system/--chat-user-template/--chat-prefill shape a chat turn: add --chat chatml")
+    if (out or args.chat_turns) and not args.chat:
+        raise SystemExit(
+            "--chat-system/--chat-user-template/--chat-prefill/--chat-turns shape a chat turn: add --chat chatml"
+        )
     return out
 
 
@@ -229,7 +240,7 @@ def part_canary(args: argparse.Namespace, bench: Any, emit: Any) -> None:
         for seed in args.seeds:
             canary = build(args.base, seed, dups, args.members, args.cache, args.canary_format, args.chat_tune)
             off = canary.card["file_order"]["offset"]
-            target = load(canary.target_spec, args.chat, framing(args))
+            target = load(canary.target_spec, args.chat, framing(args), args.chat_turns)
             rows.append(test_block(target, bench, args, off + args.block_start, seed))
             ps = "; ".join(
                 f"{st}: p_exact={rows[-1][st]['p_exact']:.3g} p_t={rows[-1][st]['p_t']:.3g} "
@@ -270,7 +281,7 @@ def shuffled_file(bench: Any, seed: int, folder: Path) -> Any:
 def part_clean(args: argparse.Namespace, bench: Any, emit: Any) -> None:
     import tempfile
 
-    target = load(args.clean_target, args.chat, framing(args))
+    target = load(args.clean_target, args.chat, framing(args), args.chat_turns)
     if args.benchmark == "mmlu":  # the file is sorted by subject: permuted within subjects (strata)
         from blackbox_audit.benchmarks import load_mmlu
 
@@ -560,6 +571,12 @@ def main(argv: list[str] | None = None) -> int:
         help="canary, clean with --chat: the user turn holds INSTRUCTION and the text so far is the assistant's reply, "
         "continued (an assistant prefill, as Anthropic and Gemini allow)",
     )
+    p.add_argument(
+        "--chat-turns",
+        choices=("shots", "history"),
+        help="canary, clean with --chat chatml: earlier turns ahead of the read (bench/chat_framings.py: worked "
+        "continuation examples, or the text as the assistant's earlier reply), framings the product does not offer",
+    )
     p.add_argument("--successor-read", default="exact", choices=("exact", "censored", "greedy"))
     p.add_argument(
         "--successor-tokens", type=int, default=4, help="successor, window: tokens of each item read (default 4)"
@@ -631,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
                 "successor_read": args.successor_read,
                 "successor_tokens": args.successor_tokens,
                 "chat": args.chat,
-                "chat_framing": framing(args),
+                "chat_framing": {**framing(args), **({"turns": args.chat_turns} if args.chat_turns else {})},
                 "format": args.format,
                 "alpha": args.alpha,
             },

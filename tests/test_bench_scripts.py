@@ -199,6 +199,39 @@ def test_order_test_eval_chat_framing_options() -> None:
 
     given = {"chat_system": None, "chat_user_template": None, "chat_prefill": "Continue the document."}
     with pytest.raises(SystemExit, match="add --chat chatml"):
-        framing(argparse.Namespace(chat=None, **given))
-    assert framing(argparse.Namespace(chat="chatml", **given)) == {"prefill": "Continue the document."}
-    assert framing(argparse.Namespace(chat="chatml", **dict.fromkeys(given))) == {}
+        framing(argparse.Namespace(chat=None, chat_turns=None, **given))
+    with pytest.raises(SystemExit, match="add --chat chatml"):
+        framing(argparse.Namespace(chat=None, chat_turns="shots", **dict.fromkeys(given)))
+    assert framing(argparse.Namespace(chat="chatml", chat_turns=None, **given)) == {"prefill": "Continue the document."}
+    assert framing(argparse.Namespace(chat="chatml", chat_turns=None, **dict.fromkeys(given))) == {}
+
+
+def test_the_bench_chat_framings_render_their_turns_and_name_them_in_the_fingerprint() -> None:
+    """``--chat-turns``: the earlier turns are rendered ahead of the read by the emulator's chatml code,
+    the text so far sits where the framing says, and the fingerprint tells the framings apart (a cached
+    read of one framing is never served for another)."""
+    from bench.chat_framings import SHOTS, TurnsConditioning
+    from blackbox_audit.adapters.chat_templates import ChatConditioning
+
+    shots = TurnsConditioning(turns="shots").render("so far")
+    assert shots.count("<|im_start|>assistant\n") == len(SHOTS) + 1 and shots.endswith(
+        "so far<|im_end|>\n<|im_start|>assistant\n"
+    )
+    history = TurnsConditioning(turns="history").render("so far")
+    assert "<|im_start|>assistant\nso far<|im_end|>\n<|im_start|>user\n" in history
+    plain = ChatConditioning().to_json()
+    assert (
+        len(
+            {
+                json.dumps(c)
+                for c in (
+                    plain,
+                    TurnsConditioning(turns="shots").to_json(),
+                    TurnsConditioning(turns="history").to_json(),
+                )
+            }
+        )
+        == 3
+    )
+    with pytest.raises(SystemExit, match="--chat-turns"):
+        TurnsConditioning(turns="history", prefill="Continue the document.")
