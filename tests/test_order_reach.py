@@ -82,6 +82,10 @@ def test_no_power_and_unmeasured_designs_say_so_and_name_what_would_have_power()
     assert moved.row is None and "text framed prefill" in moved.text() and "--prefill" not in moved.text()
     user_turn = reach_of(_default_key("successor", "censored", "user-turn"), 100)
     assert "no measured power" in user_turn.text() and "--prefill 'Continue the document.'" in user_turn.text()
+    # the window that has power prefilled has none measured in the user turn (OpenAI's chat)
+    window = reach_of(_default_key("window", "censored", "user-turn"), 100)
+    assert window.row is not None and window.smallest_passes is None and "no measured power" in window.text()
+    assert reach_of(_default_key("window", "censored", "prefill"), 100).smallest_passes is not None
 
 
 def test_expected_cpu_time_scales_with_positions_and_parameters() -> None:
