@@ -23,6 +23,7 @@ from typing import Any
 
 from blackbox_audit.adapters.chat_templates import ChatConditioning, chatml_text
 
+TURNS = ("shots", "history")
 INSTRUCTION = "Continue the text exactly from where it stops. Reply with the continuation only."
 SHOTS = (
     ("The old lighthouse keeper climbed the stairs every night, counting each of the", " one hundred and twelve steps"),
@@ -63,9 +64,6 @@ class TurnsConditioning(ChatConditioning):
 
     def to_json(self, tokenizer: Any = None) -> dict[str, Any]:
         return {**super().to_json(tokenizer), "turns": self.turns}
-
-
-TURNS = ("shots", "history")
 
 
 def with_turns(target: Any, turns: str) -> Any:

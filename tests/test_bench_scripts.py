@@ -219,19 +219,7 @@ def test_the_bench_chat_framings_render_their_turns_and_name_them_in_the_fingerp
     )
     history = TurnsConditioning(turns="history").render("so far")
     assert "<|im_start|>assistant\nso far<|im_end|>\n<|im_start|>user\n" in history
-    plain = ChatConditioning().to_json()
-    assert (
-        len(
-            {
-                json.dumps(c)
-                for c in (
-                    plain,
-                    TurnsConditioning(turns="shots").to_json(),
-                    TurnsConditioning(turns="history").to_json(),
-                )
-            }
-        )
-        == 3
-    )
+    conditionings = (ChatConditioning(), TurnsConditioning(turns="shots"), TurnsConditioning(turns="history"))
+    assert len({json.dumps(c.to_json()) for c in conditionings}) == 3
     with pytest.raises(SystemExit, match="--chat-turns"):
         TurnsConditioning(turns="history", prefill="Continue the document.")

@@ -181,7 +181,6 @@ def test_a_chat_endpoint_reads_censored_windows_priced_first(tiny_target, tiny_l
         assert json.loads((tmp_path / "o" / "run.json").read_text())["usage"]["requests_sent"] == 0
 
 
-@pytest.mark.timeout(900)
 @pytest.mark.parametrize(
     ("framing", "hinted"), [("unknown", True), ("plain", True), ("user-turn", False), ("prefill", False)]
 )
@@ -198,6 +197,7 @@ def test_only_an_endpoint_that_could_echo_is_told_a_probe_may_read_the_full_stat
     assert ("an echo endpoint reads the full statistic once probed" in record["rule"]) is hinted
 
 
+@pytest.mark.timeout(900)
 def test_auto_reads_the_window_on_a_prefilled_top_n_chat_endpoint(
     tiny_target, tiny_lm_dir, tmp_path, capsys, monkeypatch
 ) -> None:
